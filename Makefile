@@ -1,0 +1,61 @@
+# kvoffload-lab: the two commands of the README are `make demo` and `make test`; everything else is a step.
+# Both work on a fresh Debian 12 machine as root: they install the OS packages and a venv they need.
+
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := .make
+
+# OS packages: the virtual lab (debootstrap, nspawn), static gates and integration tests (caddy,
+# node-exporter, systemd-analyze), molecule (podman), loop-device NVMe stand-ins, headless report check.
+APT_PACKAGES := debootstrap systemd-container iproute2 openssh-client rsync caddy \
+	prometheus-node-exporter systemd podman runc fuse-overlayfs slirp4netns uidmap \
+	xfsprogs parted util-linux chromium
+
+.PHONY: help deps venv lint unit test demo bench clean
+
+help:
+	@echo "make demo   run the demo campaign end to end on a virtual lab with the simulator"
+	@echo "make test   install what is needed, lint, and run every test tier that this machine can run"
+	@echo "make lint   ruff + mypy --strict + ansible-lint + yamllint"
+	@echo "make bench  run the benchmark scripts in bench/ (prints figures)"
+
+$(STAMP)/apt:
+	@mkdir -p $(STAMP)
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	else echo "not root or no apt-get: skipping OS packages ($(APT_PACKAGES))"; fi
+	@touch $@
+
+$(STAMP)/venv: pyproject.toml
+	@mkdir -p $(STAMP)
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+deps: $(STAMP)/apt $(STAMP)/venv
+
+venv: $(STAMP)/venv
+
+lint: venv
+	$(BIN)/ruff check kvoffload tests bench
+	$(BIN)/ruff format --check kvoffload tests bench
+	$(BIN)/mypy --strict kvoffload
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+test: deps lint
+	$(BIN)/pytest -q -ra tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+
+demo: deps
+	$(BIN)/python -m kvoffload.cli.demo
+
+bench: venv
+	$(BIN)/python bench/replay_fidelity.py
+
+clean:
+	rm -rf $(STAMP) $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Command-line layer: argument parsing, progress display and printing. Nothing imports this package."""
