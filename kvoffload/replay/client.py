@@ -1,0 +1,148 @@
+"""One streamed chat completion, timed: the only place that talks HTTP to the server under test.
+
+TTFT runs from just before the request is written to the first streamed token (content or reasoning
+content) on a monotonic clock. To keep client overhead out of the measurement, only chunks up to the
+first token are JSON-decoded; later chunks are timestamped and the usage chunk is decoded at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from kvoffload.replay.records import Status
+
+REPLICA_HEADERS = ("x-kvoffload-replica", "x-kvoffload-upstream")
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """Raw measurements of one request; `records.RequestRecord` adds the replay context."""
+
+    t_start: float
+    ttft_s: float | None
+    latency_s: float | None
+    tpot_s: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    status: Status
+    http_status: int | None
+    error: str | None
+    replica: str | None
+
+
+def _has_token(data: str) -> bool:
+    """True when an SSE chunk carries generated text (content or reasoning), not just the role."""
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        return False
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+            return True
+        if delta.get("tool_calls"):
+            return True
+    return False
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        obj = json.loads(body)
+        err = obj.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:500]
+        if obj.get("detail"):
+            return str(obj["detail"])[:500]
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    return body.decode(errors="replace")[:500]
+
+
+def _usage(data: str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        return None
+    usage = obj.get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+async def stream_chat(
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float
+) -> StreamResult:
+    """POST a streaming chat completion and time it; never raises for server or network failures."""
+    t_wall = time.time()
+    t0 = time.perf_counter()
+    t_first: float | None = None
+    t_last: float | None = None
+    usage: dict[str, Any] | None = None
+    status: Status = "ok"
+    http_status: int | None = None
+    error: str | None = None
+    replica: str | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("POST", url, json=payload, headers=headers) as resp:
+                http_status = resp.status_code
+                replica = next((resp.headers[h] for h in REPLICA_HEADERS if h in resp.headers), None)
+                if resp.status_code != 200:
+                    return StreamResult(
+                        t_wall, None, time.perf_counter() - t0, None, None, None, None, "error",
+                        resp.status_code, _error_text(await resp.aread()), replica,
+                    )  # fmt: skip
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    now = time.perf_counter()
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    if '"usage"' in data:
+                        found = _usage(data)
+                        if found is not None:
+                            usage = found
+                        if '"choices":[]' in data.replace(" ", ""):
+                            continue  # the usage-only chunk carries no token
+                    if t_first is None:
+                        if _has_token(data):
+                            t_first = now
+                            t_last = now
+                    else:
+                        t_last = now
+    except TimeoutError:
+        status, error = "timeout", f"no complete answer within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        status, error = "error", f"{type(exc).__name__}: {exc}"[:500]
+    latency = time.perf_counter() - t0
+    prompt_tokens = completion_tokens = cached = None
+    if usage:
+        prompt_tokens = usage.get("prompt_tokens")
+        completion_tokens = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if status == "ok" and t_first is None:
+        status, error = "error", error or "stream ended without a token"
+    ttft = t_first - t0 if t_first is not None else None
+    tpot = None
+    if t_first is not None and t_last is not None and completion_tokens and completion_tokens > 1:
+        tpot = (t_last - t_first) / (completion_tokens - 1)
+    return StreamResult(
+        t_wall,
+        ttft,
+        latency,
+        tpot,
+        prompt_tokens,
+        completion_tokens,
+        cached,
+        status,
+        http_status,
+        error,
+        replica,
+    )

@@ -1,0 +1,70 @@
+"""The resolved replay command line, as the orchestrator and the replay role run it.
+
+Fixed flags follow DESIGN.md section 6. The gpt-oss agentic row is added only for gpt-oss models: for any
+other model the argv is byte-identical to one built without that row (a test holds this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPT_OSS_FLAGS = (
+    "--enable-agentic-tools",
+    "--ask-mode",
+    "--sanitize-harmony-tokens",
+    "--agentic-max-attempts",
+    "3",
+)
+REQUEST_TIMEOUT_S = 64800
+WARMUP_REQUESTS = 4
+
+
+def is_gpt_oss(model: str) -> bool:
+    return "gpt-oss" in model.lower()
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    base_url: str
+    model: str
+    dataset_code: str
+    dataset: str
+    concurrency: int
+    num_rounds: int
+    output: str
+    isl: int | None = None
+    osl: str = "recorded"
+    max_sessions: int | None = None
+    duration_s: float | None = None
+    tokenizer: str | None = None
+    min_chunk_rounds: int = 5
+
+
+def replay_argv(spec: ReplaySpec, executable: str = "kvoffload-lab") -> list[str]:
+    """The argv of `kvoffload-lab replay` for one cell (no shell involved: pass it as a list)."""
+    argv = [
+        executable, "replay",
+        "--base-url", spec.base_url,
+        "--model", spec.model,
+        "--dataset-code", spec.dataset_code,
+        "--dataset", spec.dataset,
+        "--concurrency", str(spec.concurrency),
+        "--num-rounds", str(spec.num_rounds),
+        "--osl", spec.osl,
+        "--output", spec.output,
+        "--agentic-traces",
+        "--warmup", str(WARMUP_REQUESTS),
+        "--request-timeout", str(REQUEST_TIMEOUT_S),
+        "--tokenizer", spec.tokenizer or spec.model,
+    ]  # fmt: skip
+    if spec.dataset_code != "sammshen":
+        argv += ["--min-chunk-rounds", str(spec.min_chunk_rounds)]
+    if spec.isl is not None:
+        argv += ["--isl", str(spec.isl)]
+    if spec.max_sessions is not None:
+        argv += ["--max-sessions", str(spec.max_sessions)]
+    if spec.duration_s is not None:
+        argv += ["--duration", f"{spec.duration_s:g}"]
+    if is_gpt_oss(spec.model):
+        argv += list(GPT_OSS_FLAGS)
+    return argv

@@ -1,0 +1,173 @@
+"""The replay runner end to end against a real local streaming server (tests/support/sse_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvoffload.cli.main import main
+from tests.support.procs import ROOT, sse_server
+
+pytestmark = pytest.mark.integration
+
+
+def _dataset(tmp_path: Path, sessions: int = 3, calls: int = 6) -> Path:
+    path = tmp_path / "data.jsonl"
+    with path.open("w") as fh:
+        for s in range(sessions):
+            msgs: list[dict[str, str]] = [{"role": "system", "content": f"session {s} system prompt"}]
+            for c in range(calls):
+                msgs = [*msgs, {"role": "user", "content": f"s{s} question {c} " + "word " * 20}]
+                fh.write(json.dumps({"session_id": f"s{s}", "messages": msgs, "output_length": 3 + c}) + "\n")
+                msgs = [*msgs, {"role": "assistant", "content": f"answer {c}"}]
+    return path
+
+
+def _records(out: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+
+
+def test_closed_loop_replay_records_everything(tmp_path: Path) -> None:
+    data = _dataset(tmp_path)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "0.03", "--itl", "0.005", "--tokens", "50", "--replica", "r1") as url:
+        rc = main(["replay", "--base-url", url, "--model", "tiny", "--dataset-code", "generic", "--dataset",
+                   str(data), "--concurrency", "2", "--num-rounds", "5", "--output", str(out)])  # fmt: skip
+        seen = httpx.get(f"{url}/requests").json()
+    assert rc == 0
+    recs = _records(out)
+    # 3 sessions x 6 calls -> one chunk of 5 per session = 3 users x 5 rounds
+    assert len(recs) == 15
+    assert {r["schema"] for r in recs} == {1}
+    assert all(r["status"] == "ok" and r["replica"] == "r1" for r in recs)
+    by_user: dict[str, list[int]] = {}
+    for r in recs:
+        by_user.setdefault(str(r["user_id"]), []).append(int(r["round"]))  # type: ignore[call-overload]
+        assert r["ttft_s"] >= 0.03  # type: ignore[operator]
+        assert r["latency_s"] >= r["ttft_s"]  # type: ignore[operator]
+        assert r["completion_tokens"] == 3 + int(r["round"]) - 1  # type: ignore[call-overload]
+    assert by_user == {"s0:0": [1, 2, 3, 4, 5], "s1:0": [1, 2, 3, 4, 5], "s2:0": [1, 2, 3, 4, 5]}
+
+    # 4 warm-ups first, sharing no prefix with the data; then teacher-forced recorded inputs
+    warm, real = seen[:4], seen[4:]
+    assert all(w["headers"]["x-user-id"].startswith("warmup-") for w in warm)
+    assert all(not w["body"]["messages"][0]["content"].startswith("s") for w in warm)
+    lines = [json.loads(x) for x in data.read_text().splitlines()]
+    for req in real:
+        user = req["headers"]["x-user-id"]
+        assert req["body"]["stream_options"] == {"include_usage": True}
+        assert req["body"]["messages"] in [
+            x["messages"] for x in lines if x["session_id"] == user.split(":")[0]
+        ]
+
+    # never more than `concurrency` requests in flight (closed loop)
+    events = sorted([(r["t_start"], 1) for r in recs] + [(r["t_start"] + r["latency_s"], -1) for r in recs])  # type: ignore[operator]
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak <= 2
+
+    counts = json.loads((out / "sessions.json").read_text())
+    assert counts["requested_concurrency"] == 2
+    assert counts["virtual_users_available"] == 3
+    assert (counts["achieved_sessions"], counts["complete"], counts["incomplete"], counts["error"]) == (
+        3,
+        3,
+        0,
+        0,
+    )
+    assert counts["failed_requests"] == 0
+
+
+def test_failing_user_is_counted_as_error(tmp_path: Path) -> None:
+    data = _dataset(tmp_path)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "0.01", "--itl", "0.001", "--fail-user", "s1:") as url:
+        rc = main(["replay", "--base-url", url, "--model", "tiny", "--dataset-code", "generic", "--dataset",
+                   str(data), "--concurrency", "3", "--num-rounds", "5", "--output", str(out)])  # fmt: skip
+    assert rc == 0
+    recs = _records(out)
+    failed = [r for r in recs if r["status"] != "ok"]
+    assert [(r["user_id"], r["round"], r["http_status"]) for r in failed] == [("s1:0", 1, 500)]
+    assert failed[0]["error"] == "injected failure"
+    counts = json.loads((out / "sessions.json").read_text())
+    assert (counts["complete"], counts["error"], counts["failed_requests"]) == (2, 1, 1)
+
+
+def test_isl_depth_filter_and_max_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path, sessions=4)
+    with sse_server("--ttft", "0.001", "--itl", "0.001") as url:
+        base = ["replay", "--base-url", url, "--model", "no-local-tokenizer", "--dataset-code", "generic",
+                "--dataset", str(data), "--concurrency", "2", "--num-rounds", "5"]  # fmt: skip
+        assert main([*base, "--isl", "5", "--output", str(tmp_path / "a")]) == 2
+        assert "--isl 5" in capsys.readouterr().err
+        assert main([*base, "--max-sessions", "1", "--output", str(tmp_path / "b")]) == 0
+        assert main([*base, "--num-rounds", "3", "--output", str(tmp_path / "c")]) == 2
+    assert len(_records(tmp_path / "b")) == 5
+    assert "yields no virtual users" in capsys.readouterr().err
+
+
+def test_refuses_to_overwrite_and_bad_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "requests.jsonl").write_text("{}\n")
+    args = ["replay", "--model", "m", "--dataset-code", "generic", "--dataset", str(data),
+            "--concurrency", "1", "--num-rounds", "5", "--output"]  # fmt: skip
+    assert main([*args, str(out), "--base-url", "http://127.0.0.1:9"]) == 2
+    assert "already holds records" in capsys.readouterr().err
+    assert main([*args, str(tmp_path / "new"), "--base-url", "http://127.0.0.1:9"]) == 2
+    assert "warm-up requests failed" in capsys.readouterr().err
+
+
+def test_ctrl_c_keeps_finished_records(tmp_path: Path) -> None:
+    data = _dataset(tmp_path, sessions=6, calls=10)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "0.2", "--itl", "0.01") as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
+             "--dataset-code", "generic", "--dataset", str(data), "--concurrency", "2", "--num-rounds", "10",
+             "--output", str(out), "--warmup", "0"],
+            cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (out / "requests.jsonl").exists() and len(_records(out)) >= 3:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    recs = _records(out)  # every line parses: nothing half-written
+    assert 3 <= len(recs) < 60
+    counts = json.loads((out / "sessions.json").read_text())
+    assert counts["interrupted"] is True and counts["stopped_by"] == "interrupt"
+    assert counts["incomplete"] >= 1
+    assert counts["requests"] == len(recs)
+
+
+def test_duration_stops_new_rounds(tmp_path: Path) -> None:
+    data = _dataset(tmp_path, sessions=6, calls=10)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "0.1", "--itl", "0.01") as url:
+        rc = main(["replay", "--base-url", url, "--model", "m", "--dataset-code", "generic", "--dataset",
+                   str(data), "--concurrency", "2", "--num-rounds", "10", "--output", str(out),
+                   "--duration", "0.5", "--warmup", "0"])  # fmt: skip
+    assert rc == 0
+    counts = json.loads((out / "sessions.json").read_text())
+    assert counts["stopped_by"] == "duration"
+    assert counts["incomplete"] == 2 and counts["complete"] == 0
+    assert len(_records(out)) < 20

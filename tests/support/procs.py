@@ -1,0 +1,42 @@
+"""Starting and stopping real local server processes for tests, bounded in time, always torn down."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def sse_server(*args: str, timeout: float = 20.0) -> Iterator[str]:
+    """Run tests/support/sse_server.py on a free loopback port; yield its base URL."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/support/sse_server.py"), "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        while not line.startswith("PORT ") and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError("test server exited before it was ready")
+            line = proc.stdout.readline()
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
