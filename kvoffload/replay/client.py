@@ -1,7 +1,8 @@
 """One streamed chat completion, timed: the only place that talks HTTP to the server under test.
 
-TTFT runs from just before the request is written to the first streamed token (content or reasoning
-content) on a monotonic clock. To keep client overhead out of the measurement, only chunks up to the
+TTFT runs from just before the request is written (httpcore's trace hook marks the moment the request
+headers start going out) to the first streamed token (content or reasoning content), on a monotonic
+clock. To keep client overhead out of the measurement, only chunks up to the
 first token are JSON-decoded; later chunks are timestamped and the usage chunk is decoded at the end.
 """
 
@@ -37,7 +38,7 @@ class StreamResult:
     replica: str | None
 
 
-def _has_token(data: str) -> bool:
+def _has_token(data: bytes) -> bool:
     """True when an SSE chunk carries generated text (content or reasoning), not just the role."""
     try:
         obj = json.loads(data)
@@ -65,7 +66,7 @@ def _error_text(body: bytes) -> str:
     return body.decode(errors="replace")[:500]
 
 
-def _usage(data: str) -> dict[str, Any] | None:
+def _usage(data: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(data)
     except json.JSONDecodeError:
@@ -77,7 +78,26 @@ def _usage(data: str) -> dict[str, Any] | None:
 async def stream_chat(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float
 ) -> StreamResult:
-    """POST a streaming chat completion and time it; never raises for server or network failures."""
+    """POST a streaming chat completion and time it; never raises for server or network failures.
+
+    The body is encoded and the request built before the clock starts, so TTFT does not include our own
+    JSON encoding of a long history; raw bytes are split into SSE lines without text decoding.
+    """
+    marks: dict[str, float] = {}
+
+    async def trace(event: str, _info: dict[str, Any]) -> None:
+        # httpcore calls this as it writes the request: the clock starts as the request goes out, so
+        # neither a wait for a pooled connection nor our own request building counts as server latency.
+        if event == "http11.send_request_headers.started":
+            marks["t0"] = time.perf_counter()
+
+    request = client.build_request(
+        "POST",
+        url,
+        content=json.dumps(payload).encode(),
+        headers={**headers, "content-type": "application/json"},
+        extensions={"trace": trace},
+    )
     t_wall = time.time()
     t0 = time.perf_counter()
     t_first: float | None = None
@@ -89,7 +109,9 @@ async def stream_chat(
     replica: str | None = None
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", url, json=payload, headers=headers) as resp:
+            resp = await client.send(request, stream=True)
+            t0 = marks.get("t0", t0)
+            try:
                 http_status = resp.status_code
                 replica = next((resp.headers[h] for h in REPLICA_HEADERS if h in resp.headers), None)
                 if resp.status_code != 200:
@@ -97,25 +119,34 @@ async def stream_chat(
                         t_wall, None, time.perf_counter() - t0, None, None, None, None, "error",
                         resp.status_code, _error_text(await resp.aread()), replica,
                     )  # fmt: skip
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
+                buffer = b""
+                done = False
+                async for raw in resp.aiter_raw():
                     now = time.perf_counter()
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    if '"usage"' in data:
-                        found = _usage(data)
-                        if found is not None:
-                            usage = found
-                        if '"choices":[]' in data.replace(" ", ""):
-                            continue  # the usage-only chunk carries no token
-                    if t_first is None:
-                        if _has_token(data):
-                            t_first = now
+                    buffer += raw
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        if b'"usage"' in data:
+                            found = _usage(data)
+                            if found is not None:
+                                usage = found
+                            if b'"choices":[]' in data.replace(b" ", b""):
+                                continue  # the usage-only chunk carries no token
+                        if t_first is None:
+                            if _has_token(data):
+                                t_first = t_last = now
+                        else:
                             t_last = now
-                    else:
-                        t_last = now
+                    if done:
+                        break
+            finally:
+                await resp.aclose()
     except TimeoutError:
         status, error = "timeout", f"no complete answer within {timeout_s:g} s"
     except httpx.HTTPError as exc:
