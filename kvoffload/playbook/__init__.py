@@ -1,0 +1,15 @@
+"""The only user of ansible-runner: run a phase playbook, read its events and stats, raise on failure.
+
+ansible-runner's API is untyped keyword arguments; it stays inside this package (STYLE.md). Callers get
+`PlaybookResult` or a `PlaybookFailed` naming the failed hosts and tasks.
+"""
+
+from kvoffload.playbook.runner import (
+    PlaybookFailed,
+    PlaybookResult,
+    PlaybookRunner,
+    TaskFailure,
+    ansible_dir,
+)
+
+__all__ = ["PlaybookFailed", "PlaybookResult", "PlaybookRunner", "TaskFailure", "ansible_dir"]
