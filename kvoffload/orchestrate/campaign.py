@@ -1,0 +1,335 @@
+"""Running a campaign: provision once, then each cell deploy -> cold-start check -> replay (with the
+sampler and before/after snapshots, on the client host) -> collect -> teardown, resumable.
+
+Resume: cells whose folder holds DONE are skipped; any other cell runs again from a fresh folder (the
+unfinished attempt is kept under attempts/). Ctrl-C: the current cell is marked interrupted, the lab is
+torn down, and KeyboardInterrupt propagates to the CLI. Phase timings, host facts, versions, targets and
+unit restart counts go to cell.json (DESIGN.md section 5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import kvoffload
+from kvoffload.config import Cell, LabConfig
+from kvoffload.orchestrate.deployment import cell_extravars, deployment, l2_device
+from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
+from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
+from kvoffload.orchestrate.wheelhouse import build_wheelhouse
+from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, ansible_dir
+from kvoffload.profiles.resolve import caddy_profile
+
+log = logging.getLogger(__name__)
+CELL_SCHEMA = 1
+
+
+class Progress(Protocol):
+    """What the orchestrator tells the display (the CLI implements it)."""
+
+    def phase(self, cell: Cell | None, index: int, total: int, phase: str) -> None: ...
+
+    def task(self, name: str) -> None: ...
+
+    def replay(self, done: int, expected: int) -> None: ...
+
+    def cell_done(self, cell: Cell, status: str, seconds: float) -> None: ...
+
+
+@dataclass
+class CampaignOutcome:
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    interrupted: str | None = None
+
+
+def _git_sha() -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(ansible_dir()), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def tool_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "kvoffload-lab": kvoffload.__version__,
+        "git_sha": _git_sha(),
+        "python": platform.python_version(),
+        "ansible-core": version("ansible-core"),
+        "ansible-runner": version("ansible-runner"),
+    }
+
+
+def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
+    """CPU, RAM, OS and local facts (GPUs, NVMe written by the roles) per host, from ansible's fact cache."""
+    out: dict[str, dict[str, Any]] = {}
+    if not fact_cache.is_dir():
+        return out
+    for path in sorted(fact_cache.iterdir()):
+        try:
+            facts = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        processor = facts.get("ansible_processor") or []
+        out[path.name] = {
+            "cpu": processor[2] if len(processor) > 2 else None,
+            "vcpus": facts.get("ansible_processor_vcpus"),
+            "ram_gib": round(facts["ansible_memtotal_mb"] / 1024, 1)
+            if facts.get("ansible_memtotal_mb")
+            else None,
+            "os": " ".join(
+                str(facts.get(k, "")) for k in ("ansible_distribution", "ansible_distribution_version")
+            ),
+            "kernel": facts.get("ansible_kernel"),
+            "local": facts.get("ansible_local") or {},
+        }
+    return out
+
+
+def _unit_states(cell_dir: Path) -> dict[str, Any]:
+    units: dict[str, Any] = {}
+    for path in sorted((cell_dir / "units").glob("*.json")):
+        try:
+            units[path.stem] = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            units[path.stem] = {"error": f"unreadable {path.name}"}
+    return units
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Let teardown finish even if Ctrl-C is pressed again."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class CampaignRunner:
+    def __init__(
+        self,
+        lab: LabConfig,
+        inventory: Path,
+        results: CampaignResults,
+        progress: Progress,
+        wheel_cache: Path | None = None,
+        expected_requests: Callable[[Cell], int] | None = None,
+    ) -> None:
+        self.lab = lab
+        self.results = results
+        self.progress = progress
+        self.wheel_cache = wheel_cache
+        self.expected_requests = expected_requests
+        self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
+        self.wheelhouse: Path | None = None
+        self.facts: dict[str, dict[str, Any]] = {}
+
+    # -- campaign level -------------------------------------------------------------------------
+    def write_campaign_json(self) -> None:
+        inv = Path(self.lab.inventory.file)
+        write_json_atomic(
+            self.results.root / "campaign.json",
+            {
+                "schema": 1,
+                "name": self.lab.campaign.name,
+                "campaign": self.lab.campaign.model_dump(mode="json"),
+                "campaign_file": self.lab.campaign_file,
+                "inventory": str(inv),
+                "inventory_sha256": hashlib.sha256(inv.read_bytes()).hexdigest() if inv.is_file() else None,
+                "cells": [{"id": c.id, **c.config} for c in self.lab.cells],
+                "versions": tool_versions(),
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
+
+    def _base_extravars(self) -> dict[str, Any]:
+        first = self.lab.cells[0]
+        return cell_extravars(self.lab, first, self.results.cell_dir(first), self.wheelhouse)
+
+    def prepare_wheelhouse(self) -> None:
+        if self.wheel_cache is not None:
+            self.progress.phase(None, 0, len(self.lab.cells), "wheelhouse")
+            self.wheelhouse = build_wheelhouse(self.wheel_cache)
+
+    def provision(self, check: bool = False) -> PlaybookResult:
+        """Preflight then provision every host (idempotent: a second run reports no change)."""
+        total = len(self.lab.cells)
+        if self.wheelhouse is None:
+            self.prepare_wheelhouse()
+        extravars = self._base_extravars()
+        self.progress.phase(None, 0, total, "preflight")
+        self.playbooks.run("preflight.yml", extravars, check=check, ident=self._ident("preflight"))
+        self.progress.phase(None, 0, total, "provision")
+        result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
+        self.facts = host_facts(result.artifacts / "fact_cache")
+        return result
+
+    def teardown(self) -> PlaybookResult:
+        return self.playbooks.run("teardown.yml", self._base_extravars(), ident=self._ident("teardown"))
+
+    def run(self, only: Sequence[str] | None = None, provision: bool = True) -> CampaignOutcome:
+        outcome = CampaignOutcome()
+        self.write_campaign_json()
+        cells = [c for c in self.lab.cells if not only or c.id in only]
+        todo: list[Cell] = []
+        for cell in cells:
+            if self.results.is_done(cell):
+                outcome.skipped.append(cell.id)
+            else:
+                todo.append(cell)
+        if not todo:
+            return outcome
+        if provision:
+            self.provision()
+        for i, cell in enumerate(todo, start=1):
+            try:
+                status = self.run_cell(cell, i, len(todo))
+            except KeyboardInterrupt:
+                outcome.interrupted = cell.id
+                raise
+            if status == "done":
+                outcome.done.append(cell.id)
+            else:
+                outcome.failed[cell.id] = status
+        return outcome
+
+    def _ident(self, phase: str, cell: Cell | None = None) -> str:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        return f"{stamp}-{cell.id}-{phase}" if cell else f"{stamp}-{phase}"
+
+    # -- one cell -------------------------------------------------------------------------------
+    def run_cell(self, cell: Cell, index: int, total: int) -> str:
+        """Run one cell to DONE; returns "done" or a failure text. Ctrl-C tears down and re-raises."""
+        cell_dir = self.results.start_cell(cell)
+        extravars = cell_extravars(self.lab, cell, cell_dir, self.wheelhouse)
+        record: dict[str, Any] = {
+            "schema": CELL_SCHEMA,
+            "cell_id": cell.id,
+            "campaign": self.lab.campaign.name,
+            "status": "running",
+            "config": {**cell.config, "id": cell.id},
+            "profiles": {
+                "engine": cell.engine_profile,
+                "lmcache": cell.lmcache_profile,
+                "caddy": caddy_profile(cell.tier).lb_policy
+                if len(deployment(self.lab, cell).replicas) >= 2
+                else None,
+            },
+            "hosts": self.facts,
+            "targets": {
+                t["name"]: {"kind": t["name"].split("-")[0], "url": t["url"]}
+                for t in extravars["replay_metrics_targets"]
+            },
+            "l2_device": l2_device(self.lab, cell),
+            "replay_argv": extravars["replay_argv"],
+            "timings": {},
+            "versions": tool_versions(),
+            "started_at": time.time(),
+        }
+        timings: dict[str, float] = record["timings"]
+        write_json_atomic(cell_dir / "cell.json", record)
+
+        def phase(name: str, fn: Callable[[], Any]) -> Any:
+            self.progress.phase(cell, index, total, name)
+            t0 = time.monotonic()
+            try:
+                return fn()
+            finally:
+                timings[name] = round(time.monotonic() - t0, 3)
+                write_json_atomic(cell_dir / "cell.json", record)
+
+        t_cell = time.monotonic()
+        status = "done"
+        try:
+            phase(
+                "deploy",
+                lambda: self.playbooks.run("deploy.yml", extravars, ident=self._ident("deploy", cell)),
+            )
+            cold = phase("cold-check", lambda: check_cold(extravars["replay_metrics_targets"]))
+            record["cold_start"] = {
+                "cold": cold.cold,
+                "checked": cold.checked,
+                "problems": list(cold.problems),
+                "unreachable": list(cold.unreachable),
+            }
+            if not cold.cold:
+                raise RuntimeError("cell did not start cold: " + "; ".join(cold.problems))
+            expected = self.expected_requests(cell) if self.expected_requests else 0
+
+            def replay() -> PlaybookResult:
+                with ReplayWatcher(
+                    extravars["replay_metrics_targets"], lambda n: self.progress.replay(n, expected)
+                ):
+                    return self.playbooks.run("replay.yml", extravars, ident=self._ident("replay", cell))
+
+            phase("replay", replay)
+            phase(
+                "collect",
+                lambda: self.playbooks.run("collect.yml", extravars, ident=self._ident("collect", cell)),
+            )
+        except KeyboardInterrupt:
+            record["status"] = "interrupted"
+            with _sigint_deferred():
+                self._teardown_cell(cell, extravars, record, timings)
+                write_json_atomic(cell_dir / "cell.json", record)
+            raise
+        except (PlaybookFailed, RuntimeError) as exc:
+            status = f"failed: {exc}"
+            record["status"] = "failed"
+            record["error"] = str(exc)
+            log.error("cell %s failed: %s", cell.id, exc)
+        self._teardown_cell(cell, extravars, record, timings)
+        record["units"] = _unit_states(cell_dir)
+        record["finished_at"] = time.time()
+        timings["total"] = round(time.monotonic() - t_cell, 3)
+        if status == "done":
+            missing = [n for n in ("requests.jsonl", "sessions.json") if not (cell_dir / n).is_file()]
+            if missing:
+                status = f"failed: collected results lack {', '.join(missing)}"
+                record["status"] = "failed"
+                record["error"] = status
+            else:
+                record["status"] = "done"
+        write_json_atomic(cell_dir / "cell.json", record)
+        if status == "done":
+            self.results.mark_done(cell)
+        self.progress.cell_done(cell, status, timings["total"])
+        return status
+
+    def _teardown_cell(
+        self, cell: Cell, extravars: dict[str, Any], record: dict[str, Any], timings: dict[str, float]
+    ) -> None:
+        t0 = time.monotonic()
+        try:
+            self.playbooks.run("teardown.yml", extravars, ident=self._ident("teardown", cell))
+        except PlaybookFailed as exc:
+            record["teardown_error"] = str(exc)
+            log.error("teardown after cell %s failed: %s", cell.id, exc)
+        timings["teardown"] = round(time.monotonic() - t0, 3)

@@ -1,0 +1,71 @@
+"""The results folder of a campaign (DESIGN.md section 5): layout, resume markers, never overwriting.
+
+    results/<campaign>/campaign.json, cells/<cell-id>/{cell.json, requests.jsonl, sessions.json,
+    metrics/, units/, DONE}, attempts/<cell-id>-<stamp>/ (earlier unfinished attempts), ansible/ (runner
+    artifacts), tables/, report/
+
+A cell is done when its DONE file exists; DONE is written last and atomically. A cell folder without it
+is an unfinished attempt: before the cell runs again it is moved under attempts/, never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from kvoffload.config import Cell
+
+DONE = "DONE"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)
+
+
+class CampaignResults:
+    """One campaign's results folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cells = root / "cells"
+        self.attempts = root / "attempts"
+        self.ansible = root / "ansible"
+
+    @classmethod
+    def open(cls, base: Path, campaign: str, fresh: bool = False) -> CampaignResults:
+        """The folder `base/campaign`; with `fresh`, an existing one is kept aside as `<campaign>-<stamp>`."""
+        root = base / campaign
+        if fresh and root.exists():
+            root.rename(base / f"{campaign}-{time.strftime('%Y%m%dT%H%M%S')}")
+        results = cls(root)
+        results.cells.mkdir(parents=True, exist_ok=True)
+        return results
+
+    def cell_dir(self, cell: Cell) -> Path:
+        return self.cells / cell.id
+
+    def is_done(self, cell: Cell) -> bool:
+        return (self.cell_dir(cell) / DONE).is_file()
+
+    def start_cell(self, cell: Cell) -> Path:
+        """A fresh folder for the cell; an unfinished earlier attempt is moved under attempts/."""
+        path = self.cell_dir(cell)
+        if path.exists():
+            if self.is_done(cell):
+                raise FileExistsError(f"{path}: cell is DONE; it is never overwritten")
+            self.attempts.mkdir(parents=True, exist_ok=True)
+            path.rename(self.attempts / f"{cell.id}-{time.strftime('%Y%m%dT%H%M%S')}")
+        for sub in ("metrics", "units", "logs"):
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        return path
+
+    def mark_done(self, cell: Cell) -> None:
+        path = self.cell_dir(cell) / DONE
+        tmp = path.with_name(".DONE.tmp")
+        tmp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+        tmp.replace(path)
