@@ -1,0 +1,252 @@
+"""`kvoffload-lab run | provision | teardown`: campaigns on a lab described by an Ansible inventory."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvoffload.config import Cell, LabConfig
+
+log = logging.getLogger("kvoffload.run")
+DEFAULT_WHEEL_CACHE = Path.home() / ".cache" / "kvoffload-lab" / "wheels"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inventory", type=Path, help="Ansible YAML inventory (file, or folder holding hosts.yml)")
+    p.add_argument("--campaign", type=Path, help="campaign YAML (default: all.vars.kvoffload_campaign)")
+    p.add_argument(
+        "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
+    )
+    p.add_argument(
+        "--wheel-cache",
+        type=Path,
+        default=DEFAULT_WHEEL_CACHE,
+        help=f"where the wheelhouse shipped to hosts is built (default {DEFAULT_WHEEL_CACHE})",
+    )
+    p.add_argument(
+        "--no-wheelhouse", action="store_true", help="hosts install from their package index instead"
+    )
+
+
+def register(sub: Any) -> None:
+    r = sub.add_parser(
+        "run",
+        help="run a campaign end to end: provision, every cell, report",
+        description=(
+            "Provision the hosts once, then for each cell of the campaign: deploy (lmcache-server, vLLM "
+            "replicas, Caddy), check the cold start, replay with metrics sampling, collect, tear down. "
+            "Results go to RESULTS/<campaign>/ and are never overwritten; cells already DONE are skipped, "
+            "so running again resumes. Ctrl-C tears the current cell down and marks it interrupted. At "
+            "the end the tables and the report are written."
+        ),
+    )
+    _common(r)
+    r.add_argument("--cells", help="comma list of cell ids to run (default: all; see `plan`)")
+    r.add_argument(
+        "--fresh", action="store_true", help="keep the existing results folder aside and start anew"
+    )
+    r.add_argument("--skip-provision", action="store_true", help="hosts are already provisioned")
+    r.add_argument("--no-report", action="store_true", help="do not ingest and report at the end")
+    r.set_defaults(func=run)
+    p = sub.add_parser(
+        "provision",
+        help="provision the hosts (drivers, NVMe, packages); idempotent",
+        description="Run the preflight and provision playbooks on every host; a second run changes nothing.",
+    )
+    _common(p)
+    p.add_argument("--check", action="store_true", help="ansible --check --diff: show what would change")
+    p.set_defaults(func=provision)
+    t = sub.add_parser(
+        "teardown",
+        help="stop every kvoffload unit, clear the lmcache L1 and wipe the L2 folder",
+        description="Stop the services a cell deployed (vLLM replicas, lmcache-server, Caddy) on every host.",
+    )
+    _common(t)
+    t.set_defaults(func=teardown)
+
+
+class _Display:
+    """The progress display: rich on a terminal, log lines otherwise. Implements orchestrate's Progress."""
+
+    def __init__(self, campaign: str, total: int) -> None:
+        self.campaign = campaign
+        self.total = total
+        self.tty = sys.stderr.isatty()
+        self.state: dict[str, Any] = {"cell": "-", "index": 0, "phase": "starting", "task": "", "replay": ""}
+        self._t_phase = time.monotonic()
+        self._live: Any = None
+
+    def __enter__(self) -> _Display:
+        if self.tty:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(
+                self._render(), console=Console(stderr=True), refresh_per_second=4, transient=False
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.stop()
+
+    def _render(self) -> Any:
+        from rich.table import Table
+
+        s = self.state
+        table = Table.grid(padding=(0, 2))
+        table.add_row("campaign", f"[bold]{self.campaign}[/]  cell {s['index']}/{self.total}  {s['cell']}")
+        table.add_row("phase", f"[cyan]{s['phase']}[/]  {time.monotonic() - self._t_phase:5.0f} s")
+        table.add_row("task", str(s["task"])[:100])
+        if s["replay"]:
+            table.add_row("replay", s["replay"])
+        return table
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def phase(self, cell: Cell | None, index: int, total: int, phase: str) -> None:
+        self.state.update(
+            cell=f"{cell.id} ({cell.tier}, c={cell.concurrency}, r={cell.num_rounds})" if cell else "-",
+            index=index,
+            phase=phase,
+            task="",
+            replay="",
+        )
+        self.total = total
+        self._t_phase = time.monotonic()
+        if not self.tty:
+            log.info("cell %d/%d %s: %s", index, total, self.state["cell"], phase)
+        self._refresh()
+
+    def task(self, name: str) -> None:
+        self.state["task"] = name
+        self._refresh()
+
+    def replay(self, done: int, expected: int) -> None:
+        self.state["replay"] = f"{done}/{expected} requests" if expected else f"{done} requests"
+        if not self.tty:
+            log.info("replay: %s", self.state["replay"])
+        self._refresh()
+
+    def cell_done(self, cell: Cell, status: str, seconds: float) -> None:
+        shape = f"{cell.tier}, c={cell.concurrency}, r={cell.num_rounds}"
+        line = f"cell {cell.id} ({shape}): {status} in {seconds:.0f} s"
+        if self._live is not None:
+            self._live.console.print(line)
+        else:
+            log.info("%s", line)
+
+
+def _expected_requests(lab: LabConfig) -> Any:
+    """Requests a cell will send (users x rounds), for the progress display; computed once per shape."""
+    from kvoffload.datasets import load_dataset
+    from kvoffload.replay.users import select_users
+    from kvoffload.tokenizer import load_tokenizer
+
+    cache: dict[tuple[int, int], int] = {}
+    sessions: list[Any] = []
+
+    def expected(cell: Cell) -> int:
+        key = (cell.num_rounds, cell.isl)
+        if key not in cache:
+            if not sessions:
+                sessions.extend(load_dataset(lab.campaign.dataset.code, lab.dataset_path))
+            pool = select_users(
+                sessions,
+                lab.campaign.dataset.code,
+                cell.num_rounds,
+                isl=cell.isl,
+                tokenizer=load_tokenizer(lab.campaign.model),
+                max_sessions=lab.campaign.max_sessions,
+            )
+            cache[key] = len(pool.users) * cell.num_rounds
+        return cache[key]
+
+    return expected
+
+
+def _runner(args: argparse.Namespace, fresh: bool = False) -> Any:
+    from kvoffload.config import load_lab
+    from kvoffload.orchestrate.campaign import CampaignRunner
+    from kvoffload.orchestrate.results import CampaignResults
+
+    lab = load_lab(args.inventory, args.campaign)
+    results = CampaignResults.open(args.results, lab.campaign.name, fresh=fresh)
+    display = _Display(lab.campaign.name, len(lab.cells))
+    inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
+    runner = CampaignRunner(
+        lab,
+        inventory,
+        results,
+        display,
+        wheel_cache=None if args.no_wheelhouse else args.wheel_cache,
+        expected_requests=_expected_requests(lab),
+    )
+    return lab, results, display, runner
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvoffload.errors import UserError
+    from kvoffload.playbook import PlaybookFailed
+
+    lab, results, display, runner = _runner(args, fresh=args.fresh)
+    only = [c.strip() for c in args.cells.split(",")] if args.cells else None
+    if only:
+        unknown = sorted(set(only) - {c.id for c in lab.cells})
+        if unknown:
+            raise UserError(
+                f"--cells: unknown cell id(s) {', '.join(unknown)}; `kvoffload-lab plan` lists them"
+            )
+    t0 = time.monotonic()
+    try:
+        with display:
+            outcome = runner.run(only=only, provision=not args.skip_provision)
+    except KeyboardInterrupt:
+        print(
+            "interrupted: the current cell was torn down and marked interrupted; "
+            f"run again to resume ({results.root})",
+            file=sys.stderr,
+        )
+        return 130
+    except PlaybookFailed as exc:
+        print(f"kvoffload-lab: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"campaign {lab.campaign.name}: {len(outcome.done)} cells done, {len(outcome.skipped)} already done, "
+        f"{len(outcome.failed)} failed, {time.monotonic() - t0:.0f} s",
+        file=sys.stderr,
+    )
+    for cell_id, why in outcome.failed.items():
+        print(f"  {cell_id}: {why}", file=sys.stderr)
+    if not args.no_report:
+        from kvoffload.report import build_report
+
+        report = build_report(results.root)
+        print(f"report: {report}")
+    return 0 if not outcome.failed else 1
+
+
+def provision(args: argparse.Namespace) -> int:
+    _lab, _results, display, runner = _runner(args)
+    with display:
+        result = runner.provision(check=args.check)
+    per_host = ", ".join(f"{h}={n}" for h, n in result.changed.items())
+    print(f"provisioned: {result.total_changed} changed ({per_host})")
+    return 0
+
+
+def teardown(args: argparse.Namespace) -> int:
+    _lab, _results, display, runner = _runner(args)
+    with display:
+        runner.teardown()
+    print("torn down")
+    return 0
