@@ -19,6 +19,14 @@ from kvoffload.errors import UserError
 COMMAND_MODULES = (
     "kvoffload.cli.datasets",
     "kvoffload.cli.replay",
+    "kvoffload.cli.run",
+    "kvoffload.cli.lab",
+    "kvoffload.cli.plan",
+    "kvoffload.cli.calibrate",
+    "kvoffload.cli.sim",
+    "kvoffload.cli.metrics",
+    "kvoffload.cli.report",
+    "kvoffload.cli.compare",
 )
 
 

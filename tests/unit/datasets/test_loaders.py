@@ -15,7 +15,7 @@ from kvoffload.datasets import load_dataset
 from kvoffload.datasets.split import extends
 from kvoffload.errors import UserError
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "data"
 TAU2 = DATA / "tau2-bench"
 SAMMSHEN = DATA / "sammshen-sample"
 

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from kvoffload.replay.client import stream_chat
 
-FIXTURE = Path(__file__).resolve().parents[4] / "shared/fixtures/vllm-0.32-cpu/sse-stream.txt"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures/vllm-0.32-cpu/sse-stream.txt"
 
 
 def test_parses_real_vllm_stream_usage_and_first_token() -> None:
