@@ -52,7 +52,7 @@ test: deps lint
 	$(BIN)/pytest -q -ra tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
 
 demo: deps
-	$(BIN)/python -m kvoffload.cli.demo
+	$(BIN)/kvoffload-lab demo
 
 bench: venv
 	$(BIN)/python bench/replay_fidelity.py
