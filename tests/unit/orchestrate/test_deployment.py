@@ -1,0 +1,34 @@
+"""Cell extravars from the example inventory: endpoints, replay command, L2 device per tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvoffload.config import load_lab
+from kvoffload.orchestrate.deployment import cell_extravars, l2_device
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
+
+
+def test_example_lab_cells(tmp_path: Path) -> None:
+    lab = load_lab(EXAMPLE)
+    by_tier = {}
+    for cell in lab.cells:
+        by_tier.setdefault(cell.tier, cell)
+    gpu = cell_extravars(lab, by_tier["gpu"], tmp_path, None)
+    nvme = cell_extravars(lab, by_tier["nvme"], tmp_path, tmp_path / "wh")
+    # 16 replicas behind Caddy: the replay goes to the load balancer, never to a replica directly
+    assert gpu["replay_base_url"].endswith(":8100")
+    assert len(gpu["caddy_upstreams"]) == 16
+    assert gpu["lmcache_server_enabled"] is False and nvme["lmcache_server_enabled"] is True
+    argv = nvme["replay_argv"]
+    assert argv[:2] == ["/opt/kvoffload/venv/bin/kvoffload-lab", "replay"]
+    assert argv[argv.index("--concurrency") + 1] == str(by_tier["nvme"].concurrency)
+    assert argv[argv.index("--output") + 1] == nvme["replay_remote_dir"]
+    assert nvme["replay_remote_dir"].endswith(f"/{lab.campaign.name}/{by_tier['nvme'].id}")
+    assert nvme["kvoffload_wheelhouse"] == str(tmp_path / "wh")
+    assert l2_device(lab, by_tier["gpu"]) is None
+    assert l2_device(lab, by_tier["nvme"]) == Path(lab.lmcache_host.nvme_devices[0].device).name  # type: ignore[union-attr]
+    names = {t["name"] for t in nvme["replay_metrics_targets"]}
+    assert "lmcache" in names and "caddy" in names
+    assert "lmcache" not in {t["name"] for t in gpu["replay_metrics_targets"]}

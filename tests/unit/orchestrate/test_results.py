@@ -1,0 +1,37 @@
+"""The results folder: DONE marks resume points, unfinished attempts are kept aside, never overwritten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvoffload.config import Cell
+from kvoffload.orchestrate.results import CampaignResults
+
+CELL = Cell("abc123", "cpu", 8, 5, 16384, "recorded", 1, {"tier": "cpu"})
+
+
+def test_unfinished_attempt_is_moved_aside_and_done_is_final(tmp_path: Path) -> None:
+    results = CampaignResults.open(tmp_path, "demo")
+    first = results.start_cell(CELL)
+    (first / "requests.jsonl").write_text('{"partial": true}\n')
+    assert not results.is_done(CELL)
+    second = results.start_cell(CELL)
+    assert second == first and not (second / "requests.jsonl").exists()
+    (attempt,) = results.attempts.iterdir()
+    assert (attempt / "requests.jsonl").read_text() == '{"partial": true}\n'
+    results.mark_done(CELL)
+    assert results.is_done(CELL)
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        results.start_cell(CELL)
+
+
+def test_fresh_keeps_the_old_campaign(tmp_path: Path) -> None:
+    results = CampaignResults.open(tmp_path, "demo")
+    results.start_cell(CELL)
+    results.mark_done(CELL)
+    again = CampaignResults.open(tmp_path, "demo", fresh=True)
+    assert not again.is_done(CELL)
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
+    assert len(kept) == 1 and (kept[0] / "cells" / CELL.id / "DONE").is_file()
