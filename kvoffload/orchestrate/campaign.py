@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import kvoffload
 from kvoffload.config import Cell, LabConfig
-from kvoffload.orchestrate.deployment import cell_extravars, deployment, l2_device
+from kvoffload.orchestrate.deployment import cell_extravars, deployment, l2_device, replay_command
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
 from kvoffload.orchestrate.wheelhouse import build_wheelhouse
@@ -248,7 +248,7 @@ class CampaignRunner:
                 for t in extravars["replay_metrics_targets"]
             },
             "l2_device": l2_device(self.lab, cell),
-            "replay_argv": extravars["replay_argv"],
+            "replay_argv": replay_command(extravars),
             "timings": {},
             "versions": tool_versions(),
             "started_at": time.time(),

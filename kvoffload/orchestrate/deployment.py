@@ -11,7 +11,7 @@ from typing import Any
 
 from kvoffload.config import Cell, LabConfig
 from kvoffload.profiles.resolve import Deployment, Replica, resolve
-from kvoffload.replay.command import ReplaySpec, replay_argv
+from kvoffload.replay.command import ReplaySpec, fixed_flags
 
 REMOTE_ROOT = PurePosixPath("/var/lib/kvoffload")
 REMOTE_VENV = PurePosixPath("/opt/kvoffload/venv")
@@ -42,10 +42,18 @@ def deployment(lab: LabConfig, cell: Cell) -> Deployment:
         sim_profile=campaign.sim_profile,
         kv_cache_memory_bytes=campaign.kv_cache_memory_bytes,
         num_gpu_blocks_override=campaign.num_gpu_blocks_override,
-        l1_size_gb=campaign.lmcache_l1_size_gb,
+        l1_size_gb=_l1_size(lab, cell),
         extra_engine_args=tuple(campaign.extra_engine_args),
         **extra,
     )
+
+
+def _l1_size(lab: LabConfig, cell: Cell) -> float | None:
+    sizes = lab.campaign.lmcache_l1_size_gb
+    if sizes is None or cell.tier == "gpu":
+        return None
+    value: float | None = getattr(sizes, cell.tier)
+    return value
 
 
 def l2_device(lab: LabConfig, cell: Cell) -> str | None:
@@ -56,12 +64,16 @@ def l2_device(lab: LabConfig, cell: Cell) -> str | None:
     return Path(host.nvme_devices[0].device).name
 
 
-def remote_cell_dir(lab: LabConfig, cell: Cell) -> PurePosixPath:
-    return REMOTE_ROOT / "results" / lab.campaign.name / cell.id
+REMOTE_CELLS = REMOTE_ROOT / "cells"
+REMOTE_DATASETS = REMOTE_ROOT / "datasets"
+
+
+def remote_cell_dir(cell: Cell) -> PurePosixPath:
+    return REMOTE_CELLS / cell.id
 
 
 def remote_dataset(lab: LabConfig) -> PurePosixPath:
-    return REMOTE_ROOT / "datasets" / lab.campaign.name / lab.dataset_path.name
+    return REMOTE_DATASETS / lab.campaign.name / lab.dataset_path.name
 
 
 def cell_extravars(
@@ -71,7 +83,6 @@ def cell_extravars(
     dep = deployment(lab, cell)
     resolved = resolve(dep)
     campaign = lab.campaign
-    out = remote_cell_dir(lab, cell)
     spec = ReplaySpec(
         base_url=str(resolved["replay_base_url"]),
         model=campaign.model,
@@ -79,24 +90,52 @@ def cell_extravars(
         dataset=str(remote_dataset(lab)),
         concurrency=cell.concurrency,
         num_rounds=cell.num_rounds,
-        output=str(out),
+        output=str(remote_cell_dir(cell)),
         isl=cell.isl,
         osl=str(cell.osl),
         max_sessions=campaign.max_sessions,
         duration_s=campaign.duration_s,
     )
-    argv = replay_argv(spec, executable=str(REMOTE_VENV / "bin" / "kvoffload-lab"))
-    if campaign.honor_gaps:
-        argv.append("--honor-gaps")
+    extra = fixed_flags(spec) + (["--honor-gaps"] if campaign.honor_gaps else [])
     return {
         **resolved,
         "kvoffload_campaign_name": campaign.name,
-        "kvoffload_cell_id": cell.id,
         "kvoffload_wheelhouse": str(wheelhouse) if wheelhouse else None,
-        "replay_argv": argv,
-        "replay_remote_dir": str(out),
-        "replay_local_dir": str(local_cell_dir),
+        # the replay role builds `kvoffload-lab replay` from these (same argv as replay_argv(spec))
+        "replay_cell_id": cell.id,
+        "replay_remote_root": str(REMOTE_CELLS),
+        "replay_controller_dir": str(local_cell_dir),
+        "replay_dataset_code": campaign.dataset.code,
+        "replay_dataset_path": spec.dataset,
         "replay_dataset_src": str(lab.dataset_path),
-        "replay_dataset_dest": str(remote_dataset(lab)),
-        "replay_interval_s": 15,
+        "replay_concurrency": cell.concurrency,
+        "replay_num_rounds": cell.num_rounds,
+        "replay_isl": cell.isl,
+        "replay_osl": str(cell.osl),
+        "replay_max_sessions": campaign.max_sessions,
+        "replay_extra_args": extra,
+        "replay_metrics_interval": 15,
     }
+
+
+def replay_command(extravars: dict[str, Any]) -> list[str]:
+    """The replay argv the role will run, for cell.json (the role composes the same list)."""
+    argv = [
+        str(REMOTE_VENV / "bin" / "kvoffload-lab"), "replay",
+        "--base-url", extravars["replay_base_url"],
+        "--model", extravars["kvoffload_model"],
+        "--dataset-code", extravars["replay_dataset_code"],
+        "--dataset", extravars["replay_dataset_path"],
+        "--concurrency", str(extravars["replay_concurrency"]),
+        "--num-rounds", str(extravars["replay_num_rounds"]),
+    ]  # fmt: skip
+    if extravars["replay_isl"] is not None:
+        argv += ["--isl", str(extravars["replay_isl"])]
+    argv += ["--osl", extravars["replay_osl"]]
+    if extravars["replay_max_sessions"] is not None:
+        argv += ["--max-sessions", str(extravars["replay_max_sessions"])]
+    return (
+        argv
+        + list(extravars["replay_extra_args"])
+        + ["--output", f"{extravars['replay_remote_root']}/{extravars['replay_cell_id']}"]
+    )

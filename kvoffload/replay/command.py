@@ -40,6 +40,23 @@ class ReplaySpec:
     min_chunk_rounds: int = 5
 
 
+def fixed_flags(spec: ReplaySpec) -> list[str]:
+    """Every flag beyond the cell's own parameters: the fixed row, optional limits, the gpt-oss row."""
+    flags = [
+        "--agentic-traces",
+        "--warmup", str(WARMUP_REQUESTS),
+        "--request-timeout", str(REQUEST_TIMEOUT_S),
+        "--tokenizer", spec.tokenizer or spec.model,
+    ]  # fmt: skip
+    if spec.dataset_code != "sammshen":
+        flags += ["--min-chunk-rounds", str(spec.min_chunk_rounds)]
+    if spec.duration_s is not None:
+        flags += ["--duration", f"{spec.duration_s:g}"]
+    if is_gpt_oss(spec.model):
+        flags += list(GPT_OSS_FLAGS)
+    return flags
+
+
 def replay_argv(spec: ReplaySpec, executable: str = "kvoffload-lab") -> list[str]:
     """The argv of `kvoffload-lab replay` for one cell (no shell involved: pass it as a list)."""
     argv = [
@@ -52,19 +69,9 @@ def replay_argv(spec: ReplaySpec, executable: str = "kvoffload-lab") -> list[str
         "--num-rounds", str(spec.num_rounds),
         "--osl", spec.osl,
         "--output", spec.output,
-        "--agentic-traces",
-        "--warmup", str(WARMUP_REQUESTS),
-        "--request-timeout", str(REQUEST_TIMEOUT_S),
-        "--tokenizer", spec.tokenizer or spec.model,
     ]  # fmt: skip
-    if spec.dataset_code != "sammshen":
-        argv += ["--min-chunk-rounds", str(spec.min_chunk_rounds)]
     if spec.isl is not None:
         argv += ["--isl", str(spec.isl)]
     if spec.max_sessions is not None:
         argv += ["--max-sessions", str(spec.max_sessions)]
-    if spec.duration_s is not None:
-        argv += ["--duration", f"{spec.duration_s:g}"]
-    if is_gpt_oss(spec.model):
-        argv += list(GPT_OSS_FLAGS)
-    return argv
+    return argv + fixed_flags(spec)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.deployment import cell_extravars, l2_device
+from kvoffload.orchestrate.deployment import cell_extravars, l2_device, replay_command
+from kvoffload.replay.command import ReplaySpec, replay_argv
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
 
@@ -21,11 +22,22 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     assert gpu["replay_base_url"].endswith(":8100")
     assert len(gpu["caddy_upstreams"]) == 16
     assert gpu["lmcache_server_enabled"] is False and nvme["lmcache_server_enabled"] is True
-    argv = nvme["replay_argv"]
+    argv = replay_command(nvme)
     assert argv[:2] == ["/opt/kvoffload/venv/bin/kvoffload-lab", "replay"]
     assert argv[argv.index("--concurrency") + 1] == str(by_tier["nvme"].concurrency)
-    assert argv[argv.index("--output") + 1] == nvme["replay_remote_dir"]
-    assert nvme["replay_remote_dir"].endswith(f"/{lab.campaign.name}/{by_tier['nvme'].id}")
+    assert argv[-2:] == ["--output", f"/var/lib/kvoffload/cells/{by_tier['nvme'].id}"]
+    # the role's argv is the replay runner's own resolved command, flag for flag
+    spec_argv = replay_argv(
+        ReplaySpec(
+            base_url=nvme["replay_base_url"], model=lab.campaign.model,
+            dataset_code=lab.campaign.dataset.code,
+            dataset=nvme["replay_dataset_path"], concurrency=by_tier["nvme"].concurrency,
+            num_rounds=by_tier["nvme"].num_rounds, output=argv[-1], isl=by_tier["nvme"].isl,
+            osl=str(by_tier["nvme"].osl), max_sessions=lab.campaign.max_sessions,
+        ),
+        executable=argv[0],
+    )  # fmt: skip
+    assert sorted(spec_argv) == sorted(argv)
     assert nvme["kvoffload_wheelhouse"] == str(tmp_path / "wh")
     assert l2_device(lab, by_tier["gpu"]) is None
     assert l2_device(lab, by_tier["nvme"]) == Path(lab.lmcache_host.nvme_devices[0].device).name  # type: ignore[union-attr]
