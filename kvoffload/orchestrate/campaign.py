@@ -24,7 +24,13 @@ from typing import Any, Protocol
 
 import kvoffload
 from kvoffload.config import Cell, LabConfig
-from kvoffload.orchestrate.deployment import cell_extravars, deployment, l2_device, replay_command
+from kvoffload.orchestrate.deployment import (
+    cell_extravars,
+    deployment,
+    l2_device,
+    replay_command,
+    target_hosts,
+)
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
 from kvoffload.orchestrate.wheelhouse import build_wheelhouse
@@ -243,10 +249,7 @@ class CampaignRunner:
                 else None,
             },
             "hosts": self.facts,
-            "targets": {
-                t["name"]: {"kind": t["name"].split("-")[0], "url": t["url"]}
-                for t in extravars["replay_metrics_targets"]
-            },
+            "targets": target_hosts(self.lab, cell, extravars["replay_metrics_targets"]),
             "l2_device": l2_device(self.lab, cell),
             "replay_argv": replay_command(extravars),
             "timings": {},

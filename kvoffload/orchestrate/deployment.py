@@ -48,6 +48,21 @@ def deployment(lab: LabConfig, cell: Cell) -> Deployment:
     )
 
 
+def target_hosts(
+    lab: LabConfig, cell: Cell, targets: list[dict[str, str]]
+) -> dict[str, dict[str, str | None]]:
+    """cell.json `targets`: each sampled endpoint's kind and the inventory host it runs on."""
+    dep = deployment(lab, cell)
+    hosts: dict[str, str | None] = {f"vllm-{r.host}-{r.index}": r.host for r in dep.replicas}
+    hosts |= {f"node-{h.name}": h.name for h in lab.inventory.hosts}
+    hosts["lmcache"] = lab.lmcache_host.name if lab.lmcache_host else None
+    hosts["caddy"] = lab.lb_host.name if lab.lb_host else None
+    return {
+        t["name"]: {"kind": t["name"].split("-")[0], "host": hosts.get(t["name"]), "url": t["url"]}
+        for t in targets
+    }
+
+
 def _l1_size(lab: LabConfig, cell: Cell) -> float | None:
     sizes = lab.campaign.lmcache_l1_size_gb
     if sizes is None or cell.tier == "gpu":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.deployment import cell_extravars, l2_device, replay_command
+from kvoffload.orchestrate.deployment import cell_extravars, l2_device, replay_command, target_hosts
 from kvoffload.replay.command import ReplaySpec, replay_argv
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
@@ -44,3 +44,14 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     names = {t["name"] for t in nvme["replay_metrics_targets"]}
     assert "lmcache" in names and "caddy" in names
     assert "lmcache" not in {t["name"] for t in gpu["replay_metrics_targets"]}
+
+
+def test_targets_name_their_host(tmp_path: Path) -> None:
+    lab = load_lab(EXAMPLE)
+    cell = next(c for c in lab.cells if c.tier == "nvme")
+    targets = target_hosts(lab, cell, cell_extravars(lab, cell, tmp_path, None)["replay_metrics_targets"])
+    assert targets["lmcache"]["host"] == lab.lmcache_host.name  # type: ignore[union-attr]
+    nodes = {k: v for k, v in targets.items() if v["kind"] == "node"}
+    assert {v["host"] for v in nodes.values()} == {h.name for h in lab.inventory.hosts}
+    vllm = [v for v in targets.values() if v["kind"] == "vllm"]
+    assert len(vllm) == 16 and all(v["host"] in {h.name for h in lab.inventory.group("vllm")} for v in vllm)

@@ -1,0 +1,129 @@
+"""Client-side figures from request records of one cell (DESIGN.md section 7, "Client side").
+
+Latency figures use requests with status `ok` only; percentiles interpolate linearly between order
+statistics (numpy's default). The run's wall time is from the first `t_start` to the last
+`t_start + latency_s` of any request, and throughput figures divide ok tokens/requests by it.
+The cached-token share is sum(cached_tokens) / sum(prompt_tokens) over ok requests that report
+cached_tokens (the server's `usage.prompt_tokens_details`; local and connector hits together).
+TTFT degradation = 100 * (stat(TTFT of rounds >= 2) - stat(TTFT of round 1)) / stat(TTFT of round 1),
+for stat = median and p95; None when either side has no ok request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def _pct(values: pd.Series, q: float) -> float | None:
+    v = values.dropna().to_numpy(dtype=float)
+    return float(np.percentile(v, q)) if len(v) else None
+
+
+def _mean(values: pd.Series) -> float | None:
+    v = values.dropna()
+    return float(v.mean()) if len(v) else None
+
+
+def _change_pct(new: float | None, base: float | None) -> float | None:
+    if new is None or base is None or base == 0:
+        return None
+    return 100.0 * (new - base) / base
+
+
+def run_seconds(requests: pd.DataFrame) -> float | None:
+    """Wall time of the replay from its request records; None when it cannot be known."""
+    if requests.empty:
+        return None
+    start = requests["t_start"].min()
+    end = (requests["t_start"] + requests["latency_s"].fillna(0.0)).max()
+    span = float(end - start)
+    return span if span > 0 else None
+
+
+def request_figures(requests: pd.DataFrame) -> dict[str, Any]:
+    """TTFT stats, TPOT, throughput, status counts and TTFT degradation of one cell's requests."""
+    ok = requests[requests["status"] == "ok"]
+    ttft = ok["ttft_s"]
+    out: dict[str, Any] = {
+        "requests": len(requests),
+        "requests_ok": len(ok),
+        "requests_error": int((requests["status"] == "error").sum()),
+        "requests_timeout": int((requests["status"] == "timeout").sum()),
+        "ttft_mean_s": _mean(ttft),
+    }
+    for q in PERCENTILES:
+        out[f"ttft_p{q}_s"] = _pct(ttft, q)
+    out["tpot_mean_s"] = _mean(ok["tpot_s"])
+    known = (
+        ok[ok["cached_tokens"].notna() & ok["prompt_tokens"].notna()]
+        if "cached_tokens" in ok
+        else ok.iloc[0:0]
+    )
+    prompt = float(known["prompt_tokens"].sum()) if len(known) else 0.0
+    out["cached_token_share"] = float(known["cached_tokens"].sum()) / prompt if prompt > 0 else None
+    seconds = run_seconds(requests)
+    out["run_s"] = seconds
+    if seconds:
+        out["input_tokens_per_s"] = float(ok["prompt_tokens"].fillna(0).sum()) / seconds
+        out["output_tokens_per_s"] = float(ok["completion_tokens"].fillna(0).sum()) / seconds
+        out["requests_per_s"] = len(ok) / seconds
+    else:
+        out["input_tokens_per_s"] = out["output_tokens_per_s"] = out["requests_per_s"] = None
+    first = ok[ok["round"] == 1]["ttft_s"]
+    later = ok[ok["round"] >= 2]["ttft_s"]
+    out["ttft_round1_p50_s"] = _pct(first, 50)
+    out["ttft_later_p50_s"] = _pct(later, 50)
+    out["ttft_degradation_p50_pct"] = _change_pct(_pct(later, 50), _pct(first, 50))
+    out["ttft_degradation_p95_pct"] = _change_pct(_pct(later, 95), _pct(first, 95))
+    return out
+
+
+def ttft_by_round(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per-round curve: round, ok requests, TTFT mean/p50/p95 (seconds), change of p50 vs round 1 (%)."""
+    ok = requests[(requests["status"] == "ok") & requests["ttft_s"].notna()]
+    rows = []
+    for _, g in ok.groupby("round", sort=True):
+        rows.append(
+            {
+                "round": int(g["round"].iloc[0]),
+                "requests": len(g),
+                "ttft_mean_s": float(g["ttft_s"].mean()),
+                "ttft_p50_s": float(np.percentile(g["ttft_s"], 50)),
+                "ttft_p95_s": float(np.percentile(g["ttft_s"], 95)),
+            }
+        )
+    curve = pd.DataFrame(rows, columns=["round", "requests", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s"])
+    base = curve.loc[curve["round"] == 1, "ttft_p50_s"]
+    if len(base) and float(base.iloc[0]) > 0:
+        curve["p50_change_vs_round1_pct"] = 100.0 * (curve["ttft_p50_s"] / float(base.iloc[0]) - 1.0)
+    else:
+        curve["p50_change_vs_round1_pct"] = np.nan
+    return curve
+
+
+def ttft_cdf(requests: pd.DataFrame) -> pd.DataFrame:
+    """Empirical CDF of ok TTFTs: columns ttft_s (sorted) and fraction (i / n, i = 1..n)."""
+    v = np.sort(requests.loc[requests["status"] == "ok", "ttft_s"].dropna().to_numpy(dtype=float))
+    return pd.DataFrame({"ttft_s": v, "fraction": np.arange(1, len(v) + 1) / max(len(v), 1)})
+
+
+def reuse_from_records(requests: pd.DataFrame) -> float | None:
+    """Share of prompt tokens that repeat the same virtual user's previous prompt (lower bound).
+
+    Replayed inputs are teacher-forced and append-only, so each request's prompt starts with the
+    previous prompt of the same user: its reusable part is min(previous prompt, this prompt). Prefixes
+    shared between users (a common system prompt) are invisible here; `reuse.prefix_reuse` counts
+    them from token ids. None when no prompt token counts are known.
+    """
+    rows = requests[requests["prompt_tokens"].notna()].sort_values(["user_id", "t_start"], kind="stable")
+    total = float(rows["prompt_tokens"].sum())
+    if total <= 0:
+        return None
+    prev = rows.groupby("user_id", sort=False)["prompt_tokens"].shift(1)
+    reusable = np.minimum(prev.fillna(0).to_numpy(dtype=float), rows["prompt_tokens"].to_numpy(dtype=float))
+    return float(reusable.sum()) / total

@@ -1,0 +1,236 @@
+"""Comparison rules and validity warnings (DESIGN.md sections 6 and 7), over summary rows.
+
+A tier comparison holds model, concurrency, num_rounds, ISL, OSL and repeat fixed (GROUP_KEYS).
+Cells of a group whose achieved session counts differ are flagged not comparable; an offload tier
+cell whose KV usage never came near full (< NEAR_FULL_PCT), with no LMCache eviction and no external
+prefix-cache hit, is flagged "offload never exercised". Cell warnings cover concurrency above the
+virtual-user ceiling, zero virtual users, unfinished cells, failed requests, scrape gaps, absent
+engine metrics and the before/after fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+GROUP_KEYS = ["model", "concurrency", "num_rounds", "isl", "osl", "repeat"]
+MATCH_KEYS = ["tier", *GROUP_KEYS]
+NEAR_FULL_PCT = 90.0
+OFFLOAD_TIERS = ("cpu", "nvme")
+WARNING_COLUMNS = ["scope", "cell_id", "group", "kind", "message"]
+
+
+def group_label(row: pd.Series | dict[str, Any]) -> str:
+    """Human label of a comparison group."""
+    return (
+        f"{row['model']} c={row['concurrency']} rounds={row['num_rounds']} "
+        f"isl={row['isl']} osl={row['osl']} repeat={row['repeat']}"
+    )
+
+
+def _is_zero_or_none(v: Any) -> bool:
+    return v is None or pd.isna(v) or float(v) == 0.0
+
+
+def _w(scope: str, cell_id: str | None, group: str, kind: str, message: str) -> dict[str, Any]:
+    return {"scope": scope, "cell_id": cell_id, "group": group, "kind": kind, "message": message}
+
+
+def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
+    """Validity warnings of one summary row."""
+    out = []
+    cid, grp = str(row["cell_id"]), group_label(row)
+    users = row.get("virtual_users_available")
+    if users is not None and not pd.isna(users):
+        if int(users) == 0:
+            out.append(
+                _w(
+                    "cell",
+                    cid,
+                    grp,
+                    "no_virtual_users",
+                    f"the dataset yields 0 virtual users at num_rounds={row['num_rounds']}: nothing was "
+                    "replayed (the generic loader needs at least 5 rounds per chunk)",
+                )
+            )
+        elif int(row["concurrency"]) > int(users):
+            out.append(
+                _w(
+                    "cell",
+                    cid,
+                    grp,
+                    "concurrency_above_ceiling",
+                    f"concurrency {row['concurrency']} exceeds the {int(users)} virtual users available at "
+                    f"num_rounds={row['num_rounds']}: at most {int(users)} sessions ran at once, the extra "
+                    "slots added no load",
+                )
+            )
+    else:
+        msg = "sessions.json is missing: session counts unknown"
+        out.append(_w("cell", cid, grp, "no_sessions_file", msg))
+    if row["status"] != "done" or not bool(row["done"]):
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "cell_not_done",
+                f"cell status is {row['status']!r} (DONE {'present' if row['done'] else 'absent'}): "
+                "its figures cover a partial run",
+            )
+        )
+    failed = row.get("failed_requests")
+    if failed is not None and not pd.isna(failed) and int(failed) > 0:
+        msg = f"{int(failed)} requests failed (error or timeout)"
+        out.append(_w("cell", cid, grp, "failed_requests", msg))
+    if int(row.get("scrape_failures") or 0) > 0:
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "scrape_gaps",
+                f"{int(row['scrape_failures'])} of {int(row['scrapes'])} scrapes failed "
+                f"(targets: {row['scrape_failed_targets']}); figures use the samples that exist",
+            )
+        )
+    if row.get("local_hit_rate_source") is None and row.get("kv_usage_source") is None:
+        msg = "no vLLM metrics were sampled: hit rates and KV usage unknown"
+        out.append(_w("cell", cid, grp, "no_engine_metrics", msg))
+    for key in ("local_hit_rate_source", "external_hit_rate_source", "kv_usage_source"):
+        if row.get(key) == "snapshots":
+            out.append(
+                _w(
+                    "cell",
+                    cid,
+                    grp,
+                    "fallback_before_after",
+                    f"{key.removesuffix('_source')} comes from the before/after snapshots: the run "
+                    "was shorter than one sampling interval",
+                )
+            )
+    return out
+
+
+def offload_exercised(row: pd.Series) -> bool | None:
+    """True/False for an offload-tier cell; None when no metric could tell."""
+    kv = row.get("kv_usage_max_pct")
+    ev, ext = row.get("lmcache_evicted_chunks"), row.get("external_hit_tokens")
+    known = [v for v in (kv, ev, ext) if v is not None and not pd.isna(v)]
+    if not known:
+        return None
+    near_full = kv is not None and not pd.isna(kv) and float(kv) >= NEAR_FULL_PCT
+    return bool(near_full or not _is_zero_or_none(ev) or not _is_zero_or_none(ext))
+
+
+def group_warnings(group: pd.DataFrame) -> list[dict[str, Any]]:
+    """Warnings about one comparison group (session counts, offload exercise)."""
+    out = []
+    grp = group_label(group.iloc[0])
+    sessions = group["achieved_sessions"] if "achieved_sessions" in group else pd.Series(dtype=float)
+    known = sessions.dropna()
+    if len(group) > 1 and len(set(known.tolist())) > 1:
+        pairs = zip(group["tier"], sessions, strict=True)
+        detail = ", ".join(f"{t}={int(s)}" for t, s in pairs if not pd.isna(s))
+        out.append(
+            _w("group", None, grp, "sessions_differ", f"not comparable: achieved sessions differ ({detail})")
+        )
+    for _, row in group[group["tier"].isin(OFFLOAD_TIERS)].iterrows():
+        exercised = offload_exercised(row)
+        if exercised is False:
+            kv = row.get("kv_usage_max_pct")
+            kv_text = "unknown" if kv is None or pd.isna(kv) else f"{float(kv):.0f}%"
+            out.append(
+                _w(
+                    "group",
+                    str(row["cell_id"]),
+                    grp,
+                    "offload_not_exercised",
+                    f"offload never exercised in tier {row['tier']}: KV usage peaked at {kv_text} "
+                    f"(< {NEAR_FULL_PCT:.0f}%), no LMCache evictions, no external prefix-cache hits; "
+                    "this comparison does not measure offloading",
+                )
+            )
+        elif exercised is None:
+            out.append(
+                _w(
+                    "group",
+                    str(row["cell_id"]),
+                    grp,
+                    "offload_unknown",
+                    f"tier {row['tier']}: no KV usage, eviction or external-hit metric was sampled, so "
+                    "whether offload was exercised is unknown",
+                )
+            )
+    return out
+
+
+def warnings_table(summary: pd.DataFrame, skipped: Sequence[dict[str, str]] = ()) -> pd.DataFrame:
+    """Every validity warning of a campaign: skipped cells, cell warnings, group warnings."""
+    rows: list[dict[str, Any]] = [
+        _w("cell", s["cell_id"], "", "skipped_cell", f"not ingested: {s['reason']}") for s in skipped
+    ]
+    for _, row in summary.iterrows():
+        rows.extend(cell_warnings(row))
+    if not summary.empty:
+        for _, group in summary.groupby(GROUP_KEYS, sort=False, dropna=False):
+            rows.extend(group_warnings(group))
+    return pd.DataFrame(rows, columns=WARNING_COLUMNS)
+
+
+def tier_comparison(summary: pd.DataFrame) -> pd.DataFrame:
+    """Summary rows with per-group TTFT change vs the gpu tier (%) and a `comparable` flag."""
+    if summary.empty:
+        return summary.assign(ttft_p50_vs_gpu_pct=[], ttft_p95_vs_gpu_pct=[], comparable=[])
+    parts = []
+    for _, group in summary.groupby(GROUP_KEYS, sort=False, dropna=False):
+        g = group.copy()
+        base = g[g["tier"] == "gpu"]
+        for q in ("p50", "p95"):
+            col = f"ttft_{q}_s"
+            ref = base[col].iloc[0] if len(base) and col in g else None
+            if ref is None or pd.isna(ref) or float(ref) == 0:
+                g[f"ttft_{q}_vs_gpu_pct"] = float("nan")
+            else:
+                g[f"ttft_{q}_vs_gpu_pct"] = 100.0 * (g[col].astype(float) / float(ref) - 1.0)
+        counts = g["achieved_sessions"].dropna() if "achieved_sessions" in g else pd.Series(dtype=float)
+        g["comparable"] = len(set(counts.tolist())) <= 1
+        parts.append(g)
+    return pd.concat(parts, ignore_index=True)
+
+
+def compare_campaigns(summaries: Sequence[tuple[str, pd.DataFrame]], figures: Sequence[str]) -> pd.DataFrame:
+    """Match cells across campaigns on MATCH_KEYS; one row per match key and figure.
+
+    Columns: the match keys, `figure`, one column per campaign label, and `change_pct` of each later
+    campaign vs the first (`change_pct_<label>`). Cells present in only some campaigns keep NaN there.
+    """
+    if not summaries:
+        return pd.DataFrame()
+    long = []
+    for label, s in summaries:
+        if s.empty:
+            continue
+        melted = s[MATCH_KEYS + [f for f in figures if f in s.columns]].melt(
+            id_vars=MATCH_KEYS, var_name="figure", value_name="value"
+        )
+        melted["campaign"] = label
+        long.append(melted)
+    if not long:
+        return pd.DataFrame(columns=[*MATCH_KEYS, "figure"])
+    table = pd.concat(long, ignore_index=True)
+    table["value"] = pd.to_numeric(table["value"], errors="coerce")
+    # Observed key combinations only (no cartesian product); figures NaN everywhere drop out.
+    wide = table.pivot_table(
+        index=[*MATCH_KEYS, "figure"], columns="campaign", values="value", aggfunc="mean"
+    )
+    labels = [label for label, _ in summaries]
+    wide = wide.reindex(columns=labels)
+    if len(labels) > 1:
+        base = wide[labels[0]]
+        for label in labels[1:]:
+            wide[f"change_pct_{label}"] = 100.0 * (wide[label] / base.where(base != 0) - 1.0)
+    wide.columns.name = None
+    return wide.reset_index()

@@ -1,0 +1,63 @@
+"""LMCache MP server figures of one cell (names in docs/metrics.md "## LMCache").
+
+Hit rate: lookup hit tokens over requested tokens, as a windowed rate ratio (same rule as the vLLM hit
+rates). Counters: increase over the run. Usage: L1 + L2 bytes at the last sample (what the server
+retains at the end) and L1 usage ratio mean/max. Throughputs: mean GB/s per transfer from the
+histograms (increase of _sum / increase of _count). Every figure is None when its metric is absent
+(gpu tier: no lmcache-server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from kvoffload.analysis import names as N
+from kvoffload.analysis.engine import gauge_stats, histogram_mean, increase, rate_ratio
+from kvoffload.analysis.series import AFTER, RUN
+
+
+def _last_total(samples: pd.DataFrame, candidates: tuple[str, ...]) -> float | None:
+    """Sum over series of each series' last value (run samples, else the after snapshot)."""
+    name = N.resolve(samples["name"].unique(), candidates)
+    if name is None:
+        return None
+    rows = samples[(samples["name"] == name) & samples["value"].notna()]
+    for phase in (AFTER, RUN):
+        part = rows[rows["phase"] == phase]
+        if not part.empty:
+            last = part.sort_values("ts", kind="stable").groupby(["target", "labels"])["value"].last()
+            return float(last.sum())
+    return None
+
+
+def lmcache_figures(samples: pd.DataFrame) -> dict[str, Any]:
+    """All LMCache figures as a flat dict (None where absent)."""
+    hit = rate_ratio(samples, N.LMC_LOOKUP_HIT, N.LMC_LOOKUP_REQUESTED)
+    l1_evicted = increase(samples, N.LMC_L1_EVICTED)
+    l2_evicted = increase(samples, N.LMC_L2_EVICTED)
+    l1_bytes = _last_total(samples, N.LMC_L1_USAGE_BYTES)
+    l2_bytes = _last_total(samples, N.LMC_L2_USAGE_BYTES)
+    ratio = gauge_stats(samples, N.LMC_L1_USAGE_RATIO, scale=100.0)
+    evicted = None if l1_evicted is None and l2_evicted is None else (l1_evicted or 0.0) + (l2_evicted or 0.0)
+    used = None if l1_bytes is None and l2_bytes is None else (l1_bytes or 0.0) + (l2_bytes or 0.0)
+    return {
+        "lmcache_hit_rate": hit.value,
+        "lmcache_hit_rate_source": hit.source,
+        "lmcache_lookup_hit_tokens": increase(samples, N.LMC_LOOKUP_HIT),
+        "lmcache_lookup_requested_tokens": increase(samples, N.LMC_LOOKUP_REQUESTED),
+        "lmcache_l1_evicted_chunks": l1_evicted,
+        "lmcache_l2_evicted_chunks": l2_evicted,
+        "lmcache_evicted_chunks": evicted,
+        "lmcache_usage_bytes_last": used,
+        "lmcache_l1_usage_mean_pct": ratio["mean"],
+        "lmcache_l1_usage_max_pct": ratio["max"],
+        "lmcache_eviction_loop_ticks": increase(samples, N.LMC_LOOP_TICKS),
+        "lmcache_eviction_loop_triggered": increase(samples, N.LMC_LOOP_TRIGGERED),
+        "lmcache_chunks_loaded": increase(samples, N.LMC_CHUNKS_LOADED),
+        "lmcache_l0_l1_store_gbps": histogram_mean(samples, N.LMC_L0_L1_STORE_TPUT),
+        "lmcache_l0_l1_load_gbps": histogram_mean(samples, N.LMC_L0_L1_LOAD_TPUT),
+        "lmcache_l2_store_gbps": histogram_mean(samples, N.LMC_L2_STORE_TPUT),
+        "lmcache_l2_load_gbps": histogram_mean(samples, N.LMC_L2_LOAD_TPUT),
+    }

@@ -1,0 +1,126 @@
+"""One summary row per cell (every figure of DESIGN.md section 7) and the per-round TTFT table.
+
+Inputs are the ingest tables as DataFrames; output DataFrames are what the report renders and what
+`report --format json|csv` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from kvoffload.analysis.client import request_figures, reuse_from_records, ttft_by_round
+from kvoffload.analysis.engine import engine_figures
+from kvoffload.analysis.hosts import disk_figures, gpu_figures, parse_targets
+from kvoffload.analysis.lmcache import lmcache_figures
+
+TIER_ORDER = {"gpu": 0, "cpu": 1, "nvme": 2}
+CONFIG_COLUMNS = [
+    "cell_id",
+    "tier",
+    "model",
+    "concurrency",
+    "num_rounds",
+    "isl",
+    "osl",
+    "repeat",
+    "status",
+    "done",
+]
+# sessions.json key -> summary column.
+SESSION_COLUMNS = {
+    "requested_concurrency": "requested_concurrency",
+    "virtual_users_available": "virtual_users_available",
+    "achieved_sessions": "achieved_sessions",
+    "complete": "sessions_complete",
+    "incomplete": "sessions_incomplete",
+    "error": "sessions_error",
+    "failed_requests": "failed_requests",
+}
+
+
+# Metric families any figure reads; everything else (most of node-exporter, histogram buckets, process
+# and http metrics) is dropped before per-cell analysis so filters scan small frames.
+RELEVANT_PREFIXES = ("vllm:", "lmcache_mp_", "node_disk_", "node_cpu_seconds_total", "gpu_", "DCGM_FI_DEV_")
+
+
+def relevant(samples: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the metric families used by the figures (plus the sampler's `up`), buckets excluded."""
+    names = samples["name"]
+    keep = (names.str.startswith(RELEVANT_PREFIXES) & ~names.str.endswith("_bucket")) | (names == "up")
+    return samples[keep]
+
+
+def _by_cell(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    return {str(k): g for k, g in frame.groupby("cell_id", sort=False)}
+
+
+def scrape_health(samples: pd.DataFrame) -> dict[str, Any]:
+    """Scrape rounds and failures (the sampler's `up` series) of one cell's run."""
+    up = samples[(samples["name"] == "up") & (samples["phase"] == "run")]
+    failed = up[up["value"] == 0]
+    return {
+        "scrapes": len(up),
+        "scrape_failures": len(failed),
+        "scrape_failed_targets": ",".join(sorted(failed["target"].unique())) or None,
+        "targets_sampled": ",".join(sorted(up["target"].unique())) or None,
+    }
+
+
+def cell_summary(
+    cell: pd.Series, requests: pd.DataFrame, sessions: pd.Series | None, samples: pd.DataFrame
+) -> dict[str, Any]:
+    """Every figure of one cell as a flat dict."""
+    row: dict[str, Any] = {c: cell[c] for c in CONFIG_COLUMNS}
+    row.update(request_figures(requests))
+    for key, column in SESSION_COLUMNS.items():
+        row[column] = None if sessions is None else int(sessions[key])
+    row["reuse_share"] = reuse_from_records(requests)
+    row.update(engine_figures(samples))
+    row.update(lmcache_figures(samples))
+    row.update(disk_figures(samples, parse_targets(cell["targets"]), cell["l2_device"]))
+    row.update(gpu_figures(samples))
+    row.update(scrape_health(samples))
+    return row
+
+
+def _empty_like(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.iloc[0:0]
+
+
+def summarize(
+    cells: pd.DataFrame, requests: pd.DataFrame, sessions: pd.DataFrame, samples: pd.DataFrame
+) -> pd.DataFrame:
+    """One row per cell, ordered by configuration and then tier (gpu, cpu, nvme)."""
+    req, smp = _by_cell(requests), _by_cell(relevant(samples))
+    ses = {str(r["cell_id"]): r for _, r in sessions.iterrows()}
+    rows = [
+        cell_summary(
+            cell,
+            req.get(str(cell["cell_id"]), _empty_like(requests)),
+            ses.get(str(cell["cell_id"])),
+            smp.get(str(cell["cell_id"]), _empty_like(samples)),
+        )
+        for _, cell in cells.iterrows()
+    ]
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return pd.DataFrame(columns=CONFIG_COLUMNS)
+    out["_tier"] = out["tier"].map(TIER_ORDER)
+    out = out.sort_values(["model", "concurrency", "num_rounds", "isl", "osl", "repeat", "_tier", "cell_id"])
+    return out.drop(columns="_tier").reset_index(drop=True)
+
+
+def rounds_table(cells: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and round: TTFT curve (see client.ttft_by_round) with the cell's config columns."""
+    frames = []
+    for cell_id, g in requests.groupby("cell_id", sort=False):
+        curve = ttft_by_round(g)
+        curve.insert(0, "cell_id", cell_id)
+        frames.append(curve)
+    if not frames:
+        columns = ["cell_id", "round", "requests", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s"]
+        return pd.DataFrame(columns=columns)
+    cfg = cells[["cell_id", "tier", "concurrency", "num_rounds", "isl", "osl", "repeat", "model"]]
+    return pd.concat(frames, ignore_index=True).merge(cfg, on="cell_id", how="left")

@@ -1,0 +1,86 @@
+"""`kvoffload-lab compare DIR_A DIR_B ...`: the same cells across campaigns, side by side.
+
+Cells match on tier, model, concurrency, num_rounds, ISL, OSL and repeat; each figure is printed for
+every campaign plus its change against the first campaign (%). Thin CLI over kvoffload.analysis.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FIGURES = (
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_mean_s",
+    "tpot_mean_s",
+    "output_tokens_per_s",
+    "ttft_degradation_p50_pct",
+    "local_hit_rate",
+    "external_hit_rate",
+    "kv_usage_mean_pct",
+    "achieved_sessions",
+)
+
+
+def register(sub: Any) -> None:
+    c = sub.add_parser("compare", help="compare matching cells across campaign results folders")
+    c.add_argument("results_dirs", type=Path, nargs="+", metavar="RESULTS_DIR", help="two or more folders")
+    c.add_argument(
+        "--figure",
+        action="append",
+        help=f"summary column to compare (repeatable; default: {', '.join(DEFAULT_FIGURES)})",
+    )
+    c.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    c.set_defaults(func=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvoffload.analysis.compare import MATCH_KEYS, compare_campaigns
+    from kvoffload.errors import UserError
+    from kvoffload.report.build import analyse
+    from kvoffload.report.views import fmt
+
+    if len(args.results_dirs) < 2:
+        raise UserError("compare: give at least two RESULTS_DIR folders")
+    labels: list[str] = []
+    summaries = []
+    for d in args.results_dirs:
+        if not d.is_dir():
+            raise UserError(f"RESULTS_DIR {d}: not a folder; give results/<campaign>")
+        label = d.resolve().name
+        while label in labels:
+            label += "'"
+        labels.append(label)
+        summaries.append((label, analyse(d).summary))
+    figures = tuple(args.figure or DEFAULT_FIGURES)
+    known = set().union(*(set(s.columns) for _, s in summaries))
+    unknown = [f for f in figures if f not in known]
+    if unknown:
+        raise UserError(f"--figure {', '.join(unknown)}: not a summary column (see `report --format csv`)")
+    table = compare_campaigns(summaries, figures)
+    if args.format == "json":
+        print(table.to_json(orient="records", indent=1))
+        return 0
+    if args.format == "csv":
+        print(table.to_csv(index=False), end="")
+        return 0
+    out = Table(title="kvoffload-lab compare")
+    out.add_column("cell (tier model c rounds isl osl repeat)")
+    out.add_column("figure")
+    value_columns = [c for c in table.columns if c not in (*MATCH_KEYS, "figure")]
+    for col in value_columns:
+        out.add_column(str(col), justify="right")
+    for _, row in table.iterrows():
+        key = " ".join(str(row[k]) for k in MATCH_KEYS)
+        values = ["–" if pd.isna(row[c]) else fmt(row[c], 4) for c in value_columns]
+        out.add_row(key, str(row["figure"]), *values)
+    Console(width=max(120, 40 + 16 * len(value_columns))).print(out)
+    if table.empty:
+        print("no matching cells")
+    return 0

@@ -1,0 +1,81 @@
+"""`kvoffload-lab ingest RESULTS_DIR` and `kvoffload-lab report RESULTS_DIR [--format ...]`.
+
+Thin CLI over `kvoffload.ingest` and `kvoffload.report` (controller extra). `report` ingests first when
+the tables are missing or older than the raw files. md/html write files under RESULTS_DIR/report/;
+json/csv print the summary table (one row per cell) to stdout or to --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("md", "html", "json", "csv")
+
+
+def register(sub: Any) -> None:
+    i = sub.add_parser("ingest", help="turn a campaign's raw files into parquet tables (tables/)")
+    i.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="results/<campaign> folder")
+    i.set_defaults(func=_ingest)
+
+    r = sub.add_parser("report", help="write the campaign report (report/index.html and report.md)")
+    r.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="results/<campaign> folder")
+    r.add_argument(
+        "--format",
+        action="append",
+        choices=FORMATS,
+        help="md and/or html (files under RESULTS_DIR/report; default both), or json/csv: the summary "
+        "table on stdout (or --output)",
+    )
+    r.add_argument("--output", type=Path, help="file for --format json|csv (default: stdout)")
+    r.set_defaults(func=_report)
+
+
+def _check_dir(path: Path) -> None:
+    from kvoffload.errors import UserError
+
+    if not path.is_dir():
+        raise UserError(f"RESULTS_DIR {path}: not a folder; give results/<campaign>")
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from kvoffload.ingest import ingest_campaign
+    from kvoffload.report.build import analyse, write_derived_tables
+
+    _check_dir(args.results_dir)
+    out = ingest_campaign(args.results_dir)
+    analysis = analyse(args.results_dir)
+    write_derived_tables(analysis, args.results_dir)
+    names = sorted(p.stem for p in out.glob("*.parquet"))
+    print(f"ingest: {', '.join(names)} written to {out}")
+    for w in analysis.warnings.itertuples():
+        print(f"warning: {w.kind} [{w.cell_id}]: {w.message}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from kvoffload.errors import UserError
+    from kvoffload.report.build import analyse, build_report, summary_csv, summary_json
+
+    _check_dir(args.results_dir)
+    formats = tuple(args.format or ("md", "html"))
+    data_formats = [f for f in formats if f in ("json", "csv")]
+    file_formats = tuple(f for f in formats if f in ("md", "html"))
+    if len(data_formats) > 1:
+        raise UserError("--format: give at most one of json, csv per run")
+    if args.output and not data_formats:
+        raise UserError("--output is only for --format json or csv")
+    if file_formats:
+        index = build_report(args.results_dir, file_formats)
+        report_dir = index.parent
+        for f in file_formats:
+            print(f"report: {report_dir / ('index.html' if f == 'html' else 'report.md')}")
+    if data_formats:
+        summary = analyse(args.results_dir).summary
+        text = summary_json(summary) if data_formats[0] == "json" else summary_csv(summary)
+        if args.output:
+            args.output.write_text(text, encoding="utf-8")
+        else:
+            print(text, end="")
+    return 0

@@ -1,0 +1,229 @@
+"""Build, check and load a campaign's typed tables (`tables/*.parquet` + `tables/manifest.json`).
+
+Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCHEMA_VERSION`):
+- cells: one row per cell folder with a readable cell.json (config columns + JSON-text columns for
+  hosts, targets, timings, versions; `done` says whether DONE exists).
+- requests: requests.jsonl rows (DESIGN.md section 6 schema).
+- sessions: sessions.json, one row per cell that has one.
+- samples: metric samples with `phase` = run (metrics/<target>.jsonl) | before | after (snapshots).
+A cell folder whose cell.json is missing or invalid is skipped and listed in the manifest's `skipped`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kvoffload.errors import UserError
+from kvoffload.ingest.cellmeta import load_cell_meta, load_session_counts
+from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, read_requests, read_samples
+from kvoffload.ingest.layout import CampaignPaths, CellPaths
+
+log = logging.getLogger(__name__)
+
+TABLES_SCHEMA_VERSION = 1
+TABLE_NAMES = ("cells", "requests", "sessions", "samples")
+
+CELLS_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        ("campaign", pa.string()),
+        ("status", pa.string()),
+        ("done", pa.bool_()),
+        ("tier", pa.string()),
+        ("model", pa.string()),
+        ("concurrency", pa.int64()),
+        ("num_rounds", pa.int64()),
+        ("isl", pa.int64()),
+        ("osl", pa.string()),
+        ("repeat", pa.int64()),
+        ("dataset_code", pa.string()),
+        ("dataset_path", pa.string()),
+        ("l2_device", pa.string()),
+        ("hosts", pa.string()),
+        ("targets", pa.string()),
+        ("timings", pa.string()),
+        ("versions", pa.string()),
+    ]
+)
+SESSIONS_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        ("requested_concurrency", pa.int64()),
+        ("virtual_users_available", pa.int64()),
+        ("achieved_sessions", pa.int64()),
+        ("complete", pa.int64()),
+        ("incomplete", pa.int64()),
+        ("error", pa.int64()),
+        ("failed_requests", pa.int64()),
+    ]
+)
+REQUESTS_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), *REQUEST_SCHEMA])
+SAMPLES_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), ("phase", pa.string()), *SAMPLE_SCHEMA])
+
+
+@dataclass(frozen=True)
+class Tables:
+    """A campaign's tables as DataFrames, plus campaign.json and the cells ingest skipped."""
+
+    cells: pd.DataFrame
+    requests: pd.DataFrame
+    sessions: pd.DataFrame
+    samples: pd.DataFrame
+    campaign: dict[str, Any] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def _with_columns(table: pa.Table, **constants: str) -> pa.Table:
+    for i, (name, value) in enumerate(constants.items()):
+        table = table.add_column(i, name, pa.array([value] * table.num_rows, pa.string()))
+    return table
+
+
+def _cell_row(cell: CellPaths) -> dict[str, Any]:
+    meta = load_cell_meta(cell.cell_json)
+    if meta.cell_id != cell.cell_id:
+        raise UserError(
+            f"{cell.cell_json}: cell_id {meta.cell_id!r} differs from its folder name {cell.cell_id!r}"
+        )
+    c = meta.config
+    return {
+        "cell_id": meta.cell_id,
+        "campaign": meta.campaign,
+        "status": meta.status,
+        "done": cell.done.is_file(),
+        "tier": c.tier,
+        "model": c.model,
+        "concurrency": c.concurrency,
+        "num_rounds": c.num_rounds,
+        "isl": c.isl,
+        "osl": str(c.osl),
+        "repeat": c.repeat,
+        "dataset_code": c.dataset.code if c.dataset else None,
+        "dataset_path": c.dataset.path if c.dataset else None,
+        "l2_device": meta.l2_device,
+        "hosts": json.dumps(meta.hosts, sort_keys=True),
+        "targets": json.dumps({k: v.model_dump() for k, v in meta.targets.items()}, sort_keys=True),
+        "timings": json.dumps(meta.timings, sort_keys=True),
+        "versions": json.dumps(meta.versions, sort_keys=True),
+    }
+
+
+def _cell_samples(cell: CellPaths) -> list[pa.Table]:
+    out = []
+    for path in cell.sample_files():
+        out.append(_with_columns(read_samples(path), cell_id=cell.cell_id, phase="run"))
+    for phase, path in (("before", cell.snapshot_before), ("after", cell.snapshot_after)):
+        if path.is_file():
+            out.append(_with_columns(read_samples(path), cell_id=cell.cell_id, phase=phase))
+    return out
+
+
+def _concat(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
+
+
+def _fingerprint(paths: CampaignPaths) -> dict[str, list[int]]:
+    out = {}
+    for p in paths.inputs():
+        st = p.stat()
+        out[str(p.relative_to(paths.root))] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def ingest_campaign(results_dir: Path) -> Path:
+    """Read every cell of `results_dir` and write its tables; return the tables folder."""
+    paths = CampaignPaths(results_dir)
+    if not paths.cells_dir.is_dir():
+        msg = f"{results_dir}: no cells/ folder; give a campaign results folder (results/<name>)"
+        raise UserError(msg)
+    if not paths.cells():
+        raise UserError(f"{paths.cells_dir}: no cell folders, nothing to ingest; run the campaign first")
+    cell_rows: list[dict[str, Any]] = []
+    session_rows: list[dict[str, Any]] = []
+    requests: list[pa.Table] = []
+    samples: list[pa.Table] = []
+    skipped: list[dict[str, str]] = []
+    for cell in paths.cells():
+        if not cell.cell_json.is_file():
+            skipped.append({"cell_id": cell.cell_id, "reason": f"{cell.cell_json} is missing"})
+            continue
+        try:
+            cell_rows.append(_cell_row(cell))
+        except UserError as exc:
+            skipped.append({"cell_id": cell.cell_id, "reason": str(exc)})
+            continue
+        if cell.sessions.is_file():
+            counts = load_session_counts(cell.sessions)
+            session_rows.append({"cell_id": cell.cell_id, **counts.model_dump(exclude={"schema_"})})
+        if cell.requests.is_file():
+            requests.append(_with_columns(read_requests(cell.requests), cell_id=cell.cell_id))
+        samples.extend(_cell_samples(cell))
+    for s in skipped:
+        log.warning("ingest: skipped cell %s: %s", s["cell_id"], s["reason"])
+    out = {
+        "cells": pa.Table.from_pylist(cell_rows, schema=CELLS_SCHEMA),
+        "sessions": pa.Table.from_pylist(session_rows, schema=SESSIONS_SCHEMA),
+        "requests": _concat(requests, REQUESTS_TABLE_SCHEMA),
+        "samples": _concat(samples, SAMPLES_TABLE_SCHEMA),
+    }
+    paths.tables_dir.mkdir(parents=True, exist_ok=True)
+    meta = {b"kvoffload.schema": str(TABLES_SCHEMA_VERSION).encode()}
+    for name, table in out.items():
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+        tmp = paths.tables_dir / f".{name}.parquet.tmp"
+        pq.write_table(table, tmp, compression="zstd")
+        tmp.replace(paths.tables_dir / f"{name}.parquet")
+    manifest = {
+        "schema": TABLES_SCHEMA_VERSION,
+        "tables": {name: t.num_rows for name, t in out.items()},
+        "skipped": skipped,
+        "inputs": _fingerprint(paths),
+    }
+    paths.manifest.write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+    return paths.tables_dir
+
+
+def ingest_needed(results_dir: Path) -> bool:
+    """True when tables are missing, of another schema version, or older than any raw input."""
+    paths = CampaignPaths(results_dir)
+    try:
+        manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return True
+    if manifest.get("schema") != TABLES_SCHEMA_VERSION:
+        return True
+    if any(not (paths.tables_dir / f"{n}.parquet").is_file() for n in TABLE_NAMES):
+        return True
+    return bool(manifest.get("inputs") != _fingerprint(paths))
+
+
+def load_tables(results_dir: Path) -> Tables:
+    """Load the tables written by `ingest_campaign` (run it first, or use `ensure_tables`)."""
+    paths = CampaignPaths(results_dir)
+    manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+    frames = {n: pq.read_table(paths.tables_dir / f"{n}.parquet").to_pandas() for n in TABLE_NAMES}
+    campaign: dict[str, Any] = {}
+    if paths.campaign_json.is_file():
+        try:
+            campaign = json.loads(paths.campaign_json.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{paths.campaign_json}: not valid JSON ({exc})") from exc
+    return Tables(**frames, campaign=campaign, skipped=list(manifest.get("skipped", [])))
+
+
+def ensure_tables(results_dir: Path) -> Tables:
+    """Ingest when needed, then load."""
+    if ingest_needed(results_dir):
+        ingest_campaign(results_dir)
+    return load_tables(results_dir)

@@ -1,0 +1,270 @@
+"""Build a campaign's report: ingest if needed, analyse, write derived tables, Markdown and HTML.
+
+`build_report(results_dir)` is what the orchestrator calls at the end of a campaign and what
+`kvoffload-lab report` runs. It writes `tables/{summary,rounds,warnings}.parquet`,
+`report/report.md` and a self-contained `report/index.html` (inline SVG plots and CSS, no scripts,
+no network), and returns the path of index.html.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from kvoffload import __version__
+from kvoffload.analysis.client import ttft_by_round, ttft_cdf
+from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
+from kvoffload.analysis.engine import engine_series
+from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, parse_targets
+from kvoffload.analysis.summary import relevant, rounds_table, summarize
+from kvoffload.ingest import Tables, ensure_tables
+from kvoffload.ingest.layout import CampaignPaths
+from kvoffload.report import plots
+from kvoffload.report.views import (
+    COMPARISON_COLUMNS,
+    DISK_COLUMNS,
+    OFFLOAD_COLUMNS,
+    SESSION_COLUMNS,
+    Table,
+    frame_table,
+    hosts_table,
+    rounds_pivot,
+    table,
+)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the renderers need, computed once."""
+
+    tables: Tables
+    summary: pd.DataFrame
+    comparison: pd.DataFrame
+    warnings: pd.DataFrame
+    rounds: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class GroupView:
+    title: str
+    comparison: Table
+    offload: Table
+    hardware: Table
+    rounds: Table
+    plots: list[tuple[str, str]]
+
+
+def analyse(results_dir: Path) -> Analysis:
+    """Ingest when needed, then compute summary, comparison, warnings and per-round tables."""
+    t = ensure_tables(results_dir)
+    summary = summarize(t.cells, t.requests, t.sessions, t.samples)
+    return Analysis(
+        tables=t,
+        summary=summary,
+        comparison=tier_comparison(summary),
+        warnings=warnings_table(summary, t.skipped),
+        rounds=rounds_table(t.cells, t.requests),
+    )
+
+
+class _CellFrames:
+    """Requests and (relevant) samples split by cell once, for the per-cell plots and tables."""
+
+    def __init__(self, t: Tables) -> None:
+        self._req = {str(k): g for k, g in t.requests.groupby("cell_id", sort=False)}
+        self._smp = {str(k): g for k, g in relevant(t.samples).groupby("cell_id", sort=False)}
+        self._no_req, self._no_smp = t.requests.iloc[0:0], t.samples.iloc[0:0]
+
+    def __call__(self, cell_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return self._req.get(cell_id, self._no_req), self._smp.get(cell_id, self._no_smp)
+
+
+def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
+    views: list[GroupView] = []
+    if a.comparison.empty:
+        return views
+    cells = a.tables.cells.set_index("cell_id")
+    for _, group in a.comparison.groupby(GROUP_KEYS, sort=False, dropna=False):
+        curves, cdfs, cache, disk = {}, {}, {}, {}
+        for _, row in group.iterrows():
+            cid = str(row["cell_id"])
+            label = f"{row['tier']} {cid}" if (group["tier"] == row["tier"]).sum() > 1 else str(row["tier"])
+            req, smp = split(cid)
+            curves[label] = ttft_by_round(req)
+            cdfs[label] = ttft_cdf(req)
+            cache[label] = engine_series(smp)
+            if row["tier"] == "nvme":
+                targets = parse_targets(str(cells.loc[cid, "targets"]))
+                device = cells.loc[cid, "l2_device"]
+                disk[label] = disk_series(smp, targets, str(device) if isinstance(device, str) else None)
+        svgs = [
+            ("TTFT by round", plots.ttft_by_round(curves)),
+            ("TTFT CDF", plots.ttft_cdf(cdfs)),
+            ("hit rate and KV usage over time", plots.cache_over_time(cache)),
+            ("L2 disk throughput", plots.disk_throughput(disk)),
+        ]
+        title = group_label(group.iloc[0])
+        views.append(
+            GroupView(
+                title=title,
+                comparison=table("Tier comparison", group, COMPARISON_COLUMNS),
+                offload=table("KV offload (LMCache) and reuse", group, OFFLOAD_COLUMNS, key_columns=2),
+                hardware=table("L2 disk and GPU", group, DISK_COLUMNS, key_columns=3),
+                rounds=rounds_pivot(curves),
+                plots=[(n, s) for n, s in svgs if s is not None],
+            )
+        )
+    return views
+
+
+def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
+    items = [("results folder", str(results_dir))]
+    for key, value in t.campaign.items():
+        items.append((str(key), value if isinstance(value, str) else json.dumps(value, sort_keys=True)))
+    items.append(("cells", f"{len(t.cells)} ({', '.join(sorted(set(t.cells['tier'])))} tiers)"))
+    datasets = sorted(
+        {f"{c} ({p})" for c, p in zip(t.cells["dataset_code"], t.cells["dataset_path"], strict=True) if c}
+    )
+    if datasets:
+        items.append(("dataset", "; ".join(datasets)))
+    versions = sorted(set(t.cells["versions"].dropna()) - {"{}"})
+    if versions:
+        items.append(("software versions", " | ".join(versions)))
+    return items
+
+
+def _cpu_table(t: Tables, split: _CellFrames) -> Table:
+    frames = []
+    for _, cell in t.cells.iterrows():
+        _, smp = split(str(cell["cell_id"]))
+        cpu = cpu_utilization(smp, parse_targets(cell["targets"]))
+        if not cpu.empty:
+            cpu.insert(0, "cell", cell["cell_id"])
+            cpu.insert(1, "tier", cell["tier"])
+            frames.append(cpu)
+    return frame_table("CPU utilization per host (%)", pd.concat(frames) if frames else pd.DataFrame(), 1)
+
+
+def _gpu_table(t: Tables, split: _CellFrames) -> Table:
+    frames = []
+    for _, cell in t.cells.iterrows():
+        _, smp = split(str(cell["cell_id"]))
+        gpus = gpu_table(smp)
+        if not gpus.empty:
+            gpus.insert(0, "cell", cell["cell_id"])
+            frames.append(gpus)
+    return frame_table("GPU telemetry per GPU (means)", pd.concat(frames) if frames else pd.DataFrame(), 2)
+
+
+def _title(a: Analysis, results_dir: Path) -> str:
+    name = a.tables.campaign.get("name") if isinstance(a.tables.campaign.get("name"), str) else None
+    return str(name or results_dir.name)
+
+
+def _context(a: Analysis, results_dir: Path) -> dict[str, Any]:
+    frames = _CellFrames(a.tables)
+    return {
+        "title": _title(a, results_dir),
+        "version": __version__,
+        "campaign": _campaign_items(a.tables, results_dir),
+        "hosts": hosts_table(a.tables.cells),
+        "warnings": [
+            {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in w.items()}
+            for w in a.warnings.to_dict("records")
+        ],
+        "groups": _group_views(a, frames),
+        "sessions": table("Sessions per cell", a.summary, SESSION_COLUMNS),
+        "cpu": _cpu_table(a.tables, frames),
+        "gpus": _gpu_table(a.tables, frames),
+    }
+
+
+def md_table(t: Table | None) -> str:
+    """A GitHub-flavoured Markdown table (empty string for an empty table)."""
+    if t is None or not t.rows:
+        return ""
+    esc = [[c.replace("|", "\\|") for c in row] for row in t.rows]
+    lines = [f"### {t.title}", ""]
+    if t.note:
+        lines += [t.note, ""]
+    lines.append("| " + " | ".join(t.headers) + " |")
+    lines.append("|" + "|".join("---" for _ in t.headers) + "|")
+    lines += ["| " + " | ".join(row) + " |" for row in esc]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(ctx: dict[str, Any]) -> str:
+    """The Markdown report (tables and warnings; plots are in the HTML report)."""
+    out = [f"# kvoffload-lab report: {ctx['title']}", ""]
+    out += ["## Campaign", ""] + [f"- **{k}**: {v}" for k, v in ctx["campaign"]] + [""]
+    out += [md_table(ctx["hosts"]), "## Validity warnings", ""]
+    if ctx["warnings"]:
+        for w in ctx["warnings"]:
+            where = f" [{w['cell_id']}]" if w["cell_id"] else ""
+            group = f" ({w['group']})" if w["group"] else ""
+            out.append(f"- **{w['kind']}**{where}{group}: {w['message']}")
+    else:
+        out.append("No validity warnings.")
+    out.append("")
+    for g in ctx["groups"]:
+        out += [f"## {g.title}", "", md_table(g.comparison), md_table(g.rounds)]
+        out += [md_table(g.offload), md_table(g.hardware)]
+        if g.plots:
+            out += [f"Plots ({', '.join(n for n, _ in g.plots)}): see index.html.", ""]
+    out += ["## Session counts", "", md_table(ctx["sessions"]), md_table(ctx["cpu"]), md_table(ctx["gpus"])]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_html(ctx: dict[str, Any]) -> str:
+    """The self-contained HTML report."""
+    source = resources.files("kvoffload.report").joinpath("templates/report.html.j2").read_text("utf-8")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(source).render(**ctx)
+
+
+def write_derived_tables(a: Analysis, results_dir: Path) -> None:
+    """summary, rounds and warnings as parquet next to the ingest tables."""
+    tables_dir = CampaignPaths(results_dir).tables_dir
+    for name, frame in (("summary", a.summary), ("rounds", a.rounds), ("warnings", a.warnings)):
+        frame.to_parquet(tables_dir / f"{name}.parquet", index=False)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
+    """Write the report of `results_dir` (ingesting first when needed); return report/index.html.
+
+    `formats` picks which of report.md / index.html to write; the returned path is index.html even
+    when only Markdown was asked for (it then may not exist).
+    """
+    a = analyse(results_dir)
+    write_derived_tables(a, results_dir)
+    ctx = _context(a, results_dir)
+    report_dir = CampaignPaths(results_dir).report_dir
+    if "md" in formats:
+        _write(report_dir / "report.md", render_markdown(ctx))
+    if "html" in formats:
+        _write(report_dir / "index.html", render_html(ctx))
+    return report_dir / "index.html"
+
+
+def summary_json(summary: pd.DataFrame) -> str:
+    """The summary table as a JSON array of objects (NaN -> null)."""
+    records = json.loads(summary.to_json(orient="records", double_precision=10))
+    return json.dumps(records, indent=1, sort_keys=False) + "\n"
+
+
+def summary_csv(summary: pd.DataFrame) -> str:
+    """The summary table as CSV (empty fields for missing figures)."""
+    return str(summary.to_csv(index=False))

@@ -1,0 +1,114 @@
+"""Plots of the report as inline SVG text (matplotlib, Agg backend; no files, no network).
+
+Each function takes DataFrames already computed by `kvoffload.analysis` and returns an `<svg>` string,
+or None when there is nothing to draw. Colours are fixed per tier so every plot reads the same way.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+TIER_COLOURS = {"gpu": "#1f77b4", "cpu": "#2ca02c", "nvme": "#d62728"}
+plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "kvoffload", "font.size": 9})
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _colour(tier: str) -> str:
+    return TIER_COLOURS.get(tier, "#7f7f7f")
+
+
+def ttft_by_round(curves: Mapping[str, pd.DataFrame]) -> str | None:
+    """TTFT p50 (solid) and p95 (dashed) per round, one colour per tier."""
+    curves = {t: c for t, c in curves.items() if not c.empty}
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for tier, c in curves.items():
+        ax.plot(c["round"], c["ttft_p50_s"], "-o", color=_colour(tier), label=f"{tier} p50", ms=3)
+        ax.plot(c["round"], c["ttft_p95_s"], "--", color=_colour(tier), label=f"{tier} p95")
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("TTFT (s)")
+    ax.set_title("TTFT by round")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=3)
+    return _svg(fig)
+
+
+def ttft_cdf(cdfs: Mapping[str, pd.DataFrame]) -> str | None:
+    """Empirical CDF of TTFT per tier."""
+    cdfs = {t: c for t, c in cdfs.items() if not c.empty}
+    if not cdfs:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for tier, c in cdfs.items():
+        ax.step(c["ttft_s"], c["fraction"], where="post", color=_colour(tier), label=tier)
+    ax.set_xlabel("TTFT (s)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("TTFT CDF")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
+    """Hit rates (local solid, external dashed) and KV usage over time, per tier."""
+    series = {t: s for t, s in series.items() if not s.empty}
+    if not series:
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.0))
+    for tier, s in series.items():
+        colour = _colour(tier)
+        if s["local_hit_rate"].notna().any():
+            ax1.plot(s["t_s"], 100 * s["local_hit_rate"], "-", color=colour, label=f"{tier} local")
+        if s["external_hit_rate"].notna().any():
+            ax1.plot(s["t_s"], 100 * s["external_hit_rate"], "--", color=colour, label=f"{tier} external")
+        if s["kv_usage_pct"].notna().any():
+            ax2.plot(s["t_s"], s["kv_usage_pct"], "-", color=colour, label=tier)
+    ax1.set_title("prefix-cache hit rate (300 s window)")
+    ax1.set_ylabel("%")
+    ax2.set_title("KV cache usage")
+    ax2.set_ylabel("%")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("seconds since start")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def disk_throughput(series: Mapping[str, pd.DataFrame]) -> str | None:
+    """L2 device read (solid) and write (dashed) GB/s over time, per cell label."""
+    series = {
+        k: s for k, s in series.items() if not s.empty and s[["read_gbps", "write_gbps"]].notna().any().any()
+    }
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    for label, s in series.items():
+        ax.plot(s["t_s"], s["read_gbps"], "-", label=f"{label} read")
+        ax.plot(s["t_s"], s["write_gbps"], "--", label=f"{label} write")
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("GB/s")
+    ax.set_title("L2 disk throughput")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _svg(fig)

@@ -1,0 +1,172 @@
+"""Render the fixture campaign's report and load it in headless Chromium (Debian's `chromium`).
+
+Console messages, uncaught exceptions and failed loads are collected over the DevTools protocol
+(loopback only); a calibration page with a deliberate console error and a missing image proves the
+check can fail. The screenshot is kept under tests/artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+
+from kvoffload.report import build_report
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "campaign-small"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = shutil.which("chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
+]
+
+
+class Page:
+    """One Chromium page driven over the DevTools websocket."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        await self.ws.send_json({"id": self.next_id, "method": method, "params": params})
+        while True:
+            msg = await asyncio.wait_for(self.ws.receive_json(), timeout=30)
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                result: dict[str, Any] = msg.get("result", {})
+                return result
+            self.events.append(msg)
+
+    async def wait_event(self, method: str, timeout: float = 30) -> None:
+        if any(e.get("method") == method for e in self.events):
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = await asyncio.wait_for(self.ws.receive_json(), timeout=deadline - time.monotonic())
+            self.events.append(msg)
+            if msg.get("method") == method:
+                return
+        raise TimeoutError(method)
+
+    def problems(self) -> list[str]:
+        out = []
+        for e in self.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert", "warning"):
+                out.append(f"console.{p['type']}: {json.dumps(p.get('args'))[:300]}")
+            elif m == "Runtime.exceptionThrown":
+                out.append(f"exception: {json.dumps(p.get('exceptionDetails'))[:300]}")
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") in ("error", "warning"):
+                out.append(f"log {p['entry']['level']}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+        return out
+
+
+def _start_chromium(profile: Path) -> tuple[subprocess.Popen[str], int]:
+    assert CHROMIUM is not None
+    proc = subprocess.Popen(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise RuntimeError(f"chromium exited {proc.returncode} before DevTools came up")
+        m = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
+        if m:
+            return proc, int(m.group(1))
+    proc.kill()
+    raise TimeoutError("chromium: no 'DevTools listening' line within 60 s")
+
+
+async def _load(port: int, url: str, screenshot: Path | None) -> tuple[list[str], str]:
+    targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
+    ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
+        page = Page(ws)
+        for domain in ("Runtime", "Log", "Page"):
+            await page.call(f"{domain}.enable")
+        await page.call(
+            "Emulation.setDeviceMetricsOverride", width=1400, height=1800, deviceScaleFactor=1, mobile=False
+        )
+        await page.call("Page.navigate", url=url)
+        await page.wait_event("Page.loadEventFired")
+        await asyncio.sleep(0.5)  # late console messages
+        text = (
+            await page.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)
+        )["result"]["value"]
+        if screenshot is not None:
+            shot = await page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
+        return page.problems(), str(text)
+
+
+def _visit(tmp_path: Path, url: str, screenshot: Path | None = None) -> tuple[list[str], str]:
+    proc, port = _start_chromium(tmp_path / "chromium-profile")
+    try:
+        return asyncio.run(_load(port, url, screenshot))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make deps installs it: APT_PACKAGES)")
+    return CHROMIUM
+
+
+def test_console_check_catches_errors(chromium: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        '<html><body><img src="missing.png"><script>console.error("calibration")</script></body></html>'
+    )
+    problems, _ = _visit(tmp_path, bad.as_uri())
+    assert any("calibration" in p for p in problems)
+    assert any("missing.png" in p or "ERR_FILE_NOT_FOUND" in p for p in problems)
+
+
+def test_report_loads_without_console_errors(chromium: str, tmp_path: Path) -> None:
+    campaign = tmp_path / "fixture-small"
+    shutil.copytree(FIXTURE, campaign, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    index = build_report(campaign)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report-fixture-small.png"
+    problems, text = _visit(tmp_path, index.as_uri(), shot)
+    assert problems == []
+    assert "kvoffload-lab report: fixture-small" in text
+    assert "offload_not_exercised" in text and "Tier comparison" in text
+    assert shot.stat().st_size > 20_000  # a real page, not a blank image

@@ -1,0 +1,131 @@
+"""Comparison rules and validity warnings over hand-made summary rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from kvoffload.analysis.compare import compare_campaigns, offload_exercised, tier_comparison, warnings_table
+
+
+def _row(cell_id: str, tier: str, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "cell_id": cell_id,
+        "tier": tier,
+        "model": "m",
+        "concurrency": 8,
+        "num_rounds": 10,
+        "isl": 32768,
+        "osl": "recorded",
+        "repeat": 0,
+        "status": "done",
+        "done": True,
+        "virtual_users_available": 100,
+        "achieved_sessions": 100,
+        "failed_requests": 0,
+        "scrapes": 10,
+        "scrape_failures": 0,
+        "scrape_failed_targets": None,
+        "local_hit_rate_source": "samples",
+        "external_hit_rate_source": "samples",
+        "kv_usage_source": "samples",
+        "kv_usage_max_pct": 99.0,
+        "lmcache_evicted_chunks": 10.0,
+        "external_hit_tokens": 1000.0,
+        "ttft_p50_s": 1.0,
+        "ttft_p95_s": 2.0,
+    }
+    row.update(over)
+    return row
+
+
+def _kinds(w: pd.DataFrame) -> list[tuple[str, str | None]]:
+    return sorted((k, c) for k, c in zip(w["kind"], w["cell_id"], strict=True))
+
+
+def test_clean_group_has_no_warnings() -> None:
+    s = pd.DataFrame(
+        [_row("g", "gpu", lmcache_evicted_chunks=None, external_hit_tokens=0.0), _row("c", "cpu")]
+    )
+    assert warnings_table(s).empty
+
+
+def test_concurrency_above_ceiling_and_zero_users() -> None:
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu", concurrency=128, virtual_users_available=40, achieved_sessions=40),
+            _row("z", "gpu", num_rounds=3, virtual_users_available=0, achieved_sessions=0),
+        ]
+    )
+    w = warnings_table(s)
+    assert _kinds(w) == [("concurrency_above_ceiling", "g"), ("no_virtual_users", "z")]
+    msg = w.loc[w["kind"] == "concurrency_above_ceiling", "message"].iloc[0]
+    assert "128" in msg and "40 virtual users" in msg
+
+
+def test_session_counts_that_differ_make_a_group_not_comparable() -> None:
+    s = pd.DataFrame([_row("g", "gpu"), _row("c", "cpu", achieved_sessions=97), _row("n", "nvme")])
+    w = warnings_table(s)
+    assert _kinds(w) == [("sessions_differ", None)]
+    assert "gpu=100, cpu=97, nvme=100" in w["message"].iloc[0]
+    assert not tier_comparison(s)["comparable"].any()
+
+
+def test_offload_never_exercised() -> None:
+    idle = {"kv_usage_max_pct": 45.0, "lmcache_evicted_chunks": 0.0, "external_hit_tokens": 0.0}
+    s = pd.DataFrame([_row("g", "gpu", **idle), _row("c", "cpu", **idle), _row("n", "nvme")])
+    w = warnings_table(s)
+    assert _kinds(w) == [("offload_not_exercised", "c")]
+    assert "45%" in w["message"].iloc[0]
+    assert offload_exercised(pd.Series(_row("n", "nvme", kv_usage_max_pct=10.0, external_hit_tokens=0.0)))
+    unknown = _row("u", "cpu", kv_usage_max_pct=None, lmcache_evicted_chunks=None, external_hit_tokens=None)
+    assert offload_exercised(pd.Series(unknown)) is None
+
+
+def test_cell_level_warnings() -> None:
+    row = _row(
+        "x",
+        "gpu",
+        status="interrupted",
+        done=False,
+        failed_requests=3,
+        scrape_failures=2,
+        scrape_failed_targets="vllm-1",
+        local_hit_rate_source="snapshots",
+    )
+    w = warnings_table(pd.DataFrame([row]), skipped=[{"cell_id": "y", "reason": "cell.json is missing"}])
+    assert _kinds(w) == [
+        ("cell_not_done", "x"),
+        ("failed_requests", "x"),
+        ("fallback_before_after", "x"),
+        ("scrape_gaps", "x"),
+        ("skipped_cell", "y"),
+    ]
+
+
+def test_tier_comparison_change_vs_gpu() -> None:
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu", ttft_p50_s=2.0, ttft_p95_s=4.0),
+            _row("c", "cpu", ttft_p50_s=1.5, ttft_p95_s=5.0),
+            _row("other", "cpu", concurrency=32, ttft_p50_s=1.0),  # another group, no gpu cell
+        ]
+    )
+    t = tier_comparison(s).set_index("cell_id")
+    assert t.loc["c", "ttft_p50_vs_gpu_pct"] == pytest.approx(-25.0)
+    assert t.loc["c", "ttft_p95_vs_gpu_pct"] == pytest.approx(25.0)
+    assert t.loc["g", "ttft_p50_vs_gpu_pct"] == pytest.approx(0.0)
+    assert pd.isna(t.loc["other", "ttft_p50_vs_gpu_pct"])
+    assert t["comparable"].all()
+
+
+def test_compare_campaigns_matches_cells_on_config() -> None:
+    a = pd.DataFrame([_row("g1", "gpu", ttft_p50_s=2.0), _row("c1", "cpu", ttft_p50_s=1.0)])
+    b = pd.DataFrame([_row("g2", "gpu", ttft_p50_s=3.0), _row("n2", "nvme", ttft_p50_s=1.0)])
+    t = compare_campaigns([("A", a), ("B", b)], ["ttft_p50_s"]).set_index("tier")
+    assert t.loc["gpu", "A"] == 2.0 and t.loc["gpu", "B"] == 3.0
+    assert t.loc["gpu", "change_pct_B"] == pytest.approx(50.0)
+    assert pd.isna(t.loc["cpu", "B"]) and pd.isna(t.loc["nvme", "A"])
+    assert len(t) == 3  # gpu, cpu, nvme: no invented combinations

@@ -1,0 +1,70 @@
+"""Counter arithmetic: reset correction, windowed rate, final-quarter mean, run deltas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_frames import counter, samples_frame
+
+from kvoffload.analysis.series import corrected, delta, final_quarter_mean, make_grid, windowed_rate
+
+
+def test_corrected_removes_a_reset() -> None:
+    # 5 -> 8 (+3), reset to 2 (+2 since the reset), -> 4 (+2): 5, 8, 10, 12.
+    assert corrected(np.array([5.0, 8.0, 2.0, 4.0])).tolist() == [5.0, 8.0, 10.0, 12.0]
+
+
+def test_grid_includes_both_ends() -> None:
+    assert make_grid(100.0, 160.0, 15.0).tolist() == [100.0, 115.0, 130.0, 145.0, 160.0]
+    assert make_grid(100.0, 99.0).tolist() == []
+
+
+def test_windowed_rate_follows_a_rate_change() -> None:
+    # 1 token/s until t=30, then 4/s: values at 0, 15, 30, 45, 60 are 0, 15, 30, 90, 150.
+    values = {0: 0.0, 15: 15.0, 30: 30.0, 45: 90.0, 60: 150.0}
+    s = samples_frame(counter("c_total", lambda t: values[int(t)], values))
+    grid = make_grid(0.0, 60.0, 15.0)
+    short = windowed_rate(s, "c_total", grid, window_s=30.0).tolist()
+    # Window (t-30, t]: t=0 holds one sample (NaN); t=15 holds 0 and 15 -> 1/s; t=30 holds 15, 30 -> 1/s;
+    # t=45 holds 30, 45 -> 60/15 = 4/s; t=60 holds 45, 60 -> 4/s.
+    assert short[0] != short[0]  # NaN
+    assert short[1:] == [1.0, 1.0, 4.0, 4.0]
+    long = windowed_rate(s, "c_total", grid, window_s=300.0).tolist()
+    assert long[-1] == pytest.approx(150.0 / 60.0)  # all samples: 150 tokens in 60 s
+
+
+def test_windowed_rate_sums_series_and_corrects_resets() -> None:
+    a = counter("c_total", lambda t: 2.0 * t, [0, 15, 30], engine="0")
+    b = counter("c_total", lambda t: {0: 50.0, 15: 65.0, 30: 10.0}[int(t)], [0, 15, 30], engine="1")
+    s = samples_frame(a + b)
+    # Series b: +15 in the first 15 s, then a reset to 10 counts as +10: over 30 s it rose 25.
+    rate = windowed_rate(s, "c_total", np.array([30.0]), window_s=300.0)
+    assert rate.iloc[0] == pytest.approx(2.0 + 25.0 / 30.0)
+
+
+def test_final_quarter_mean_uses_the_last_quarter_ceiling() -> None:
+    assert final_quarter_mean(pd.Series([1.0, 2, 3, 4, 5, 6, 7, 8])) == 7.5  # last 2 of 8
+    assert final_quarter_mean(pd.Series([1.0, 2, 3, 4, 5])) == 4.5  # ceil(5/4) = 2 -> 4, 5
+    assert final_quarter_mean(pd.Series([1.0, 2, 3, np.nan, 5])) == 5.0  # NaN left out
+    assert final_quarter_mean(pd.Series([np.nan, np.nan])) is None
+
+
+def test_delta_prefers_snapshots_and_treats_new_series_as_zero() -> None:
+    rows = [
+        ("before", 0, "t", "c_total", {"k": "a"}, 10.0),
+        ("after", 100, "t", "c_total", {"k": "a"}, 70.0),
+        ("after", 100, "t", "c_total", {"k": "b"}, 5.0),  # appeared during the run
+        ("run", 10, "t", "c_total", {"k": "a"}, 20.0),
+        ("run", 90, "t", "c_total", {"k": "a"}, 60.0),
+    ]
+    d = delta(samples_frame(rows), "c_total")
+    assert d is not None and (d.increase, d.seconds, d.source) == (65.0, 100.0, "snapshots")
+    assert d.per_second == 0.65
+    run_only = delta(samples_frame([r for r in rows if r[0] == "run"]), "c_total")
+    assert run_only is not None and (run_only.increase, run_only.seconds, run_only.source) == (
+        40.0,
+        80.0,
+        "samples",
+    )
+    assert delta(samples_frame(rows), "absent_total") is None

@@ -1,0 +1,51 @@
+"""`kvoffload-lab ingest`, `report --format` and `compare` on copies of the fixture campaign."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvoffload.cli.main import main
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
+
+
+def _copy(dest: Path) -> Path:
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    return dest
+
+
+def test_ingest_writes_raw_and_derived_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    campaign = _copy(tmp_path / "c1")
+    assert main(["ingest", str(campaign)]) == 0
+    out = capsys.readouterr().out
+    assert "cells, requests, rounds, samples, sessions, summary, warnings written" in out
+    assert "warning: sessions_differ" in out
+
+
+def test_report_md_only(tmp_path: Path) -> None:
+    campaign = _copy(tmp_path / "c1")
+    assert main(["report", str(campaign), "--format", "md"]) == 0
+    assert (campaign / "report" / "report.md").is_file()
+    assert not (campaign / "report" / "index.html").exists()
+
+
+def test_compare_two_campaigns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _copy(tmp_path / "run-a"), _copy(tmp_path / "run-b")
+    # Make run-b's gpu cell 20% slower on every TTFT.
+    req = b / "cells" / "a1gpu" / "requests.jsonl"
+    rows = [json.loads(line) for line in req.read_text().splitlines()]
+    for r in rows:
+        r["ttft_s"] = r["ttft_s"] * 1.2
+    req.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["compare", str(a), str(b), "--figure", "ttft_p50_s", "--format", "json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    gpu = next(r for r in table if r["tier"] == "gpu" and r["concurrency"] == 2)
+    assert gpu["run-a"] == pytest.approx(0.135) and gpu["change_pct_run-b"] == pytest.approx(20.0)
+    cpu = next(r for r in table if r["tier"] == "cpu" and r["concurrency"] == 2)
+    assert cpu["change_pct_run-b"] == pytest.approx(0.0)
+    assert main(["compare", str(a), str(b), "--figure", "no_such_figure"]) == 2
+    assert main(["compare", str(a)]) == 2
