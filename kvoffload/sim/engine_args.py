@@ -1,0 +1,330 @@
+"""Command line of the simulated engine: `vllm serve`'s flags, spelled and validated like vLLM does.
+
+Flags the simulator models are parsed into `EngineArgs`. Other flags that `vllm serve` accepts are
+accepted and logged as ignored (`IGNORED_VALUE_FLAGS`, `IGNORED_BOOL_FLAGS`); anything else is
+rejected the way argparse rejects it in vLLM ("unrecognized arguments", exit status 2). Capacity and
+limit checks that vLLM does at start-up live in `derive_capacity`. No IO, no networking.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kvoffload.errors import UserError
+from kvoffload.sim.profile import DEFAULT_PROFILE, CostProfile
+
+log = logging.getLogger(__name__)
+
+# `vllm serve` flags with a value that the simulator accepts but does not model.
+IGNORED_VALUE_FLAGS = (
+    "--dtype",
+    "--seed",
+    "--tokenizer",
+    "--tokenizer-mode",
+    "--revision",
+    "--tokenizer-revision",
+    "--download-dir",
+    "--load-format",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--swap-space",
+    "--cpu-offload-gb",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--distributed-executor-backend",
+    "--compilation-config",
+    "-O",
+    "--uvicorn-log-level",
+    "--api-key",
+    "--generation-config",
+    "--override-generation-config",
+    "--max-logprobs",
+    "--reasoning-parser",
+    "--tool-call-parser",
+    "--chat-template",
+    "--limit-mm-per-prompt",
+    "--prefix-caching-hash-algo",
+    "--kv-offloading-size",
+    "--kv-offloading-backend",
+    "--max-num-partial-prefills",
+    "--long-prefill-token-threshold",
+    "--scheduling-policy",
+    "--hf-overrides",
+    "--root-path",
+    "--allowed-origins",
+    "--response-role",
+    "--config",
+    "--worker-extension-cls",
+    "--max-seq-len-to-capture",
+    "--speculative-config",
+    "--model-impl",
+    "--mm-processor-kwargs",
+    "--hf-config-path",
+    "--served-model-name-alias",
+    "--max-loras",
+    "--max-lora-rank",
+    "--lora-modules",
+    "--stream-interval",
+    "--kv-events-config",
+    "--attention-backend",
+    "--performance-mode",
+    "--cuda-graph-sizes",
+    "--max-cudagraph-capture-size",
+)
+# `vllm serve` boolean flags that the simulator accepts but does not model.
+IGNORED_BOOL_FLAGS = (
+    "--enforce-eager",
+    "--trust-remote-code",
+    "--disable-log-requests",
+    "--disable-log-stats",
+    "--enable-log-requests",
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+    "--enable-auto-tool-choice",
+    "--disable-custom-all-reduce",
+    "--enable-expert-parallel",
+    "--async-scheduling",
+    "--no-async-scheduling",
+    "--enable-request-id-headers",
+    "--disable-fastapi-docs",
+    "--disable-frontend-multiprocessing",
+    "--enable-lora",
+    "--enable-server-load-tracking",
+    "--enable-force-include-usage",
+    "--disable-uvicorn-access-log",
+    "--enable-sleep-mode",
+    "--skip-tokenizer-init",
+    "--enable-log-outputs",
+)
+
+_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+_CONNECTORS = ("LMCacheMPConnector",)
+_KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+
+
+class VllmArgumentParser(argparse.ArgumentParser):
+    """argparse that reports errors as vLLM's CLI does (prog `vllm serve`, exit status 2)."""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _utilization(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _memory_bytes(text: str) -> int:
+    """vLLM accepts plain bytes or a human size such as 2GiB / 512M."""
+    units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+    t = text.strip().lower().removesuffix("b")
+    for suffix in sorted(units, key=len, reverse=True):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * units[suffix])
+    return int(float(t))
+
+
+def build_parser() -> VllmArgumentParser:
+    p = VllmArgumentParser(
+        prog="vllm serve",
+        usage="vllm serve MODEL [options]",
+        description="Simulated vLLM OpenAI-compatible server (docs/simulator.md).",
+    )
+    p.add_argument("model_tag", nargs="?", default=None, help="model name or path")
+    p.add_argument("--model", default=None, help="model name or path (instead of the positional)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--block-size", type=int, choices=_BLOCK_SIZES, default=16)
+    p.add_argument("--gpu-memory-utilization", type=_utilization, default=0.9)
+    p.add_argument("--kv-cache-memory-bytes", type=_memory_bytes, default=None)
+    p.add_argument("--num-gpu-blocks-override", type=_positive_int, default=None)
+    p.add_argument("--max-model-len", type=_memory_bytes, default=None)
+    p.add_argument("--max-num-seqs", type=_positive_int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
+    p.add_argument("--kv-transfer-config", type=_json_object, default=None)
+    p.add_argument("--enable-prompt-tokens-details", action="store_true")
+    p.add_argument(
+        "--sim-profile",
+        default=DEFAULT_PROFILE,
+        help="simulator only: cost profile name (kvoffload/profiles/sim) or path to a profile YAML",
+    )
+    for flag in IGNORED_VALUE_FLAGS:
+        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
+        p.add_argument(flag, dest=dest, default=None, help=argparse.SUPPRESS)
+    for flag in IGNORED_BOOL_FLAGS:
+        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
+        p.add_argument(flag, dest=dest, action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """LMCacheMPConnector settings from `--kv-transfer-config`."""
+
+    host: str
+    port: int
+    mq_timeout_s: float
+    kv_role: str
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """The flags the simulator models."""
+
+    model: str
+    served_model_names: tuple[str, ...]
+    host: str
+    port: int
+    block_size: int
+    gpu_memory_utilization: float
+    kv_cache_memory_bytes: int | None
+    num_gpu_blocks_override: int | None
+    max_model_len: int | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_prefix_caching: bool
+    tensor_parallel_size: int
+    connector: ConnectorConfig | None
+    enable_prompt_tokens_details: bool
+    sim_profile: str
+    ignored: tuple[str, ...]
+
+
+def _connector(cfg: dict[str, Any] | None) -> ConnectorConfig | None:
+    if cfg is None:
+        return None
+    name = cfg.get("kv_connector")
+    if name not in _CONNECTORS:
+        raise UserError(
+            f"--kv-transfer-config: kv_connector {name!r} is not modelled by the simulator; "
+            f"use one of {', '.join(_CONNECTORS)} or drop the flag"
+        )
+    role = cfg.get("kv_role", "kv_both")
+    if role not in _KV_ROLES:
+        raise UserError(f"--kv-transfer-config: kv_role {role!r} must be one of {', '.join(_KV_ROLES)}")
+    extra = cfg.get("kv_connector_extra_config") or {}
+    if not isinstance(extra, dict):
+        raise UserError("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
+    host = str(extra.get("lmcache.mp.host", "tcp://localhost"))
+    host = host.split("://", 1)[-1]
+    try:
+        port = int(extra.get("lmcache.mp.port", 5555))
+        timeout = float(extra.get("lmcache.mp.mq_timeout", 300))
+    except (TypeError, ValueError) as exc:
+        raise UserError(
+            "--kv-transfer-config: lmcache.mp.port must be an int and lmcache.mp.mq_timeout a number"
+        ) from exc
+    return ConnectorConfig(host=host, port=port, mq_timeout_s=timeout, kv_role=str(role))
+
+
+def parse_engine_args(argv: list[str]) -> EngineArgs:
+    """Parse `vllm serve` arguments; argparse errors exit with status 2 like vLLM's CLI."""
+    ns = build_parser().parse_args(argv)
+    model = ns.model or ns.model_tag
+    if not model:
+        raise UserError("sim serve: give the model as the first argument (or --model), as for vllm serve")
+    ignored = tuple(
+        f"--{k.removeprefix('ignored_').replace('_', '-')}"
+        for k, v in vars(ns).items()
+        if k.startswith("ignored_") and v not in (None, False)
+    )
+    for flag in ignored:
+        log.info("flag %s is accepted for compatibility with vllm serve and not modelled", flag)
+    return EngineArgs(
+        model=model,
+        served_model_names=tuple(ns.served_model_name or [model]),
+        host=ns.host,
+        port=ns.port,
+        block_size=ns.block_size,
+        gpu_memory_utilization=ns.gpu_memory_utilization,
+        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
+        num_gpu_blocks_override=ns.num_gpu_blocks_override,
+        max_model_len=ns.max_model_len,
+        max_num_seqs=ns.max_num_seqs,
+        max_num_batched_tokens=ns.max_num_batched_tokens,
+        enable_prefix_caching=ns.enable_prefix_caching,
+        tensor_parallel_size=ns.tensor_parallel_size,
+        connector=_connector(ns.kv_transfer_config),
+        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
+        sim_profile=ns.sim_profile,
+        ignored=ignored,
+    )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What vLLM would compute at start-up: KV cache size and the resolved limits."""
+
+    num_gpu_blocks: int
+    kv_cache_memory_bytes: int
+    max_model_len: int
+
+    def tokens(self, block_size: int) -> int:
+        return self.num_gpu_blocks * block_size
+
+
+def derive_capacity(args: EngineArgs, profile: CostProfile) -> Capacity:
+    """KV blocks from memory (or the overrides), with vLLM's start-up checks."""
+    gib = float(2**30)
+    tp = args.tensor_parallel_size
+    per_token = profile.model.kv_bytes_per_token
+    block_bytes = per_token * args.block_size
+    if args.kv_cache_memory_bytes is not None:
+        kv_bytes = args.kv_cache_memory_bytes
+    else:
+        # Weights are split across tensor-parallel ranks; each rank keeps its share of the KV heads.
+        per_gpu = (
+            profile.hardware.gpu_memory_gib * args.gpu_memory_utilization
+            - profile.model.weights_gib / tp
+            - profile.model.runtime_overhead_gib
+        )
+        kv_bytes = int(per_gpu * gib) * tp
+        if kv_bytes <= 0:
+            raise UserError(
+                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                f"(--gpu-memory-utilization {args.gpu_memory_utilization} on a "
+                f"{profile.hardware.gpu_memory_gib} GiB device with {profile.model.weights_gib} GiB weights)"
+            )
+    num_blocks = args.num_gpu_blocks_override or kv_bytes // block_bytes
+    if num_blocks <= 0:
+        raise UserError(
+            f"--kv-cache-memory-bytes {kv_bytes} holds no {args.block_size}-token block "
+            f"({block_bytes} bytes each); give more memory"
+        )
+    max_model_len = args.max_model_len or profile.model.max_model_len
+    if max_model_len > profile.model.max_model_len:
+        raise UserError(
+            f"--max-model-len {max_model_len} exceeds the model's maximum {profile.model.max_model_len} "
+            f"(profile {profile.name}, model.max_model_len)"
+        )
+    if num_blocks * args.block_size < max_model_len:
+        raise UserError(
+            f"To serve at least one request with the model's max seq len ({max_model_len}), "
+            f"{max_model_len * per_token / gib:.2f} GiB KV cache is needed, which is larger than the "
+            f"available KV cache memory ({num_blocks * block_bytes / gib:.2f} GiB). Try increasing "
+            "`gpu_memory_utilization` / --kv-cache-memory-bytes or decreasing `max_model_len`."
+        )
+    return Capacity(num_gpu_blocks=num_blocks, kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len)

@@ -1,0 +1,489 @@
+"""HTTP face of the simulated engine: vLLM's OpenAI-compatible endpoints on aiohttp.
+
+Serves `POST /v1/chat/completions` (SSE streaming and not), `GET /v1/models`, `/health`, `/ping`,
+`/load`, `/version`, `/metrics`, and `POST /reset_prefix_cache` (only with VLLM_SERVER_DEV_MODE=1, as
+in vLLM). Response bodies, SSE events, usage and error shapes copy real vLLM 0.32
+(`tests/fixtures/vllm-0.32-cpu/`). Every response carries `x-kvoffload-replica: <host>:<port>` so
+the replay client can record which replica answered. Tokenization, hashing and the wire format live
+here; scheduling and timing live in `kvoffload.sim.engine`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kvoffload.errors import UserError
+from kvoffload.sim.connector import CacheClient, CacheServerUnavailable
+from kvoffload.sim.engine import Engine, Request
+from kvoffload.sim.engine_args import Capacity, EngineArgs, derive_capacity
+from kvoffload.sim.engine_metrics import VERSION, EngineMetrics
+from kvoffload.sim.hashing import chain_hashes
+from kvoffload.sim.kv_cache import KVCache
+from kvoffload.sim.profile import CostProfile, load_profile
+from kvoffload.tokenizer import Tokenizer, load_tokenizer, render_message
+
+log = logging.getLogger("kvoffload.sim.serve")
+
+REPLICA_HEADER = "x-kvoffload-replica"
+TIMINGS_ENV = "KVOFFLOAD_SIM_TIMINGS"
+FINGERPRINT = f"vllm-{VERSION}-kvsim"
+# Without max_tokens real vLLM generates until EOS; the simulator has no EOS, so it stops here.
+DEFAULT_MAX_TOKENS = 128
+_WORDS = (" the", " cache", " token", " block", " of", " and", " to", " prefix", " a", " is")
+_MESSAGE_CACHE_ENTRIES = 65536
+
+
+def _error(status: int, message: str, err_type: str, param: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+    return web.json_response(body, status=status)
+
+
+class ChatTokenizer:
+    """Token ids of a chat, memoised per message: multi-turn prompts re-send the same history."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._cache: OrderedDict[str, list[int]] = OrderedDict()
+
+    def _ids(self, text: str) -> list[int]:
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = self.tokenizer.encode(text)
+            self._cache[text] = ids
+            if len(self._cache) > _MESSAGE_CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(text)
+        return ids
+
+    def encode_chat(self, messages: list[Mapping[str, Any]]) -> list[int]:
+        # render_chat is the concatenation of render_message parts plus the generation prompt; each
+        # part starts with "<|" and ends with a newline, so tokenizing part by part gives the same
+        # pieces as tokenizing the whole string with the fallback tokenizer.
+        ids: list[int] = []
+        for m in messages:
+            ids.extend(self._ids(render_message(m)))
+        ids.extend(self._ids("<|assistant|>\n"))
+        return ids
+
+
+class EngineServer:
+    """The aiohttp application of one simulated replica."""
+
+    def __init__(self, args: EngineArgs, profile: CostProfile, capacity: Capacity) -> None:
+        self.args = args
+        self.profile = profile
+        self.capacity = capacity
+        self.model_name = args.served_model_names[0]
+        host = args.host if args.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+        self.replica = f"{host}:{args.port}"
+        self.tokenizer = ChatTokenizer(load_tokenizer(args.model))
+        self.created = int(time.time())
+        self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
+        # Opt-in for bench/sim_ttft.py: the usage event also carries the modelled TTFT. Off by
+        # default, so the wire format stays exactly vLLM's.
+        self.report_timings = os.environ.get(TIMINGS_ENV) == "1"
+        self.seed = args.model.encode()
+        cache_info = {
+            "block_size": str(args.block_size),
+            "enable_prefix_caching": str(args.enable_prefix_caching),
+            "gpu_memory_utilization": str(args.gpu_memory_utilization),
+            "kv_cache_memory_bytes": str(capacity.kv_cache_memory_bytes),
+            "kv_cache_size_tokens": str(capacity.tokens(args.block_size)),
+            "num_gpu_blocks": str(capacity.num_gpu_blocks),
+            "num_gpu_blocks_override": str(args.num_gpu_blocks_override),
+            "cache_dtype": "auto",
+            "prefix_caching_hash_algo": "sha256",
+            "num_cpu_blocks": "None",
+        }
+        self.metrics = EngineMetrics(self.model_name, capacity.max_model_len, cache_info)
+        self.kv = KVCache(capacity.num_gpu_blocks, args.block_size, args.enable_prefix_caching)
+        self.cache: CacheClient | None = None
+        if args.connector is not None:
+            self.cache = CacheClient(args.connector, self.model_name, self.replica)
+        self.engine = Engine(
+            profile,
+            self.kv,
+            self.metrics,
+            args.max_num_seqs,
+            args.max_num_batched_tokens,
+            cache_client=self.cache,
+        )
+        self._engine_task: asyncio.Task[None] | None = None
+        # Tokenizing and hashing run on one worker thread (the memo is not thread-safe), so a long
+        # prompt does not hold the event loop while engine steps are due.
+        self._prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-tokenize")
+        self.stop = asyncio.Event()
+        self.failed: BaseException | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._replica_middleware], client_max_size=64 * 2**20)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.empty)
+        app.router.add_get("/ping", self.empty)
+        app.router.add_post("/ping", self.empty)
+        app.router.add_get("/load", self.load)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        if self.dev_mode:
+            app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        if self.cache is not None:
+            await self.cache.connect()
+            log.info(
+                "connected to LMCache MP server at %s (chunk size %d)", self.cache.base, self.cache.chunk_size
+            )
+        self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
+        self._engine_task.add_done_callback(self._engine_done)
+
+    def _engine_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # Like vLLM's EngineDeadError: stop serving so the unit manager restarts the replica.
+            log.critical("engine loop died: %r", exc, exc_info=exc)
+            self.failed = exc
+            self.stop.set()
+
+    async def _stop(self, _app: web.Application) -> None:
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+        if self.cache is not None:
+            await self.cache.close()
+
+    @web.middleware
+    async def _replica_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            resp: web.StreamResponse = await handler(request)
+        except web.HTTPNotFound:
+            resp = web.json_response({"detail": "Not Found"}, status=404)
+        except web.HTTPMethodNotAllowed:
+            resp = web.json_response({"detail": "Method Not Allowed"}, status=405)
+        if not resp.prepared:
+            resp.headers[REPLICA_HEADER] = self.replica
+        return resp
+
+    # ---- small endpoints ----------------------------------------------------------------------
+    async def empty(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def load(self, _request: web.Request) -> web.Response:
+        return web.json_response({"server_load": len(self.engine.running) + len(self.engine.waiting)})
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION})
+
+    async def metrics_endpoint(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        return web.json_response({"success": self.kv.reset()})
+
+    async def models(self, _request: web.Request) -> web.Response:
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": self.args.model,
+                "parent": None,
+                "max_model_len": self.capacity.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{secrets.token_hex(8)}",
+                        "object": "model_permission",
+                        "created": self.created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in self.args.served_model_names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    # ---- chat completions ---------------------------------------------------------------------
+    def _prepare(self, messages: list[Mapping[str, Any]]) -> tuple[list[int], list[bytes], list[bytes]]:
+        """Token ids, block hashes and (with a connector) chunk keys of a chat."""
+        ids = self.tokenizer.encode_chat(messages)
+        blocks = chain_hashes(ids, self.kv.block_size, self.seed)
+        chunks = chain_hashes(ids, self.cache.chunk_size, b"lmcache:" + self.seed) if self.cache else []
+        return ids, blocks, chunks
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.monotonic()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "request body is not valid JSON", "BadRequestError")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object", "BadRequestError")
+        model = body.get("model", self.model_name)
+        if model not in self.args.served_model_names:
+            aliases = ", ".join(self.args.served_model_names)
+            return _error(
+                404,
+                f"The model `{model}` does not exist. Valid aliases: {aliases}.",
+                "NotFoundError",
+                "model",
+            )
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            return _error(
+                400, "messages must be a non-empty list of message objects", "BadRequestError", "messages"
+            )
+        loop = asyncio.get_running_loop()
+        ids, block_hashes, chunk_keys = await loop.run_in_executor(self._prep_pool, self._prepare, messages)
+        n = len(ids)
+        max_len = self.capacity.max_model_len
+        if n > max_len - 1:
+            return _error(
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, your prompt contains at "
+                f"least {n} input tokens, which exceeds this limit even without any output tokens. Please "
+                f"reduce the length of the input prompt. (parameter=input_tokens, value={n})",
+                "BadRequestError",
+                "input_tokens",
+            )
+        raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+        if raw_max is None:
+            max_tokens = min(DEFAULT_MAX_TOKENS, max_len - n)
+        elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
+            return _error(
+                400, f"max_tokens must be at least 1, got {raw_max}.", "BadRequestError", "max_tokens"
+            )
+        else:
+            max_tokens = raw_max
+        if n + max_tokens > max_len:
+            return _error(
+                400,
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                f"context length is {max_len} tokens and your request has {n} input tokens "
+                f"({max_tokens} > {max_len} - {n}).",
+                "BadRequestError",
+                "max_tokens",
+            )
+        stream = bool(body.get("stream", False))
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage", False)) if isinstance(options, dict) else False
+        req = Request(
+            request_id=f"chatcmpl-{secrets.token_hex(8)}",
+            num_prompt=n,
+            block_hashes=block_hashes,
+            chunk_keys=chunk_keys,
+            max_tokens=max_tokens,
+            arrival=arrival,
+        )
+        if self.cache is not None:
+            try:
+                hit_chunks, _l2 = await self.cache.lookup(req.chunk_keys, self.engine.chunk_bytes)
+            except CacheServerUnavailable as exc:
+                log.error("%s", exc)
+                self.engine.fail(req, str(exc))
+                return _error(500, f"KV connector failed: {exc}", "InternalServerError")
+            req.ext_hit_tokens = hit_chunks * self.cache.chunk_size
+        self.engine.add(req)
+        try:
+            if stream:
+                return await self._stream(request, req, include_usage)
+            return await self._complete(req)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.engine.abort(req)
+            raise
+
+    def _usage(self, req: Request, stream: bool) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": req.num_prompt,
+            "total_tokens": req.num_prompt + req.num_output,
+            "completion_tokens": req.num_output,
+        }
+        if self.args.enable_prompt_tokens_details:
+            details: dict[str, Any] = {
+                "cached_tokens": req.cached_tokens,
+                "created_cache_tokens": req.created_cache_tokens,
+            }
+            if not stream:
+                details["multimodal_tokens"] = None
+            usage["prompt_tokens_details"] = details
+        elif not stream:
+            usage["prompt_tokens_details"] = None
+        if not stream:
+            usage["completion_tokens_details"] = None
+        if self.report_timings and req.first_token_time is not None:
+            usage["kvoffload_sim"] = {
+                "modelled_ttft_s": req.first_token_time - req.arrival,
+                "first_write_late_s": req.first_write - req.first_token_time,
+            }
+        return usage
+
+    async def _complete(self, req: Request) -> web.Response:
+        await req.notify.wait()
+        while not req.finished:
+            req.notify.clear()
+            await req.notify.wait()
+        text = "".join(_WORDS[i % len(_WORDS)] for i in range(req.num_output))
+        body = {
+            "id": req.request_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": text,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "reasoning": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": "length",
+                    "stop_reason": None,
+                    "token_ids": None,
+                    "routed_experts": None,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": FINGERPRINT,
+            "usage": self._usage(req, stream=False),
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "prompt_text": None,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+        return web.json_response(body)
+
+    async def _stream(self, request: web.Request, req: Request, include_usage: bool) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8", REPLICA_HEADER: self.replica}
+        )
+        await resp.prepare(request)
+        created = int(time.time())
+        head = (
+            f'data: {{"id":"{req.request_id}","object":"chat.completion.chunk","created":{created},'
+            f'"model":{json.dumps(self.model_name)},"choices":['
+        )
+        token_head = head + '{"index":0,"delta":{"content":"'
+        token_tail = '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+        last_tail = '"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}]}\n\n'
+        sent = 0
+        while True:
+            await req.notify.wait()
+            req.notify.clear()
+            if req.error is not None:
+                break
+            upto = req.num_output
+            parts: list[str] = []
+            if sent == 0 and upto > 0:
+                parts.append(
+                    head + '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+                    '"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n'
+                )
+            for i in range(sent, upto):
+                tail = last_tail if req.finished and i == upto - 1 else token_tail
+                parts.append(token_head + _WORDS[i % len(_WORDS)] + tail)
+            sent = upto
+            if req.finished:
+                if include_usage:
+                    usage = json.dumps(self._usage(req, stream=True), separators=(",", ":"))
+                    parts.append(f'{head}],"usage":{usage},"system_fingerprint":"{FINGERPRINT}"}}\n\n')
+                parts.append("data: [DONE]\n\n")
+            if parts:
+                await resp.write("".join(parts).encode())
+                if req.first_write == 0.0:
+                    req.first_write = time.monotonic()
+            if req.finished:
+                break
+        await resp.write_eof()
+        return resp
+
+
+class EngineDead(RuntimeError):
+    """The engine loop raised; the process exits non-zero."""
+
+
+def serve(args: EngineArgs) -> int:
+    """Run one simulated replica until SIGTERM/SIGINT; 1 if start-up fails like vLLM's would."""
+    profile = load_profile(args.sim_profile)
+    capacity = derive_capacity(args, profile)
+    sys.setswitchinterval(0.001)  # keep the event loop responsive next to tokenizer work
+    log.info(
+        "simulated vLLM %s: model %s served as %s, profile %s (%s)",
+        VERSION,
+        args.model,
+        ", ".join(args.served_model_names),
+        profile.name,
+        profile.hardware.gpu,
+    )
+    log.info("GPU KV cache size: %s tokens", f"{capacity.tokens(args.block_size):,}")
+    log.info(
+        "Maximum concurrency for %s tokens per request: %.2fx",
+        f"{capacity.max_model_len:,}",
+        capacity.tokens(args.block_size) / capacity.max_model_len,
+    )
+    server = EngineServer(args, profile, capacity)
+    try:
+        asyncio.run(_run(server))
+    except CacheServerUnavailable as exc:
+        log.error("EngineCore failed to start: TimeoutError: %s", exc)
+        return 1
+    except EngineDead:
+        return 1
+    except OSError as exc:
+        raise UserError(f"--host {args.host} --port {args.port}: cannot listen: {exc}") from exc
+    return 0
+
+
+async def _run(server: EngineServer) -> None:
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, server.args.host, server.args.port, backlog=1024)
+        await site.start()
+        log.info("Starting vLLM API server on http://%s:%d", server.args.host, server.args.port)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, server.stop.set)
+        await server.stop.wait()
+        log.info("shutting down")
+    finally:
+        await runner.cleanup()
+    if server.failed is not None:
+        raise EngineDead(str(server.failed))

@@ -1,0 +1,159 @@
+"""The simulated `fs` L2 adapter: one real file per KV chunk under `base_path`, scaled down.
+
+A chunk of `n` modelled bytes is written as a file of `ceil(n / scale / 4096) * 4096` bytes (at least
+4 KiB) of random data, fsync'ed, then dropped from the page cache, so the drive really sees the writes
+and later reads (node-exporter's disk counters for that device move) while a CI disk is not filled:
+with the default scale of 64, an 8B-model chunk (32 MiB) becomes a 512 KiB file. Reads use O_DIRECT
+when the filesystem allows it (tmpfs does not), otherwise a plain read after dropping the page cache,
+whatever `use_odirect` says: a read served from the page cache would hide the disk from the metrics.
+Usage, capacity (`max_capacity_gb`) and metrics count the modelled bytes, not the file sizes.
+
+Blocking file IO runs in worker threads; callers await it. Timing (the modelled disk bandwidth) is
+the cache server's business, not this module's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import mmap
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+from kvoffload.sim.cache_args import FsAdapter
+
+_ALIGN = 4096
+_EXT = ".data"
+_RANDOM = os.urandom(4 * 2**20)
+
+
+def scaled_size(nbytes: int, scale: int) -> int:
+    """File size standing for `nbytes` of KV: divided by `scale`, rounded up to 4 KiB."""
+    return max(_ALIGN, -(-(nbytes // scale) // _ALIGN) * _ALIGN)
+
+
+def _drop_cache(fd: int) -> None:
+    if hasattr(os, "posix_fadvise"):
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def _write(path: Path, size: int) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left = size
+        while left > 0:
+            n = min(left, len(_RANDOM))
+            os.write(fd, _RANDOM[:n])
+            left -= n
+        os.fsync(fd)
+        _drop_cache(fd)
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+
+
+def _read(path: Path, size: int, direct: bool) -> int:
+    flags = os.O_RDONLY
+    if direct and hasattr(os, "O_DIRECT"):
+        try:
+            fd = os.open(path, flags | os.O_DIRECT)
+        except OSError:
+            fd = os.open(path, flags)
+            direct = False
+    else:
+        fd = os.open(path, flags)
+    try:
+        if not direct:
+            _drop_cache(fd)
+        buf = mmap.mmap(-1, max(size, _ALIGN))  # page-aligned, as O_DIRECT requires
+        try:
+            total = 0
+            while total < size:
+                try:
+                    n = os.preadv(fd, [memoryview(buf)[total:size]], total)
+                except OSError:
+                    if not direct:
+                        raise
+                    # Filesystem refused O_DIRECT for this read: fall back to buffered IO.
+                    os.close(fd)
+                    fd = os.open(path, os.O_RDONLY)
+                    direct = False
+                    _drop_cache(fd)
+                    continue
+                if n <= 0:
+                    break
+                total += n
+            return total
+        finally:
+            buf.close()
+    finally:
+        os.close(fd)
+
+
+class FsL2:
+    """Index + files of one fs adapter (see module docstring)."""
+
+    def __init__(self, cfg: FsAdapter, scale: int) -> None:
+        self.cfg = cfg
+        self.name = cfg.type_name
+        self.scale = scale
+        self.base = Path(cfg.base_path)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.capacity_bytes = int(cfg.max_capacity_gb * 2**30)
+        # key -> modelled bytes, least recently used first
+        self.index: OrderedDict[str, int] = OrderedDict()
+        self.used = 0
+        if cfg.recover_on_start:
+            self._recover()
+
+    def _recover(self) -> None:
+        for path in sorted(self.base.glob(f"*{_EXT}")):
+            key = path.name.removesuffix(_EXT).rsplit("@", 1)[-1]
+            size = path.stat().st_size * self.scale
+            self.index[key] = size
+            self.used += size
+
+    def path(self, key: str) -> Path:
+        return self.base / f"kvsim@{key}{_EXT}"
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.index
+
+    async def write(self, key: str, nbytes: int) -> None:
+        await asyncio.to_thread(_write, self.path(key), scaled_size(nbytes, self.scale))
+        if key not in self.index:
+            self.used += nbytes
+        self.index[key] = nbytes
+        self.index.move_to_end(key)
+
+    async def read(self, key: str) -> int:
+        nbytes = self.index[key]
+        self.index.move_to_end(key)
+        path = self.path(key)
+        try:
+            await asyncio.to_thread(_read, path, scaled_size(nbytes, self.scale), True)
+        except FileNotFoundError:
+            self.forget(key)
+            raise
+        return nbytes
+
+    def forget(self, key: str) -> None:
+        size = self.index.pop(key, None)
+        if size is not None:
+            self.used -= size
+
+    def evict_over_capacity(self) -> list[str]:
+        """Delete least recently used files until usage fits `max_capacity_gb` (0 = unbounded)."""
+        evicted: list[str] = []
+        if self.capacity_bytes <= 0:
+            return evicted
+        while self.used > self.capacity_bytes and self.index:
+            key, size = self.index.popitem(last=False)
+            self.used -= size
+            with contextlib.suppress(FileNotFoundError):
+                self.path(key).unlink()
+            evicted.append(key)
+        return evicted

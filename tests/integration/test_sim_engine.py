@@ -1,0 +1,505 @@
+"""The simulator as real processes on loopback: `kvoffload-lab sim serve` and `sim cache-server`.
+
+Shows, with recorded tau2 conversations and no mocks, what issue 3 lists: prefix hits rising over a
+multi-turn session, eviction when the working set outgrows the GPU KV cache, recovery through the cpu
+tier, real L2 file IO on the nvme tier, sharing through one cache server, and metric exposition.
+Every process is started with the installed `kvoffload-lab` and killed by PID in `finally`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvoffload.datasets import Session, load_dataset
+from kvoffload.tokenizer import FallbackTokenizer, render_chat
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TAU2 = ROOT / "data" / "tau2-bench"
+FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu"
+CLI = str(Path(sys.executable).parent / "kvoffload-lab")
+MODEL = "sim-llama"
+# tiny profile: 4 KiB of KV per token, so a 16-token block is 64 KiB and a 256-token chunk 1 MiB.
+MAX_LEN = 16384
+# Overflow tests: a GPU cache of 7168 tokens holds one tau2 prompt and a bit more, while eight
+# conversations of two domains (system prompts of ~3.5-4K tokens each) are replayed in turn.
+SMALL_LEN = 7168
+SMALL_FLAGS = ["--num-gpu-blocks-override", str(SMALL_LEN // 16), "--max-model-len", str(SMALL_LEN)]
+ROUNDS = 5
+OUT_TOKENS = 4
+
+
+# One keep-alive client for the whole module: building an httpx client per request costs tens of
+# milliseconds (TLS context), which would drown the TTFT differences under test.
+HTTP = httpx.Client(timeout=60, trust_env=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_http() -> Iterator[None]:
+    yield
+    HTTP.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Proc:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+
+@contextlib.contextmanager
+def _start(args: list[str], health: str, log: Path, env: dict[str, str] | None = None) -> Iterator[Proc]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [CLI, "sim", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"sim process exited early:\n{log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if HTTP.get(health, timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sim process not healthy in 30 s:\n{log.read_text()}")
+            time.sleep(0.1)
+        yield Proc(proc, health.rsplit("/", 1)[0] if "/api/" not in health else health.split("/api/")[0], log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def engine(
+    tmp: Path, name: str, extra: list[str], cache_port: int | None = None, dev: bool = False
+) -> contextlib.AbstractContextManager[Proc]:
+    port = _free_port()
+    args = ["serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
+    if "--max-model-len" not in extra:
+        args += ["--max-model-len", str(MAX_LEN)]
+    args += ["--enable-prompt-tokens-details", "--sim-profile", "tiny", *extra]
+    if cache_port is not None:
+        cfg = {
+            "kv_connector": "LMCacheMPConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {
+                "lmcache.mp.host": "tcp://127.0.0.1",
+                "lmcache.mp.port": cache_port,
+                "lmcache.mp.mq_timeout": 10,
+            },
+        }
+        args += ["--kv-transfer-config", json.dumps(cfg)]
+    env = {"VLLM_SERVER_DEV_MODE": "1"} if dev else None
+    return _start(args, f"http://127.0.0.1:{port}/health", tmp / f"{name}.log", env)
+
+
+@contextlib.contextmanager
+def cache_server(tmp: Path, l1_gb: float, l2: dict[str, Any] | None = None) -> Iterator[tuple[Proc, int]]:
+    port, http_port = _free_port(), _free_port()
+    args = ["cache-server", "--host", "127.0.0.1", "--port", str(port), "--http-host", "127.0.0.1"]
+    args += ["--http-port", str(http_port), "--l1-size-gb", str(l1_gb), "--eviction-policy", "LRU"]
+    args += ["--eviction-trigger-watermark", "0.7", "--eviction-ratio", "0.5", "--sim-profile", "tiny"]
+    if l2 is not None:
+        args += ["--l2-adapter", json.dumps(l2), "--sim-l2-scale", "16"]
+    with _start(args, f"http://127.0.0.1:{http_port}/api/healthcheck", tmp / "cache.log") as proc:
+        yield proc, port
+
+
+@dataclass
+class Result:
+    ttft: float
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    replica: str | None
+
+
+def chat(url: str, messages: list[dict[str, Any]], max_tokens: int = OUT_TOKENS) -> Result:
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.monotonic()
+    ttft: float | None = None
+    usage: dict[str, Any] = {}
+    with HTTP.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200, resp.read()
+        replica = resp.headers.get("x-kvoffload-replica")
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event["choices"] and event["choices"][0]["delta"].get("content") and ttft is None:
+                ttft = time.monotonic() - start
+            if event.get("usage"):
+                usage = event["usage"]
+    assert ttft is not None
+    return Result(
+        ttft=ttft,
+        prompt_tokens=usage["prompt_tokens"],
+        cached_tokens=usage["prompt_tokens_details"]["cached_tokens"],
+        completion_tokens=usage["completion_tokens"],
+        replica=replica,
+    )
+
+
+def metrics(url: str) -> dict[str, float]:
+    """Sample name (with sorted labels) -> value."""
+    text = HTTP.get(f"{url}/metrics").text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def total(samples: dict[str, float], name: str) -> float:
+    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
+
+
+@pytest.fixture(scope="module")
+def sessions() -> list[Session]:
+    if not TAU2.is_dir():
+        pytest.skip(f"shipped tau2 sample not found at {TAU2}")
+    loaded = [s for s in load_dataset("tau2-bench-v1", TAU2) if len(s.calls) >= 6]
+    assert len(loaded) >= 6
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def overflow_work(sessions: list[Session]) -> list[Session]:
+    """Four airline and four retail sessions whose first ROUNDS prompts fit SMALL_LEN, interleaved."""
+    tok = FallbackTokenizer()
+
+    def fits(s: Session) -> bool:
+        return max(tok.count(render_chat(c.messages)) for c in s.calls[:ROUNDS]) < SMALL_LEN - 100
+
+    air = [s for s in sessions if s.session_id.startswith("airline") and fits(s)][:4]
+    ret = [s for s in sessions if s.session_id.startswith("retail") and fits(s)][:4]
+    assert len(air) == len(ret) == 4
+    return [x for pair in zip(air, ret, strict=True) for x in pair]
+
+
+def _rounds(session: Session, n: int) -> list[list[dict[str, Any]]]:
+    return [[dict(m) for m in call.messages] for call in session.calls[:n]]
+
+
+def _replay_interleaved(url: str, sessions: list[Session], rounds: int) -> list[tuple[int, Result]]:
+    """Round-robin over sessions, one request at a time: round k of every session, then round k+1."""
+    histories = [_rounds(s, rounds) for s in sessions]
+    out: list[tuple[int, Result]] = []
+    for k in range(rounds):
+        for h in histories:
+            out.append((k, chat(url, h[k])))
+    return out
+
+
+def _warm_ttft(results: list[tuple[int, Result]]) -> float:
+    later = [r.ttft for k, r in results if k >= 1]
+    return sum(later) / len(later)
+
+
+def _hit_rate(results: list[tuple[int, Result]]) -> float:
+    later = [r for k, r in results if k >= 1]
+    return sum(r.cached_tokens for r in later) / sum(r.prompt_tokens for r in later)
+
+
+def test_multi_turn_prefix_hits_rise_and_cut_ttft(tmp_path: Path, sessions: list[Session]) -> None:
+    session = sessions[0]
+    with engine(tmp_path, "e", [], dev=True) as e:
+        results = [chat(e.url, messages) for messages in _rounds(session, 6)]
+        assert results[0].cached_tokens == 0
+        cached = [r.cached_tokens for r in results]
+        assert all(b > a for a, b in itertools.pairwise(cached)), cached
+        assert all(r.cached_tokens > 0.8 * p.prompt_tokens for p, r in itertools.pairwise(results))
+        assert all(r.completion_tokens == OUT_TOKENS for r in results)
+        assert results[0].replica == e.url.removeprefix("http://")
+        # The same last prompt, cold: reset the prefix cache (dev mode) and send it again.
+        assert HTTP.post(f"{e.url}/reset_prefix_cache").json() == {"success": True}
+        cold = chat(e.url, _rounds(session, 6)[-1])
+        assert cold.cached_tokens == 0
+        assert results[-1].ttft < 0.5 * cold.ttft, (results[-1].ttft, cold.ttft)
+        m = metrics(e.url)
+        assert total(m, "vllm:prefix_cache_hits_total") == sum(cached)
+        assert total(m, "vllm:prefix_cache_queries_total") == total(m, "vllm:prompt_tokens_total")
+
+
+def test_overflow_evicts_then_cpu_tier_recovers(tmp_path: Path, overflow_work: list[Session]) -> None:
+    with engine(tmp_path, "big", ["--max-model-len", str(SMALL_LEN)]) as big:
+        roomy = _replay_interleaved(big.url, overflow_work, ROUNDS)
+    with engine(tmp_path, "small", SMALL_FLAGS) as small:
+        tight = _replay_interleaved(small.url, overflow_work, ROUNDS)
+    with (
+        cache_server(tmp_path, l1_gb=1.0) as (cache, port),
+        engine(tmp_path, "cpu", SMALL_FLAGS, port) as cpu,
+    ):
+        offload = _replay_interleaved(cpu.url, overflow_work, ROUNDS)
+        m_cpu = metrics(cpu.url)
+        m_cache = metrics(cache.url)
+    # Working set larger than the GPU cache: blocks are evicted, local hits fall, TTFT degrades.
+    assert _hit_rate(tight) < _hit_rate(roomy) - 0.15, (_hit_rate(tight), _hit_rate(roomy))
+    assert _warm_ttft(tight) > 2 * _warm_ttft(roomy), (_warm_ttft(tight), _warm_ttft(roomy))
+    # cpu tier: external hits appear and TTFT recovers most of the loss.
+    ext_hits = total(m_cpu, "vllm:external_prefix_cache_hits_total")
+    assert ext_hits > 0
+    assert total(m_cpu, "vllm:prefix_cache_hits_total") + ext_hits == sum(r.cached_tokens for _, r in offload)
+    assert total(m_cache, "lmcache_mp_lookup_hit_tokens_total") >= ext_hits
+    assert _hit_rate(offload) > _hit_rate(tight) + 0.15
+    loss = _warm_ttft(tight) - _warm_ttft(roomy)
+    assert _warm_ttft(offload) < _warm_ttft(roomy) + 0.5 * loss, (
+        _warm_ttft(roomy),
+        _warm_ttft(tight),
+        _warm_ttft(offload),
+    )
+
+
+def _block_device_stat(path: Path) -> Path | None:
+    dev = path.stat().st_dev
+    stat = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
+    return stat if stat.is_file() else None
+
+
+def _sectors(stat: Path) -> tuple[int, int]:
+    fields = [int(x) for x in stat.read_text().split()]
+    return fields[2], fields[6]  # sectors read, sectors written
+
+
+def _l2_settled(url: str) -> dict[str, float]:
+    """Cache-server metrics once every submitted L2 store task has completed (bounded wait)."""
+    deadline = time.monotonic() + 20
+    while True:
+        m = metrics(url)
+        submitted = total(m, "lmcache_mp_l2_store_submitted_requests_total")
+        if total(m, "lmcache_mp_l2_store_completed_requests_total") == submitted:
+            return m
+        assert time.monotonic() < deadline, "L2 writes did not finish within 20 s"
+        time.sleep(0.1)
+
+
+def test_nvme_tier_writes_and_reads_real_files(tmp_path: Path, overflow_work: list[Session]) -> None:
+    l2_dir = tmp_path / "l2"
+    stat = _block_device_stat(tmp_path)
+    if stat is None:
+        pytest.skip(f"{tmp_path} is not on a block device with /sys/dev/block stats (tmpfs/overlay)")
+    before = _sectors(stat)
+    l2 = {"type": "fs", "base_path": str(l2_dir), "max_capacity_gb": 4}
+    # L1 holds about 40 chunks: older chunks leave L1 (eviction loop) and must come back from L2.
+    with (
+        cache_server(tmp_path, l1_gb=0.04, l2=l2) as (cache, port),
+        engine(tmp_path, "nv", SMALL_FLAGS, port) as e,
+    ):
+        results = _replay_interleaved(e.url, overflow_work, ROUNDS)
+        m = _l2_settled(cache.url)
+        m_engine = metrics(e.url)
+    after = _sectors(stat)
+    files = list(l2_dir.glob("*.data"))
+    assert files, "no L2 files written"
+    written_chunks = total(m, "lmcache_mp_l2_store_completed_objects_chunks_total")
+    loaded_chunks = total(m, "lmcache_mp_l2_prefetch_load_completed_chunks_total")
+    assert written_chunks >= len(files) > 0
+    assert loaded_chunks > 0, "no chunk was read back from L2"
+    assert total(m, "lmcache_mp_l1_evicted_chunks_total") > 0
+    assert total(m, "lmcache_mp_l2_usage_bytes") == len(files) * 2**20
+    assert total(m_engine, "vllm:external_prefix_cache_hits_total") > 0
+    assert _hit_rate(results) > 0.5
+    file_size = files[0].stat().st_size
+    assert file_size == 2**20 // 16
+    # Node-level counters of the device behind the L2 path moved by at least our own IO.
+    assert (after[1] - before[1]) * 512 >= written_chunks * file_size
+    assert (after[0] - before[0]) * 512 >= loaded_chunks * file_size
+
+
+def test_two_engines_share_one_cache_server(tmp_path: Path, sessions: list[Session]) -> None:
+    messages = _rounds(sessions[1], 3)[-1]
+    with (
+        cache_server(tmp_path, l1_gb=1.0) as (cache, port),
+        engine(tmp_path, "a", [], port) as a,
+        engine(tmp_path, "b", [], port) as b,
+    ):
+        first = chat(a.url, messages)
+        # A sends its store when its prefill ends, without waiting for the answer: wait until it landed.
+        deadline = time.monotonic() + 10
+        while total(metrics(cache.url), "lmcache_mp_l1_write_chunks_total") < first.prompt_tokens // 256:
+            assert time.monotonic() < deadline, "engine A's store never reached the cache server"
+            time.sleep(0.05)
+        second = chat(b.url, messages)
+        m_b = metrics(b.url)
+        m_cache = metrics(cache.url)
+    assert first.cached_tokens == 0
+    assert second.cached_tokens >= (first.prompt_tokens // 256 - 1) * 256 > 0
+    assert second.replica != first.replica
+    assert total(m_b, "vllm:external_prefix_cache_hits_total") == second.cached_tokens
+    assert total(m_b, "vllm:prefix_cache_hits_total") == 0
+    loaded = {k: v for k, v in m_cache.items() if k.startswith("lmcache_mp_num_chunks_loaded_total")}
+    assert list(loaded) == [
+        f"lmcache_mp_num_chunks_loaded_total{{model_name={MODEL},worker_id={second.replica}}}"
+    ]
+
+
+ENGINE_FAMILIES = {
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:prefix_cache_queries": "counter",
+    "vllm:prefix_cache_hits": "counter",
+    "vllm:external_prefix_cache_queries": "counter",
+    "vllm:external_prefix_cache_hits": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:generation_tokens": "counter",
+    "vllm:num_preemptions": "counter",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram",
+    "vllm:cache_config_info": "gauge",
+}
+CACHE_FAMILIES = {
+    "lmcache_mp_lookup_requested_tokens": "counter",
+    "lmcache_mp_lookup_hit_tokens": "counter",
+    "lmcache_mp_l1_usage_ratio": "gauge",
+    "lmcache_mp_l1_memory_usage_bytes": "gauge",
+    "lmcache_mp_l1_evicted_chunks": "counter",
+    "lmcache_mp_l2_evicted_chunks": "counter",
+    "lmcache_mp_l1_eviction_loop_ticks": "counter",
+    "lmcache_mp_l1_eviction_loop_triggered": "counter",
+    "lmcache_mp_num_chunks_loaded": "counter",
+    "lmcache_mp_l2_usage_bytes": "gauge",
+    "lmcache_mp_l0_l1_store_throughput_GB_per_second": "histogram",
+    "lmcache_mp_l0_l1_load_throughput_GB_per_second": "histogram",
+    "lmcache_mp_l2_store_throughput_GB_per_second": "histogram",
+    "lmcache_mp_l2_load_throughput_GB_per_second": "histogram",
+}
+
+
+def _families(text: str) -> dict[str, tuple[str, set[str]]]:
+    out: dict[str, tuple[str, set[str]]] = {}
+    for f in text_string_to_metric_families(text):
+        labels = {k for s in f.samples for k in s.labels if k != "le"}
+        out[f.name] = (f.type, labels)
+    return out
+
+
+def test_metric_exposition_matches_vllm_and_lmcache_names(tmp_path: Path, sessions: list[Session]) -> None:
+    l2 = {"type": "fs", "base_path": str(tmp_path / "l2")}
+    with cache_server(tmp_path, l1_gb=0.5, l2=l2) as (cache, port), engine(tmp_path, "m", [], port) as e:
+        for messages in _rounds(sessions[2], 2):
+            chat(e.url, messages)
+        engine_text = HTTP.get(f"{e.url}/metrics")
+        cache_text = HTTP.get(f"{cache.url}/metrics").text
+    assert engine_text.headers["content-type"].startswith("text/plain; version=")
+    ours = _families(engine_text.text)
+    real = _families((FIXTURES / "metrics-exampleconnector-after.txt").read_text())
+    for name, kind in ENGINE_FAMILIES.items():
+        assert ours[name][0] == kind, name
+        if name in real:
+            assert ours[name][0] == real[name][0], name
+            if name != "vllm:cache_config_info":
+                assert ours[name][1] == real[name][1] == {"engine", "model_name"}, name
+    assert {"block_size", "num_gpu_blocks", "kv_cache_size_tokens"} <= ours["vllm:cache_config_info"][1]
+    cache_families = _families(cache_text)
+    for name, kind in CACHE_FAMILIES.items():
+        assert cache_families[name][0] == kind, name
+    assert "_created" not in cache_text
+
+
+def test_engine_without_cache_server_fails_after_mq_timeout(tmp_path: Path) -> None:
+    cfg = {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": "tcp://127.0.0.1",
+            "lmcache.mp.port": _free_port(),
+            "lmcache.mp.mq_timeout": 1,
+        },
+    }
+    cmd = [CLI, "sim", "serve", MODEL, "--port", str(_free_port()), "--kv-transfer-config", json.dumps(cfg)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "did not answer within lmcache.mp.mq_timeout=1.0s" in done.stderr
+
+
+def _events(raw: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+
+
+def _shape(event: dict[str, Any]) -> tuple[set[str], set[str], set[str]]:
+    choice = event["choices"][0] if event["choices"] else {}
+    return set(event), set(choice), set(choice.get("delta", {}))
+
+
+def test_wire_format_matches_real_vllm(tmp_path: Path, sessions: list[Session]) -> None:
+    messages = _rounds(sessions[0], 1)[0]
+    real_stream = _events((FIXTURES / "sse-stream.txt").read_text())
+    real_body = json.loads((FIXTURES / "nonstream.json").read_text())
+    with engine(tmp_path, "w", []) as e:
+        body = {"model": MODEL, "messages": messages, "max_tokens": 5, "stream": True}
+        raw = HTTP.post(
+            f"{e.url}/v1/chat/completions", json={**body, "stream_options": {"include_usage": True}}
+        )
+        nonstream = HTTP.post(f"{e.url}/v1/chat/completions", json={**body, "stream": False}).json()
+        unknown = HTTP.post(f"{e.url}/v1/chat/completions", json={**body, "model": "nope"})
+        too_long = HTTP.post(f"{e.url}/v1/chat/completions", json={**body, "max_tokens": MAX_LEN})
+    assert raw.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert raw.text.endswith("data: [DONE]\n\n")
+    ours = _events(raw.text)
+    assert len(ours) == 1 + 5 + 1
+    for mine, real in ((ours[0], real_stream[0]), (ours[1], real_stream[1]), (ours[-2], real_stream[-2])):
+        assert _shape(mine) == _shape(real)
+    assert ours[-2]["choices"][0]["finish_reason"] == "length"
+    assert set(ours[-1]) == set(real_stream[-1]) and ours[-1]["choices"] == []
+    assert set(ours[-1]["usage"]) == set(real_stream[-1]["usage"])
+    assert len({ev["id"] for ev in ours}) == 1
+    assert set(nonstream) == set(real_body)
+    assert set(nonstream["choices"][0]) == set(real_body["choices"][0])
+    assert set(nonstream["choices"][0]["message"]) == set(real_body["choices"][0]["message"])
+    assert set(nonstream["usage"]) == set(real_body["usage"])
+    assert set(nonstream["usage"]["prompt_tokens_details"]) == set(
+        real_body["usage"]["prompt_tokens_details"]
+    )
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == {
+        "message": f"The model `nope` does not exist. Valid aliases: {MODEL}.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == 400

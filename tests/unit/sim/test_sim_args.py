@@ -1,0 +1,147 @@
+"""Command lines of the simulated engine and cache server: vLLM/LMCache spellings, checks, capacity."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvoffload.errors import UserError
+from kvoffload.sim.cache_args import parse_cache_args
+from kvoffload.sim.engine_args import derive_capacity, parse_engine_args
+from kvoffload.sim.profile import load_profile
+
+LMCACHE = {
+    "kv_connector": "LMCacheMPConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {
+        "lmcache.mp.host": "tcp://10.0.0.5",
+        "lmcache.mp.port": 5566,
+        "lmcache.mp.mq_timeout": 30,
+    },
+}
+
+
+def test_profile_flags_are_parsed_with_vllm_spelling() -> None:
+    flags = [
+        "Qwen/Qwen3-8B",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8001",
+        "--served-model-name",
+        "q",
+        "--block-size",
+        "16",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--max-model-len",
+        "32768",
+        "--max-num-seqs",
+        "128",
+        "--max-num-batched-tokens",
+        "4096",
+        "--enable-prefix-caching",
+        "--tensor-parallel-size",
+        "1",
+        "--enable-prompt-tokens-details",
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--sim-profile",
+        "h100-llama-8b",
+    ]
+    args = parse_engine_args([*flags, "--kv-transfer-config", json.dumps(LMCACHE)])
+    assert args.served_model_names == ("q",)
+    assert args.max_model_len == 32768 and args.max_num_seqs == 128
+    assert args.connector is not None
+    assert (args.connector.host, args.connector.port, args.connector.mq_timeout_s) == ("10.0.0.5", 5566, 30.0)
+    assert set(args.ignored) == {"--dtype", "--enforce-eager"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["m", "--gpu-memory-utilization", "1.5"],
+        ["m", "--block-size", "17"],
+        ["m", "--max-num-seqs", "0"],
+        ["m", "--kv-transfer-config", "{not json"],
+        ["m", "--no-such-flag"],
+    ],
+)
+def test_invalid_values_exit_like_vllm(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_engine_args(argv)
+    assert exc.value.code == 2
+
+
+def test_unmodelled_connector_is_refused() -> None:
+    with pytest.raises(UserError, match="kv_connector"):
+        parse_engine_args(["m", "--kv-transfer-config", '{"kv_connector": "NixlConnector"}'])
+
+
+def test_capacity_from_memory_and_overrides() -> None:
+    h100 = load_profile("h100-llama-8b")
+    cap = derive_capacity(parse_engine_args(["m", "--gpu-memory-utilization", "0.9"]), h100)
+    expected = int((79.6 * 0.9 - 14.96 - 2.0) * 2**30) // (131072 * 16)
+    assert cap.num_gpu_blocks == expected
+    assert cap.max_model_len == 131072
+    small = derive_capacity(
+        parse_engine_args(["m", "--kv-cache-memory-bytes", "2GiB", "--max-model-len", "8192"]), h100
+    )
+    assert small.num_gpu_blocks == 2 * 2**30 // (131072 * 16)
+    override = derive_capacity(
+        parse_engine_args(["m", "--num-gpu-blocks-override", "600", "--max-model-len", "8192"]), h100
+    )
+    assert override.num_gpu_blocks == 600
+
+
+def test_capacity_must_hold_one_max_len_request() -> None:
+    with pytest.raises(UserError, match="max seq len"):
+        derive_capacity(
+            parse_engine_args(["m", "--num-gpu-blocks-override", "10", "--max-model-len", "8192"]),
+            load_profile("tiny"),
+        )
+
+
+def test_cache_server_flags_and_fs_adapter() -> None:
+    flags = [
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "5555",
+        "--chunk-size",
+        "256",
+        "--l1-size-gb",
+        "8",
+        "--eviction-policy",
+        "LRU",
+        "--eviction-trigger-watermark",
+        "0.9",
+        "--eviction-ratio",
+        "0.1",
+        "--http-port",
+        "8080",
+        "--max-workers",
+        "4",
+    ]
+    fs_spec = '{"type": "fs", "base_path": "/mnt/nvme/l2", "max_capacity_gb": 100, "use_odirect": true}'
+    args = parse_cache_args([*flags, "--l2-adapter", fs_spec])
+    assert args.l1_size_gb == 8 and args.eviction_trigger_watermark == 0.9
+    (fs,) = args.l2_adapters
+    assert (fs.base_path, fs.max_capacity_gb, fs.use_odirect) == ("/mnt/nvme/l2", 100.0, True)
+    assert args.ignored == ("--max-workers",)
+
+
+def test_cache_server_requires_l1_size_and_policy() -> None:
+    with pytest.raises(SystemExit):
+        parse_cache_args(["--l1-size-gb", "1"])
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ['{"type": "s3", "base_path": "x"}', '{"type": "fs"}', '{"type": "fs", "base_path": "x", "bogus": 1}'],
+)
+def test_bad_l2_adapter_is_refused(spec: str) -> None:
+    with pytest.raises(UserError, match="--l2-adapter"):
+        parse_cache_args(["--l1-size-gb", "1", "--eviction-policy", "LRU", "--l2-adapter", spec])
