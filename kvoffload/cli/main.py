@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "kvoffload.cli.datasets",
     "kvoffload.cli.replay",
     "kvoffload.cli.run",
+    "kvoffload.cli.demo",
     "kvoffload.cli.lab",
     "kvoffload.cli.plan",
     "kvoffload.cli.calibrate",

@@ -121,7 +121,18 @@ def test_lab_up_reach_and_down(lab_env: dict[str, str], tmp_path: Path) -> None:
 
     status = _cli(lab_env, "status", timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
-    assert len(_nspawn_pids(PREFIX)) == 3
+    pids = sorted(_nspawn_pids(PREFIX))
+    assert len(pids) == 3
+
+    # `lab up` on a healthy lab of the same size reuses it and writes its inventory again.
+    inventory_path.unlink()
+    again_up = _cli(
+        lab_env, "up", "--hosts", "3", "--bridge", BRIDGE, "--subnet", SUBNET, "--prefix", PREFIX,
+        "--inventory", str(inventory_path),
+    )  # fmt: skip
+    assert again_up.returncode == 0, again_up.stderr
+    assert sorted(_nspawn_pids(PREFIX)) == pids
+    assert load_inventory(inventory_path).host("kvt2").nvme_devices[0].device == loop_device
     backing = Path(lab_env["KVOFFLOAD_LAB_STATE"]) / "nvme0.img"
 
     down = _cli(lab_env, "down", timeout=120)

@@ -1,0 +1,122 @@
+"""`kvoffload-lab lab up|down|status|image`: the virtual lab of systemd-nspawn hosts on this machine.
+
+Thin layer over `kvoffload.lab.lifecycle`: parses flags, renders results with rich. The lab is for the
+demo and the lab tests; real labs are described by an inventory and never touched by this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from kvoffload.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "lab",
+        help="bring a virtual lab of systemd hosts up or down on this machine (root)",
+        description=(
+            "A virtual lab: Debian 12 systemd-nspawn hosts on a private bridge, with ssh keys, a loop "
+            "device as the lmcache host's NVMe, and an Ansible inventory for them. State lives in "
+            "$KVOFFLOAD_LAB_STATE or <cache>/state; images in <cache>/images, where <cache> is "
+            "$KVOFFLOAD_LAB_CACHE or /var/cache/kvoffload-lab."
+        ),
+    )
+    sub = parser.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="build the image if needed and boot the hosts; writes the inventory")
+    up.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3: client+lb, 2 replicas)")
+    up.add_argument("--bridge", default="kvlab0", help="name of the private bridge (default kvlab0)")
+    up.add_argument(
+        "--subnet", default="10.213.0.0/24", help="private /24 of the lab (default 10.213.0.0/24)"
+    )
+    up.add_argument("--prefix", default="kvlab", help="host name prefix: <prefix>1..N (default kvlab)")
+    up.add_argument(
+        "--inventory",
+        type=Path,
+        default=Path("inventories/local/hosts.yml"),
+        help="where to write the lab's inventory (default inventories/local/hosts.yml)",
+    )
+    up.add_argument("--nvme-size-mb", type=int, default=512, help="size of the loop-device NVMe (MiB)")
+    up.set_defaults(func=_up)
+    down = sub.add_parser(
+        "down", help="stop every lab host by PID, detach the loop device, delete the bridge"
+    )
+    down.set_defaults(func=_down)
+    status = sub.add_parser("status", help="show the lab's hosts; exit 0 only when all answer over ssh")
+    status.set_defaults(func=_status)
+    image = sub.add_parser("image", help="build (or reuse) the cached base image; --podman also imports it")
+    image.add_argument("--rebuild", action="store_true", help="rebuild even if a cached image matches")
+    image.add_argument("--podman", action="store_true", help="import it into podman for molecule")
+    image.set_defaults(func=_image)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from kvoffload.lab.lifecycle import UpOptions, up
+
+    if args.nvme_size_mb < 320:
+        raise UserError("--nvme-size-mb: at least 320 (mkfs.xfs refuses smaller devices)")
+    result = up(
+        UpOptions(
+            hosts=args.hosts,
+            bridge=args.bridge,
+            subnet=args.subnet,
+            prefix=args.prefix,
+            inventory=args.inventory,
+            nvme_size_mb=args.nvme_size_mb,
+        )
+    )
+    _print_status(result)
+    print(f"inventory: {result.inventory}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from kvoffload.lab.lifecycle import down
+
+    print("lab torn down" if down() else "no lab recorded: nothing to do")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from kvoffload.lab.lifecycle import status
+
+    result = status()
+    if not result.hosts:
+        print(f"no lab is up (state dir {result.state_dir})")
+        return 1
+    _print_status(result)
+    return 0 if result.healthy else 1
+
+
+def _image(args: argparse.Namespace) -> int:
+    from kvoffload.lab.image import ensure_base_image, ensure_podman_image
+
+    image = ensure_base_image(rebuild=args.rebuild)
+    print(f"base image {image.key}: {image.rootfs}")
+    if args.podman:
+        print(f"podman image: {ensure_podman_image(image)}")
+    return 0
+
+
+def _print_status(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"virtual lab on bridge {result.bridge} ({'up' if result.bridge_up else 'DOWN'})")
+    for column in ("host", "address", "groups", "pid", "running", "ssh"):
+        table.add_column(column)
+    for host in result.hosts:
+        table.add_row(
+            host.name,
+            host.ip,
+            ",".join(host.groups),
+            str(host.pid or "-"),
+            "yes" if host.running else "NO",
+            "yes" if host.ssh else "NO",
+        )
+    console = Console()
+    console.print(table)
+    if result.loop_device:
+        console.print(f"NVMe stand-in: {result.loop_device}")

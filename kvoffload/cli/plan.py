@@ -1,0 +1,154 @@
+"""`kvoffload-lab plan INVENTORY [--campaign FILE]`: what `run` would do, without touching a host.
+
+Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
+virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
+which cells are already DONE in the results folder and would be skipped. Bad input exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvoffload.config.campaign import Tier
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="validate an inventory + campaign and show the cells `run` would execute",
+        description=(
+            "Validate the inventory and campaign (exit 2 naming file and key on bad input) and print the "
+            "resolved cells, their profiles, the dataset's virtual-user ceilings and what is already DONE."
+        ),
+    )
+    parser.add_argument("inventory", type=Path, help="Ansible YAML inventory (hosts.yml)")
+    parser.add_argument(
+        "--campaign", type=Path, default=None, help="campaign file (default: all.vars.kvoffload_campaign)"
+    )
+    parser.add_argument(
+        "--results", type=Path, default=Path("results"), help="results root (default: results/)"
+    )
+    parser.set_defaults(func=_plan)
+
+
+def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None]:
+    """Virtual users per num_rounds of the campaign, or (None, why) when the dataset cannot be read."""
+    from kvoffload.datasets import load_dataset, virtual_users
+    from kvoffload.errors import UserError
+
+    path = lab.dataset_path
+    if not path.exists():
+        return None, f"dataset {path} is not on this machine: virtual-user ceilings unknown"
+    try:
+        sessions = load_dataset(lab.campaign.dataset.code, path)
+    except UserError as exc:
+        return None, f"dataset {path} could not be read ({exc}): virtual-user ceilings unknown"
+    code = lab.campaign.dataset.code
+    return {n: len(virtual_users(sessions, code, n)) for n in lab.campaign.num_rounds}, None
+
+
+def _lmcache_column(cell: Any) -> str:
+    if cell.lmcache_profile is None:
+        return "-"
+    l1 = cell.lmcache_l1_size_gb
+    return cell.lmcache_profile if l1 is None else f"{cell.lmcache_profile} (L1 {l1:g} GB)"
+
+
+def _caddy_policy(tier: Tier, replicas: int) -> str:
+    if replicas < 2:
+        return "- (1 replica, no lb)"
+    from kvoffload.profiles.resolve import caddy_profile
+
+    return caddy_profile(tier).lb_policy
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvoffload.config import load_lab
+
+    lab = load_lab(args.inventory, args.campaign)
+    campaign = lab.campaign
+    console = Console()
+    if not console.is_terminal:
+        # Piped or captured output: do not squeeze the cell table into 80 columns.
+        console = Console(width=160)
+    replicas = lab.replicas
+    console.print(
+        f"[bold]campaign[/] {campaign.name}: model {campaign.model}, engine {campaign.engine}"
+        + (f" ({campaign.sim_profile})" if campaign.sim_profile else "")
+        + f", gpu vendor {campaign.gpu_vendor}"
+    )
+    console.print(
+        f"replicas: {len(replicas)} on {', '.join(sorted({h.name for h, _ in replicas}))}; "
+        f"lmcache: {lab.lmcache_host.name if lab.lmcache_host else '-'}; "
+        f"lb: {lab.lb_host.name if lab.lb_host else '-'}; client: {lab.client_host.name}"
+    )
+    console.print(f"dataset: {campaign.dataset.code} at {lab.dataset_path}")
+
+    ceilings, why = _ceilings(lab)
+    if ceilings is None:
+        console.print(f"[yellow]warning:[/] {why}")
+    else:
+        table = Table(title="virtual-user ceiling (before the isl depth filter)")
+        table.add_column("num_rounds", justify="right")
+        table.add_column("virtual users", justify="right")
+        for rounds, users in ceilings.items():
+            table.add_row(str(rounds), str(users))
+        console.print(table)
+
+    done_root = args.results / campaign.name / "cells"
+    cells = Table(title=f"cells of {campaign.name} ({len(lab.cells)})")
+    for column in (
+        "id",
+        "tier",
+        "conc",
+        "rounds",
+        "isl",
+        "osl",
+        "rep",
+        "engine",
+        "lmcache",
+        "caddy",
+        "status",
+    ):
+        cells.add_column(column, no_wrap=True)
+    warnings = []
+    done = 0
+    for cell in lab.cells:
+        is_done = (done_root / cell.id / "DONE").is_file()
+        done += is_done
+        cells.add_row(
+            cell.id,
+            cell.tier,
+            str(cell.concurrency),
+            str(cell.num_rounds),
+            str(cell.isl),
+            str(cell.osl),
+            str(cell.repeat),
+            cell.engine_profile,
+            _lmcache_column(cell),
+            _caddy_policy(cell.tier, len(replicas)),
+            "[green]DONE (skip)[/]" if is_done else "to run",
+        )
+        ceiling = ceilings.get(cell.num_rounds) if ceilings else None
+        if ceiling is not None and cell.concurrency > ceiling:
+            warnings.append(
+                f"cell {cell.id} ({cell.tier}, concurrency {cell.concurrency}, num_rounds "
+                f"{cell.num_rounds}): concurrency exceeds the dataset's {ceiling} virtual users; "
+                f"the extra {cell.concurrency - ceiling} slots add no load"
+            )
+        elif campaign.max_sessions is not None and cell.concurrency > campaign.max_sessions:
+            warnings.append(
+                f"cell {cell.id} ({cell.tier}, concurrency {cell.concurrency}): concurrency exceeds "
+                f"max_sessions {campaign.max_sessions}; the extra slots add no load"
+            )
+    console.print(cells)
+    for line in warnings:
+        console.print(f"[yellow]warning:[/] {line}")
+    console.print(f"{len(lab.cells) - done} cell(s) to run, {done} already DONE under {done_root}")
+    return 0

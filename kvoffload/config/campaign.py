@@ -1,0 +1,159 @@
+"""The campaign model: what to replay against which tiers, and the matrix of cells (DESIGN.md section 3).
+
+Lives in an inventory's `all.vars.kvoffload_campaign` or in its own YAML file (`--campaign`). Strict:
+unknown keys and wrong types are errors, numbers come as YAML numbers, and the rules that tie two keys
+together live in one validator whose messages name both. Pure validation; no file IO.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+from kvoffload.config.errors import KeyedError
+from kvoffload.datasets import DATASET_CODES, chunk_floor
+
+Tier = Literal["gpu", "cpu", "nvme"]
+TIER_ORDER: tuple[Tier, ...] = ("gpu", "cpu", "nvme")
+OSL_RECORDED = "recorded"
+Osl = int | str  # a positive int (max_tokens) or "recorded"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DatasetSpec(_Strict):
+    """Which recorded conversations to replay."""
+
+    code: str = Field(description=f"dataset code, one of: {', '.join(DATASET_CODES)}")
+    path: str = Field(
+        min_length=1,
+        description=(
+            "file or folder of the dataset on the controller; a relative path is relative to the file "
+            "that declares it"
+        ),
+    )
+
+    @field_validator("code")
+    @classmethod
+    def _known_code(cls, value: str) -> str:
+        if value not in DATASET_CODES:
+            raise ValueError(f"unknown dataset code {value!r}: choose one of {', '.join(DATASET_CODES)}")
+        return value
+
+
+class L1Sizes(_Strict):
+    """lmcache-server L1 pool size per offload tier; a tier left out keeps its profile's size."""
+
+    cpu: float | None = Field(default=None, gt=0, description="L1 size in GB in cpu cells")
+    nvme: float | None = Field(
+        default=None, gt=0, description="L1 staging size in GB in nvme cells (small, so L2 is used)"
+    )
+
+
+def _as_list(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+def _unique(values: list[Any], key: str) -> None:
+    seen: set[Any] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise KeyedError(f"{key}[{i}]", f"{value!r} is listed twice")
+        seen.add(value)
+
+
+class Campaign(_Strict):
+    """One benchmark campaign: the fixed setup plus the lists whose product are the cells."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="campaign name; also its results folder results/<name>/ (letters, digits, . _ -)",
+    )
+    model: str = Field(min_length=1, description="HF model id or local path; also the replay tokenizer")
+    gpu_vendor: Literal["nvidia", "amd"] = Field(description="picks the engine build: nvidia or amd")
+    engine: Literal["vllm", "sim"] = Field(description="vllm, or sim: the GPU-free simulator")
+    sim_profile: str | None = Field(
+        default=None,
+        description="simulator cost profile (name under kvoffload/profiles/sim or a path); engine sim only",
+    )
+    dataset: DatasetSpec = Field(description="the recorded conversations to replay")
+    tiers: Annotated[list[Tier], Field(min_length=1)] = Field(description="KV tiers to compare: gpu cpu nvme")
+    concurrency: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
+        description="replay concurrencies (closed-loop slots), one cell each"
+    )
+    num_rounds: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
+        description="rounds per virtual user (chunk length), one cell each"
+    )
+    isl: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
+        description="max context tokens of a replayed request (depth filter); an int or a list"
+    )
+    osl: Annotated[list[Osl], Field(min_length=1)] = Field(
+        default=[OSL_RECORDED],
+        description="max_tokens per request: 'recorded' (the recorded output length) or an int; or a list",
+    )
+    max_sessions: PositiveInt | None = Field(
+        default=None, description="replay at most this many virtual users (default: the whole pool)"
+    )
+    repeats: PositiveInt = Field(default=1, description="how many times each cell is run")
+    duration_s: PositiveInt | None = Field(
+        default=None, description="stop a cell's replay after this many seconds (default: pool exhausted)"
+    )
+    honor_gaps: bool = Field(default=False, description="wait the recorded think/tool gap between rounds")
+    kv_cache_memory_bytes: PositiveInt | None = Field(
+        default=None,
+        description="GPU KV cache size per replica (vLLM --kv-cache-memory-bytes); to shrink or pin it",
+    )
+    num_gpu_blocks_override: PositiveInt | None = Field(
+        default=None, description="GPU KV cache size per replica in blocks (vLLM --num-gpu-blocks-override)"
+    )
+    lmcache_l1_size_gb: L1Sizes | None = Field(
+        default=None,
+        description="lmcache-server L1 size in GB per offload tier, e.g. {nvme: 0.5} (default: profile's)",
+    )
+    extra_engine_args: list[str] = Field(
+        default=[], description="extra `vllm serve` flags appended to every replica's profile flags"
+    )
+
+    @field_validator("isl", "osl", "concurrency", "num_rounds", "tiers", mode="before")
+    @classmethod
+    def _scalar_to_list(cls, value: Any) -> Any:
+        return _as_list(value)
+
+    @field_validator("osl")
+    @classmethod
+    def _osl_values(cls, values: list[Osl]) -> list[Osl]:
+        for i, value in enumerate(values):
+            if isinstance(value, bool) or not (
+                value == OSL_RECORDED or (isinstance(value, int) and value > 0)
+            ):
+                raise KeyedError(f"[{i}]", f"must be 'recorded' or a positive integer, got {value!r}")
+        return values
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Campaign:
+        for key in ("tiers", "concurrency", "num_rounds", "isl", "osl"):
+            _unique(getattr(self, key), key)
+        if self.engine == "sim" and not self.sim_profile:
+            raise KeyedError("sim_profile", "engine: sim needs sim_profile (a simulator cost profile)")
+        if self.engine != "sim" and self.sim_profile:
+            raise KeyedError("sim_profile", f"is only for engine: sim, but engine is {self.engine}")
+        if self.kv_cache_memory_bytes is not None and self.num_gpu_blocks_override is not None:
+            raise KeyedError(
+                "num_gpu_blocks_override", "set kv_cache_memory_bytes or num_gpu_blocks_override, not both"
+            )
+        floor = chunk_floor(self.dataset.code)
+        for i, rounds in enumerate(self.num_rounds):
+            if rounds < floor:
+                raise KeyedError(
+                    f"num_rounds[{i}]",
+                    f"{rounds} is below the minimum chunk length {floor} of dataset.code "
+                    f"{self.dataset.code}: it would yield zero virtual users",
+                )
+        return self
+
+    def ordered_tiers(self) -> list[Tier]:
+        """Tiers in the canonical order gpu, cpu, nvme (the order cells run and reports list them)."""
+        return [tier for tier in TIER_ORDER if tier in self.tiers]

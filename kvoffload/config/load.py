@@ -1,0 +1,190 @@
+"""Reading an inventory (and optionally a campaign file) into one validated `LabConfig`.
+
+The only module of `kvoffload.config` that reads files (the inventory, the group_vars/ and host_vars/
+folders beside it, a campaign file). The campaign comes from `--campaign FILE` when given, else from
+the inventory's `all.vars.kvoffload_campaign`. Rules that tie the campaign to the inventory (tiers
+need an lmcache host, nvme needs an NVMe device there, 2+ replicas need an lb host) are checked here,
+before any host is touched, and name the key in each file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from kvoffload.config.campaign import Campaign
+from kvoffload.config.cells import Cell, resolve_cells
+from kvoffload.config.errors import ConfigError, format_validation_error
+from kvoffload.config.inventory import CAMPAIGN_VAR, GROUPS, Host, Inventory, parse_inventory
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """A validated inventory + campaign and the campaign's cells."""
+
+    inventory: Inventory
+    campaign: Campaign
+    campaign_file: str
+    campaign_key: str
+    dataset_path: Path
+    cells: tuple[Cell, ...]
+
+    @property
+    def replicas(self) -> list[tuple[Host, int]]:
+        """(host, replica index) of every vLLM replica, in inventory order."""
+        return [(host, r.index) for host in self.inventory.group("vllm") for r in host.replicas]
+
+    @property
+    def lmcache_host(self) -> Host | None:
+        hosts = self.inventory.group("lmcache")
+        return hosts[0] if hosts else None
+
+    @property
+    def lb_host(self) -> Host | None:
+        hosts = self.inventory.group("lb")
+        return hosts[0] if hosts else None
+
+    @property
+    def client_host(self) -> Host:
+        return self.inventory.group("client")[0]
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; unreadable or malformed files raise `ConfigError` naming file and line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{path}{where}: invalid YAML: {problem}"]) from exc
+
+
+def _var_files(folder: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """`group_vars/` or `host_vars/` beside an inventory: NAME.yml, NAME.yaml or NAME/*.yml, by NAME."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    if not folder.is_dir():
+        return found
+    for entry in sorted(folder.iterdir()):
+        if entry.is_dir():
+            files = sorted(p for p in entry.iterdir() if p.suffix in {".yml", ".yaml"})
+            name = entry.name
+        elif entry.suffix in {".yml", ".yaml"}:
+            files, name = [entry], entry.stem
+        else:
+            continue
+        for file in files:
+            values = read_yaml(file)
+            if values is None:
+                continue
+            if not isinstance(values, dict):
+                raise ConfigError([f"{file}: (top level): a vars file must be a mapping of variables"])
+            # Several files of one name (a folder) merge in name order; problems name the last one.
+            previous = found.get(name, ("", {}))[1]
+            found[name] = (str(file), {**previous, **values})
+    return found
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    """Validate an Ansible YAML inventory file (a folder means its hosts.yml), with the group_vars/
+    and host_vars/ folders beside it."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "hosts.yml"
+    return parse_inventory(
+        read_yaml(path),
+        str(path),
+        group_files=_var_files(path.parent / "group_vars"),
+        host_files=_var_files(path.parent / "host_vars"),
+    )
+
+
+def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
+    """The rules between groups, host vars and the campaign; all problems at once."""
+    problems: list[str] = []
+    f = inv.file
+    client = inv.group("client")
+    if len(client) != 1:
+        names = ", ".join(h.name for h in client) or "none"
+        problems.append(f"{f}: all.children.client: needs exactly one host, has {len(client)} ({names})")
+    vllm = inv.group("vllm")
+    if not vllm:
+        problems.append(f"{f}: all.children.vllm: needs at least one host running vLLM replicas")
+    for host in vllm:
+        if not host.replicas:
+            problems.append(
+                f"{f}: host {host.name} (group vllm): vllm_replicas is missing or empty: "
+                'give it e.g. [{index: 0, gpus: "0"}]'
+            )
+    for group in ("lmcache", "lb"):
+        members = inv.group(group)
+        if len(members) > 1:
+            names = ", ".join(h.name for h in members)
+            problems.append(f"{f}: all.children.{group}: at most one host, has {len(members)} ({names})")
+    offload = [t for t in campaign.tiers if t != "gpu"]
+    lmcache = inv.group("lmcache")
+    if offload and not lmcache:
+        problems.append(
+            f"{f}: all.children.lmcache: tiers {', '.join(offload)} ({tiers_at}) need "
+            "exactly one host in group lmcache"
+        )
+    if "nvme" in campaign.tiers and len(lmcache) == 1 and not lmcache[0].nvme_devices:
+        problems.append(
+            f"{f}: host {lmcache[0].name}: nvme_storage_devices is empty, but {tiers_at} has "
+            "nvme: list the NVMe device for the L2 cache on the lmcache host"
+        )
+    replicas = sum(len(h.replicas) for h in vllm)
+    if replicas >= 2 and not inv.group("lb"):
+        problems.append(f"{f}: all.children.lb: {replicas} vLLM replicas need one host in group lb (Caddy)")
+    if problems:
+        raise ConfigError(problems)
+
+
+def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None) -> LabConfig:
+    """Inventory + campaign, validated together, with the campaign's cells resolved."""
+    inventory = load_inventory(inventory_path)
+    if campaign_path is not None:
+        campaign_file = Path(campaign_path)
+        raw = read_yaml(campaign_file)
+        # A campaign file holds the mapping itself, or (like an inventory) under kvoffload_campaign.
+        key = ""
+        if isinstance(raw, dict) and set(raw) == {CAMPAIGN_VAR}:
+            raw, key = raw[CAMPAIGN_VAR], CAMPAIGN_VAR
+    else:
+        source, key = inventory.all_var_sources.get(
+            CAMPAIGN_VAR, (inventory.file, f"all.vars.{CAMPAIGN_VAR}")
+        )
+        campaign_file = Path(source)
+        raw = inventory.all_vars.get(CAMPAIGN_VAR)
+        if raw is None:
+            raise ConfigError([f"{campaign_file}: {key}: no campaign here: add one, or pass --campaign FILE"])
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{campaign_file}: {key or '(top level)'}: a campaign must be a mapping"])
+    try:
+        campaign = Campaign.model_validate(raw)
+    except ValidationError as exc:
+        raise format_validation_error(exc, campaign_file, key, Campaign) from exc
+    _check_inventory(inventory, campaign, f"{campaign_file}: {key + '.' if key else ''}tiers")
+    dataset = Path(campaign.dataset.path)
+    if not dataset.is_absolute():
+        dataset = Path(os.path.normpath(campaign_file.parent / dataset))
+    return LabConfig(
+        inventory=inventory,
+        campaign=campaign,
+        campaign_file=str(campaign_file),
+        campaign_key=key,
+        dataset_path=dataset,
+        cells=tuple(resolve_cells(campaign)),
+    )
+
+
+__all__ = ["GROUPS", "LabConfig", "load_inventory", "load_lab", "read_yaml"]

@@ -1,0 +1,88 @@
+"""`kvoffload-lab plan`: cells, ceilings with warnings, DONE detection, exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvoffload.cli.main import main
+from kvoffload.config import load_lab
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _generic_dataset(folder: Path, sessions: int, calls: int) -> Path:
+    """`sessions` conversations of `calls` calls each, every call extending the previous one."""
+    folder.mkdir()
+    lines = []
+    for s in range(sessions):
+        messages: list[dict[str, Any]] = [{"role": "system", "content": f"session {s}"}]
+        for c in range(calls):
+            messages = [*messages, {"role": "user", "content": f"question {c}"}]
+            lines.append(json.dumps({"session_id": f"s{s}", "messages": messages, "output_length": 8}))
+            messages = [*messages, {"role": "assistant", "content": f"answer {c}"}]
+    (folder / "calls.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _lab(tmp_path: Path) -> tuple[Path, Path]:
+    inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
+    inventory["all"]["vars"].pop("kvoffload_campaign")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    _generic_dataset(tmp_path / "data", sessions=2, calls=10)
+    campaign = {
+        "name": "plantest",
+        "model": "m",
+        "gpu_vendor": "amd",
+        "engine": "vllm",
+        "dataset": {"code": "generic", "path": "data"},
+        "tiers": ["gpu", "nvme"],
+        "concurrency": [2, 8],
+        "num_rounds": [5],
+        "isl": 4096,
+    }
+    camp = tmp_path / "campaign.yml"
+    camp.write_text(yaml.safe_dump(campaign))
+    return inv, camp
+
+
+def test_example_inventory_plans(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(ROOT / "inventories" / "example" / "hosts.yml")]) == 0
+    out = capsys.readouterr().out
+    assert "18 cell(s) to run, 0 already DONE" in out
+    assert "virtual-user ceilings unknown" in out
+    assert "nvidia-nvme" in out and "header X-User-Id" in out and "least_conn" in out
+
+
+def test_ceiling_warning_and_done_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv, camp = _lab(tmp_path)
+    cells = load_lab(inv, camp).cells
+    done = cells[0]
+    (tmp_path / "results" / "plantest" / "cells" / done.id).mkdir(parents=True)
+    (tmp_path / "results" / "plantest" / "cells" / done.id / "DONE").write_text("")
+    # A cell folder without DONE (interrupted) is run again.
+    (tmp_path / "results" / "plantest" / "cells" / cells[1].id).mkdir(parents=True)
+    rc = main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "3 cell(s) to run, 1 already DONE" in out
+    assert "amd-gpu" in out and "amd-nvme" in out
+    # 2 sessions x 10 calls at num_rounds 5: 4 virtual users, so concurrency 8 exceeds it in both tiers.
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2
+    assert all("exceeds the dataset's 4 virtual users" in line for line in warnings)
+
+
+def test_bad_input_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv, camp = _lab(tmp_path)
+    campaign = yaml.safe_load(camp.read_text())
+    campaign["concurrency"] = [2, -4]
+    camp.write_text(yaml.safe_dump(campaign))
+    assert main(["plan", str(inv), "--campaign", str(camp)]) == 2
+    err = capsys.readouterr().err
+    assert f"{camp}: concurrency[1]: must be a positive integer, got -4" in err

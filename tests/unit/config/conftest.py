@@ -1,0 +1,68 @@
+"""Shared builders for the config tests: a valid lab inventory and campaign as plain dicts."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+BASE_CAMPAIGN: dict[str, Any] = {
+    "name": "t1",
+    "model": "tiny-llama",
+    "gpu_vendor": "nvidia",
+    "engine": "sim",
+    "sim_profile": "tiny",
+    "dataset": {"code": "tau2-bench-v1", "path": "data/tau2"},
+    "tiers": ["gpu", "cpu", "nvme"],
+    "concurrency": [2, 16],
+    "num_rounds": [5],
+    "isl": 16384,
+    "osl": 32,
+}
+
+BASE_INVENTORY: dict[str, Any] = {
+    "all": {
+        "vars": {"ansible_user": "root"},
+        "hosts": {
+            "h1": {"ansible_host": "10.0.0.1"},
+            "h2": {
+                "ansible_host": "10.0.0.2",
+                "vllm_replicas": [{"index": 0, "gpus": "0"}],
+                "nvme_storage_devices": [{"device": "/dev/loop0", "mount": "/mnt/kvoffload-nvme"}],
+            },
+            "h3": {"ansible_host": "10.0.0.3", "vllm_replicas": [{"index": 0, "gpus": "0"}]},
+        },
+        "children": {
+            "vllm": {"hosts": {"h2": None, "h3": None}},
+            "lmcache": {"hosts": {"h2": None}},
+            "lb": {"hosts": {"h1": None}},
+            "client": {"hosts": {"h1": None}},
+        },
+    }
+}
+
+
+@pytest.fixture
+def campaign() -> dict[str, Any]:
+    return copy.deepcopy(BASE_CAMPAIGN)
+
+
+@pytest.fixture
+def inventory() -> dict[str, Any]:
+    return copy.deepcopy(BASE_INVENTORY)
+
+
+@pytest.fixture
+def write_yaml(tmp_path: Path) -> Callable[[str, Any], Path]:
+    """Write `data` as YAML to tmp_path/<name> and return the path."""
+
+    def write(name: str, data: Any) -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write

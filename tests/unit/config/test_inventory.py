@@ -1,0 +1,152 @@
+"""Inventory parsing: groups, variable precedence, and the typed host variables the roles share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvoffload.config import ConfigError, load_inventory
+
+Writer = Callable[[str, Any], Path]
+
+
+def test_groups_addresses_and_host_vars(write_yaml: Writer, inventory: Any) -> None:
+    inv = load_inventory(write_yaml("hosts.yml", inventory))
+    assert [h.name for h in inv.hosts] == ["h1", "h2", "h3"]
+    assert inv.host("h1").groups == {"lb", "client"}
+    assert inv.host("h2").groups == {"vllm", "lmcache"}
+    assert inv.host("h2").address == "10.0.0.2"
+    assert [d.device for d in inv.host("h2").nvme_devices] == ["/dev/loop0"]
+    assert [(r.index, r.gpus) for r in inv.host("h3").replicas] == [(0, "0")]
+    assert [h.name for h in inv.group("vllm")] == ["h2", "h3"]
+
+
+def test_folder_means_its_hosts_yml(write_yaml: Writer, inventory: Any) -> None:
+    path = write_yaml("hosts.yml", inventory)
+    assert load_inventory(path.parent).file == str(path)
+
+
+def test_group_vars_apply_and_host_vars_win(write_yaml: Writer, inventory: Any) -> None:
+    del inventory["all"]["hosts"]["h3"]["vllm_replicas"]
+    inventory["all"]["children"]["vllm"]["vars"] = {"vllm_replicas": [{"index": 0, "gpus": "0,1"}]}
+    inv = load_inventory(write_yaml("hosts.yml", inventory))
+    assert inv.host("h3").replicas[0].gpus == "0,1"
+    assert inv.host("h2").replicas[0].gpus == "0"
+
+
+def test_nested_children_and_top_level_groups(write_yaml: Writer) -> None:
+    data = {
+        "all": {"hosts": {"a": {"ansible_host": "10.1.0.1"}}},
+        "gpus": {"children": {"vllm": {"hosts": {"b": {"vllm_replicas": [{"index": 1, "gpus": "3"}]}}}}},
+    }
+    inv = load_inventory(write_yaml("hosts.yml", data))
+    assert inv.host("b").groups == {"gpus", "vllm"}
+    assert inv.host("b").address == "b"
+    assert inv.host("a").groups == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key", "words"),
+    [
+        (
+            lambda inv: inv["all"]["children"]["vllm"].update({"host": {"h9": None}}),
+            "all.children.vllm.host",
+            "unknown key (allowed: children, hosts, vars)",
+        ),
+        (
+            lambda inv: inv["all"]["hosts"]["h2"]["vllm_replicas"][0].update({"gpus": "0,,1"}),
+            "all.hosts.h2.vllm_replicas[0].gpus",
+            "comma list of GPU ids",
+        ),
+        (
+            lambda inv: inv["all"]["hosts"]["h2"]["vllm_replicas"][0].update({"gpus": 0}),
+            "all.hosts.h2.vllm_replicas[0].gpus",
+            "Input should be a valid string",
+        ),
+        (
+            lambda inv: inv["all"]["hosts"]["h2"]["vllm_replicas"].append({"index": 0, "gpus": "1"}),
+            "all.hosts.h2.vllm_replicas[1].index",
+            "index 0 is used twice on this host",
+        ),
+        (
+            lambda inv: inv["all"]["hosts"]["h2"]["vllm_replicas"].append({"index": 1, "gpus": "1,0"}),
+            "all.hosts.h2.vllm_replicas[1].gpus",
+            "GPU 0 is also given to vllm_replicas[0]",
+        ),
+        (
+            lambda inv: inv["all"]["hosts"]["h2"]["nvme_storage_devices"][0].update({"fstype": "btrfs"}),
+            "all.hosts.h2.nvme_storage_devices[0].fstype",
+            "must be xfs or ext4",
+        ),
+        (
+            lambda inv: inv["all"]["hosts"]["h2"]["nvme_storage_devices"][0].pop("mount"),
+            "all.hosts.h2.nvme_storage_devices[0].mount",
+            "required key is missing",
+        ),
+        (
+            lambda inv: inv["all"]["children"]["vllm"].update({"vars": {"vllm_replicas": {"index": 0}}}),
+            "all.children.vllm.vars.vllm_replicas",
+            "valid list",
+        ),
+    ],
+)
+def test_bad_inventory_names_the_key(
+    write_yaml: Writer, inventory: Any, mutate: Callable[[Any], None], key: str, words: str
+) -> None:
+    mutate(inventory)
+    path = write_yaml("hosts.yml", inventory)
+    with pytest.raises(ConfigError) as info:
+        load_inventory(path)
+    assert len(info.value.problems) == 1, info.value.problems
+    assert info.value.problems[0].startswith(f"{path}: {key}: ")
+    assert words in info.value.problems[0]
+
+
+def test_invalid_yaml_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_text("all:\n  hosts:\n    h1: {ansible_host: [\n")
+    with pytest.raises(ConfigError) as info:
+        load_inventory(path)
+    assert str(info.value).startswith(f"{path}:4:1: invalid YAML")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yml: cannot read: No such file"):
+        load_inventory(tmp_path / "nope.yml")
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must be a mapping with `all`"):
+        load_inventory(path)
+
+
+def test_group_vars_and_host_vars_folders(write_yaml: Writer, inventory: Any, tmp_path: Path) -> None:
+    del inventory["all"]["hosts"]["h3"]["vllm_replicas"]
+    path = write_yaml("hosts.yml", inventory)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "vllm.yml").write_text('vllm_replicas: [{index: 0, gpus: "0,1"}]\n')
+    (tmp_path / "group_vars" / "all").mkdir()
+    (tmp_path / "group_vars" / "all" / "campaign.yml").write_text("kvoffload_campaign: {name: x}\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "h2.yaml").write_text('vllm_replicas: [{index: 3, gpus: "7"}]\n')
+    inv = load_inventory(path)
+    assert [(r.index, r.gpus) for r in inv.host("h3").replicas] == [(0, "0,1")]
+    assert [(r.index, r.gpus) for r in inv.host("h2").replicas] == [(3, "7")]
+    assert inv.all_vars["kvoffload_campaign"] == {"name": "x"}
+
+
+def test_problem_in_a_group_vars_file_names_that_file(
+    write_yaml: Writer, inventory: Any, tmp_path: Path
+) -> None:
+    path = write_yaml("hosts.yml", inventory)
+    (tmp_path / "group_vars").mkdir()
+    bad = tmp_path / "group_vars" / "vllm.yml"
+    bad.write_text('vllm_replicas: [{index: 0, gpus: "a"}]\n')
+    with pytest.raises(ConfigError) as info:
+        load_inventory(path)
+    assert info.value.problems[0].startswith(f"{bad}: vllm_replicas[0].gpus: must be a comma list")

@@ -1,0 +1,67 @@
+"""The lab's inventory: the layout issue 6 asks for, valid for the config models and the demo."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvoffload.config import load_inventory, load_lab
+from kvoffload.errors import UserError
+from kvoffload.lab.inventory import assign_groups, render
+from kvoffload.lab.network import plan_addresses
+from kvoffload.lab.state import LabHost, LabState
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _state(count: int) -> LabState:
+    gateway, addresses = plan_addresses("10.213.0.0/24", count)
+    names = [f"kvlab{i}" for i in range(1, count + 1)]
+    groups = assign_groups(names)
+    return LabState(
+        state_dir="/tmp/x",
+        bridge="kvlab0",
+        subnet="10.213.0.0/24",
+        gateway=gateway,
+        rootfs="/r",
+        ssh_key="/tmp/x/ssh/id_ed25519",
+        inventory="/tmp/hosts.yml",
+        loop_device="/dev/loop7",
+        lmcache_host="kvlab2",
+        hosts=[LabHost(n, ip, groups[n]) for n, ip in zip(names, addresses, strict=True)],
+    )
+
+
+def test_addresses() -> None:
+    assert plan_addresses("10.213.0.0/24", 3) == ("10.213.0.1", ["10.213.0.11", "10.213.0.12", "10.213.0.13"])
+    with pytest.raises(UserError, match="private network"):
+        plan_addresses("8.8.8.0/24", 3)
+    with pytest.raises(UserError, match="not an IPv4 network"):
+        plan_addresses("10.213.0.1/24", 3)
+
+
+def test_three_host_layout_runs_the_demo_campaign(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_text(render(_state(3)))
+    inv = load_inventory(path)
+    assert [h.name for h in inv.group("client")] == ["kvlab1"]
+    assert [h.name for h in inv.group("lb")] == ["kvlab1"]
+    assert [h.name for h in inv.group("vllm")] == ["kvlab2", "kvlab3"]
+    assert [h.name for h in inv.group("lmcache")] == ["kvlab2"]
+    assert [d.device for d in inv.host("kvlab2").nvme_devices] == ["/dev/loop7"]
+    assert inv.host("kvlab3").nvme_devices == []
+    extra = inv.host("kvlab2").vars.model_extra or {}
+    exclude = extra["node_exporter_diskstats_device_exclude"]
+    assert re.match(exclude, "sda1") and not re.match(exclude, "loop7")
+    assert inv.host("kvlab3").address == "10.213.0.13"
+    assert inv.all_vars["ansible_user"] == "root"
+    assert "StrictHostKeyChecking=no" in inv.all_vars["ansible_ssh_common_args"]
+    lab = load_lab(path, ROOT / "inventories" / "local" / "campaign-demo.yml")
+    assert len(lab.replicas) == 2 and lab.lb_host is not None
+
+
+def test_one_host_lab_holds_every_group() -> None:
+    assert assign_groups(["a"]) == {"a": ["client", "lb", "vllm", "lmcache"]}
+    assert assign_groups(["a", "b"]) == {"a": ["client", "lb"], "b": ["vllm", "lmcache"]}
