@@ -42,9 +42,11 @@ def register(sub: Any) -> None:
 def demo(args: argparse.Namespace) -> int:
     from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
     from kvoffload.cli.run import run as run_campaign
-    from kvoffload.lab.lifecycle import UpOptions, down, require_root, up
+    from kvoffload.lab.lifecycle import UpOptions, down, require_root, status, up
 
     require_root()
+    if not status().healthy:
+        down()  # a half-up lab from an earlier failure: start clean
     print("demo: bringing up the virtual lab (3 systemd-nspawn hosts)...", file=sys.stderr)
     up(UpOptions(hosts=3, inventory=DEMO_INVENTORY))
     try:
