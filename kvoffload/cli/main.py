@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        for noisy in ("httpx", "httpcore", "asyncio"):  # one line per HTTP request is not progress
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,7 @@ class _Display:
         self.tty = sys.stderr.isatty()
         self.state: dict[str, Any] = {"cell": "-", "index": 0, "phase": "starting", "task": "", "replay": ""}
         self._t_phase = time.monotonic()
+        self._last_log = 0.0
         self._live: Any = None
 
     def __enter__(self) -> _Display:
@@ -132,9 +134,12 @@ class _Display:
         self._refresh()
 
     def replay(self, done: int, expected: int) -> None:
-        self.state["replay"] = f"{done}/{expected} requests" if expected else f"{done} requests"
-        if not self.tty:
-            log.info("replay: %s", self.state["replay"])
+        text = f"{done}/{expected} requests" if expected else f"{done} requests"
+        changed = text != self.state["replay"]
+        self.state["replay"] = text
+        if not self.tty and changed and time.monotonic() - self._last_log >= 10:
+            self._last_log = time.monotonic()
+            log.info("replay: %s", text)
         self._refresh()
 
     def cell_done(self, cell: Cell, status: str, seconds: float) -> None:
@@ -194,6 +199,19 @@ def _runner(args: argparse.Namespace, fresh: bool = False) -> Any:
     return lab, results, display, runner
 
 
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM stop a campaign: a running playbook is canceled (ansible-playbook runs in its
+    own session, so it never sees the terminal's Ctrl-C), then the cell is torn down and marked."""
+    from kvoffload.playbook import request_stop
+
+    def handler(_signum: int, _frame: object) -> None:
+        if not request_stop():
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     from kvoffload.errors import UserError
     from kvoffload.playbook import PlaybookFailed
@@ -207,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--cells: unknown cell id(s) {', '.join(unknown)}; `kvoffload-lab plan` lists them"
             )
     t0 = time.monotonic()
+    _stop_on_signals()
     try:
         with display:
             outcome = runner.run(only=only, provision=not args.skip_provision)

@@ -129,13 +129,14 @@ def _unit_states(cell_dir: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Let teardown finish even if Ctrl-C is pressed again."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _signals_deferred() -> Iterator[None]:
+    """Let teardown finish even if Ctrl-C is pressed again or SIGTERM arrives."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class CampaignRunner:
@@ -299,7 +300,7 @@ class CampaignRunner:
             )
         except KeyboardInterrupt:
             record["status"] = "interrupted"
-            with _sigint_deferred():
+            with _signals_deferred():
                 self._teardown_cell(cell, extravars, record, timings)
                 write_json_atomic(cell_dir / "cell.json", record)
             raise

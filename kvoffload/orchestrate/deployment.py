@@ -122,7 +122,7 @@ def cell_extravars(
         "replay_controller_dir": str(local_cell_dir),
         "replay_dataset_code": campaign.dataset.code,
         "replay_dataset_path": spec.dataset,
-        "replay_dataset_src": str(lab.dataset_path),
+        "replay_dataset_src": str(lab.dataset_path.resolve()),
         "replay_concurrency": cell.concurrency,
         "replay_num_rounds": cell.num_rounds,
         "replay_isl": cell.isl,

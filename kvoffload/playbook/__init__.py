@@ -5,11 +5,21 @@ ansible-runner's API is untyped keyword arguments; it stays inside this package 
 """
 
 from kvoffload.playbook.runner import (
+    PlaybookCanceled,
     PlaybookFailed,
     PlaybookResult,
     PlaybookRunner,
     TaskFailure,
     ansible_dir,
+    request_stop,
 )
 
-__all__ = ["PlaybookFailed", "PlaybookResult", "PlaybookRunner", "TaskFailure", "ansible_dir"]
+__all__ = [
+    "PlaybookCanceled",
+    "PlaybookFailed",
+    "PlaybookResult",
+    "PlaybookRunner",
+    "TaskFailure",
+    "ansible_dir",
+    "request_stop",
+]

@@ -8,7 +8,9 @@ to the runner's env/ folder (`suppress_env_files`), since they may carry secrets
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,24 @@ class PlaybookResult:
         return sum(self.changed.values())
 
 
+class PlaybookCanceled(KeyboardInterrupt):
+    """A stop was requested (Ctrl-C, SIGTERM) while a playbook ran; ansible-playbook was killed."""
+
+
+_STOP = threading.Event()
+_RUNNING = threading.Event()
+
+
+def request_stop() -> bool:
+    """Ask the running playbook to stop (ansible-playbook runs in its own session, so a terminal's
+    Ctrl-C never reaches it). Returns False when no playbook is running: the caller then interrupts
+    itself."""
+    if not _RUNNING.is_set():
+        return False
+    _STOP.set()
+    return True
+
+
 class PlaybookFailed(RuntimeError):
     """A playbook ended in failure; the message names each failed host and task."""
 
@@ -71,6 +91,31 @@ def _message(res: Mapping[str, Any]) -> str:
         if value:
             return str(value).strip().splitlines()[-1][:400] if key == "stderr" else str(value)[:400]
     return "no message"
+
+
+def _kill_leftovers(artifact_dir: Path) -> int:
+    """SIGKILL what a canceled ansible-playbook left behind.
+
+    ansible-runner kills ansible-playbook's process group, but ansible's per-host workers run in
+    sessions of their own and would go on (polling a remote replay, say) as orphans. Every one of them
+    inherits AWX_ISOLATED_DATA_DIR=<this run's artifact dir> from ansible-runner, which identifies them.
+    """
+    marker = f"AWX_ISOLATED_DATA_DIR={artifact_dir}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
 
 
 class PlaybookRunner:
@@ -142,21 +187,33 @@ class PlaybookRunner:
             **self.envvars,
         }
         t0 = time.monotonic()
-        runner = ansible_runner.run(
-            private_data_dir=str(self.artifacts),
-            project_dir=str(base / "playbooks"),
-            playbook=str(path),
-            inventory=str(self.inventory),
-            extravars=dict(extravars or {}),
-            limit=limit,
-            tags=",".join(tags) if tags else None,
-            cmdline=cmdline,
-            envvars=env,
-            ident=ident,
-            quiet=True,
-            suppress_env_files=True,
-            event_handler=handler,
-        )
+        _STOP.clear()
+        _RUNNING.set()
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(self.artifacts),
+                project_dir=str(base / "playbooks"),
+                playbook=str(path),
+                inventory=str(self.inventory),
+                extravars=dict(extravars or {}),
+                limit=limit,
+                tags=",".join(tags) if tags else None,
+                cmdline=cmdline,
+                envvars=env,
+                ident=ident,
+                quiet=True,
+                suppress_env_files=True,
+                event_handler=handler,
+                cancel_callback=_STOP.is_set,
+            )
+        finally:
+            _RUNNING.clear()
+        if runner.status == "canceled":
+            _STOP.clear()
+            _kill_leftovers(self.artifacts / "artifacts" / ident)
+            raise PlaybookCanceled(
+                f"playbook {playbook} stopped on request; artifacts: {self.artifacts / 'artifacts' / ident}"
+            )
         stats = runner.stats or {}
         result = PlaybookResult(
             playbook=playbook,

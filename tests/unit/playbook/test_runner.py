@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from kvoffload.playbook import PlaybookFailed, PlaybookRunner
+from kvoffload.playbook import PlaybookCanceled, PlaybookFailed, PlaybookRunner, request_stop
 
 PLAYS = {
     "ok.yml": """
@@ -19,6 +22,15 @@ PLAYS = {
         content: "{{ marker_text }}\\n"
         dest: "{{ marker_path }}"
         mode: "0644"
+""",
+    "slow.yml": """
+- name: Take a while
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Sleep
+      ansible.builtin.command: sleep 120
+      changed_when: false
 """,
     "fail.yml": """
 - name: Fail on purpose
@@ -80,3 +92,26 @@ def test_failure_names_host_and_task(ansible_home: Path, tmp_path: Path) -> None
     text = str(err.value)
     assert "box1: failed at task 'Refuse the device': refusing /dev/loop9: it holds a filesystem" in text
     assert err.value.result.rc != 0
+
+
+def test_stop_request_kills_ansible_playbook(ansible_home: Path, tmp_path: Path) -> None:
+    assert request_stop() is False  # nothing running: the caller interrupts itself
+    runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
+    asked: list[bool] = []
+
+    def stop_soon() -> None:
+        time.sleep(3)
+        asked.append(request_stop())
+
+    threading.Thread(target=stop_soon, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(PlaybookCanceled):
+        runner.run("slow.yml")
+    assert asked == [True]
+    assert time.monotonic() - t0 < 60
+    # ansible-playbook itself is gone (what a task started on a host is the teardown playbook's job)
+    left = subprocess.run(
+        ["pgrep", "-f", f"ansible-playbook.*{tmp_path}"], capture_output=True, text=True, check=False
+    )
+    subprocess.run(["pkill", "-f", "sleep 120"], check=False)
+    assert left.stdout.strip() == "", "ansible-playbook or one of its workers outlived the canceled run"
