@@ -39,7 +39,7 @@ class CampaignResults:
     @classmethod
     def open(cls, base: Path, campaign: str, fresh: bool = False) -> CampaignResults:
         """The folder `base/campaign`; with `fresh`, an existing one is kept aside as `<campaign>-<stamp>`."""
-        root = base / campaign
+        root = base.resolve() / campaign  # absolute: playbooks run from their own folder
         if fresh and root.exists():
             root.rename(base / f"{campaign}-{time.strftime('%Y%m%dT%H%M%S')}")
         results = cls(root)
