@@ -86,11 +86,12 @@ EventCallback = Callable[[str, str], None]  # (host or "", task name) when a tas
 
 
 def _message(res: Mapping[str, Any]) -> str:
-    for key in ("msg", "stderr", "reason"):
-        value = res.get(key)
-        if value:
-            return str(value).strip().splitlines()[-1][:400] if key == "stderr" else str(value)[:400]
-    return "no message"
+    """The task's message, with the last line of its stderr when it has one ("non-zero return code")."""
+    parts = [str(res[k]).strip()[:400] for k in ("msg", "reason") if res.get(k)]
+    stderr = str(res.get("stderr") or "").strip()
+    if stderr:
+        parts.append("stderr: " + stderr.splitlines()[-1][:400])
+    return ": ".join(parts) or "no message"
 
 
 def _kill_leftovers(artifact_dir: Path) -> int:
