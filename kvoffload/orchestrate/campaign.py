@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import platform
+import re
 import signal
 import subprocess
 import time
@@ -100,10 +101,15 @@ def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
     for path in sorted(fact_cache.iterdir()):
         try:
             facts = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            # ansible-core 2.19 wraps the facts as a JSON string and names the file s<version>_<host>
+            if isinstance(facts.get("__payload__"), str):
+                facts = json.loads(facts["__payload__"])
+        except (OSError, json.JSONDecodeError, AttributeError):
             continue
+        host = re.sub(r"^s\d+_", "", path.name)
+        local = facts.get("ansible_local") or {}
         processor = facts.get("ansible_processor") or []
-        out[path.name] = {
+        out[host] = {
             "cpu": processor[2] if len(processor) > 2 else None,
             "vcpus": facts.get("ansible_processor_vcpus"),
             "ram_gib": round(facts["ansible_memtotal_mb"] / 1024, 1)
@@ -113,7 +119,9 @@ def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
                 str(facts.get(k, "")) for k in ("ansible_distribution", "ansible_distribution_version")
             ),
             "kernel": facts.get("ansible_kernel"),
-            "local": facts.get("ansible_local") or {},
+            "gpus": ((local.get("kvoffload_gpu") or {}).get("devices")) or [],
+            "nvme": ((local.get("kvoffload_nvme") or {}).get("devices")) or [],
+            "local": local,
         }
     return out
 

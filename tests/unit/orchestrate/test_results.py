@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.config import Cell
+from kvoffload.orchestrate.campaign import host_facts
 from kvoffload.orchestrate.results import CampaignResults
 
 CELL = Cell("abc123", "cpu", 8, 5, 16384, "recorded", 1, {"tier": "cpu"})
@@ -35,3 +36,16 @@ def test_fresh_keeps_the_old_campaign(tmp_path: Path) -> None:
     assert not again.is_done(CELL)
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
     assert len(kept) == 1 and (kept[0] / "cells" / CELL.id / "DONE").is_file()
+
+
+def test_host_facts_from_ansible_219_fact_cache(tmp_path: Path) -> None:
+    # a real fact-cache file written by ansible-core 2.19 for the lab's lmcache host
+    cache = tmp_path / "fact_cache"
+    cache.mkdir()
+    (cache / "s1_kvlab2").write_bytes((Path(__file__).parent / "fixtures" / "s1_kvlab2").read_bytes())
+    facts = host_facts(cache)
+    assert list(facts) == ["kvlab2"]
+    host = facts["kvlab2"]
+    assert host["vcpus"] == 2 and host["ram_gib"] == 23.5 and host["os"] == "Debian 12.15"
+    assert host["nvme"][0]["device"] == "/dev/loop0" and host["nvme"][0]["fstype"] == "xfs"
+    assert host["gpus"] == []
