@@ -102,6 +102,11 @@ class Campaign(_Strict):
         default=None, description="stop a cell's replay after this many seconds (default: pool exhausted)"
     )
     honor_gaps: bool = Field(default=False, description="wait the recorded think/tool gap between rounds")
+    sample_interval_s: PositiveInt = Field(
+        default=15,
+        description="seconds between metric samples during a replay (15 as in the methodology; less for "
+        "cells that last only seconds, such as the demo's)",
+    )
     kv_cache_memory_bytes: PositiveInt | None = Field(
         default=None,
         description="GPU KV cache size per replica (vLLM --kv-cache-memory-bytes); to shrink or pin it",

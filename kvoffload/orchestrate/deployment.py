@@ -129,7 +129,7 @@ def cell_extravars(
         "replay_osl": str(cell.osl),
         "replay_max_sessions": campaign.max_sessions,
         "replay_extra_args": extra,
-        "replay_metrics_interval": 15,
+        "replay_metrics_interval": campaign.sample_interval_s,
     }
 
 

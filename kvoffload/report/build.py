@@ -123,9 +123,16 @@ def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
     return views
 
 
+CAMPAIGN_SKIP = frozenset({"campaign", "cells", "schema", "versions"})
+
+
 def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
     items = [("results folder", str(results_dir))]
-    for key, value in t.campaign.items():
+    # campaign.json: the campaign's own settings first, one line each; the cell list is shown below
+    flat = {**(t.campaign.get("campaign") or {}), **t.campaign}
+    for key, value in flat.items():
+        if key in CAMPAIGN_SKIP or value is None or value == []:
+            continue
         items.append((str(key), value if isinstance(value, str) else json.dumps(value, sort_keys=True)))
     items.append(("cells", f"{len(t.cells)} ({', '.join(sorted(set(t.cells['tier'])))} tiers)"))
     datasets = sorted(
