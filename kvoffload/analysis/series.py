@@ -68,17 +68,21 @@ def corrected(values: np.ndarray) -> np.ndarray:
     return np.concatenate([[values[0]], values[0] + np.cumsum(inc)])
 
 
-def _snapshot_delta(rows: pd.DataFrame) -> Delta | None:
+def _snapshot_delta(rows: pd.DataFrame, snapshot_starts: pd.Series) -> Delta | None:
+    """Before/after difference; a series absent from a target's before snapshot started at 0 (labelled
+    counters appear at their first increment), provided that target's before snapshot exists."""
     before = rows[rows["phase"] == BEFORE]
     after = rows[rows["phase"] == AFTER]
-    if before.empty or after.empty:
+    after = after[after["target"].isin(snapshot_starts.index) | after["target"].isin(before["target"])]
+    if after.empty:
         return None
     keys = ["target", "labels"]
     b = before.groupby(keys)["value"].sum()
     a = after.groupby(keys)["value"].sum()
     b = b.reindex(a.index).fillna(0.0)
     inc = np.where(a.to_numpy() >= b.to_numpy(), a.to_numpy() - b.to_numpy(), a.to_numpy())
-    seconds = float(after["ts"].max() - before["ts"].min())
+    start = before["ts"].min() if not before.empty else snapshot_starts[after["target"].unique()].min()
+    seconds = float(after["ts"].max() - start)
     return Delta(float(inc.sum()), seconds, "snapshots")
 
 
@@ -105,7 +109,9 @@ def delta(samples: pd.DataFrame, name: str | None) -> Delta | None:
     rows = samples[samples["name"] == name]
     if rows.empty:
         return None
-    return _snapshot_delta(rows) or _run_delta(rows)
+    before = samples[samples["phase"] == BEFORE]
+    starts = before.groupby("target")["ts"].min()
+    return _snapshot_delta(rows, starts) or _run_delta(rows)
 
 
 def make_grid(t0: float, t1: float, step_s: float = STEP_S) -> np.ndarray:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from analysis_frames import counter, samples_frame
 
 from kvoffload.analysis.engine import engine_figures, gauge_stats, histogram_mean, rate_ratio
 from kvoffload.analysis.names import VLLM_KV_USAGE, VLLM_PREFILL_TIME, VLLM_PREFIX_HITS, VLLM_PREFIX_QUERIES
+from tests.unit.analysis.analysis_frames import counter, samples_frame
 
 LAB = {"engine": "0", "model_name": "m"}
 TIMES = [15.0 * i for i in range(9)]  # 0 .. 120 s

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from analysis_frames import Row, samples_frame
 
 from kvoffload.analysis.hosts import cpu_utilization, disk_figures, disk_series, gpu_figures, gpu_table
+from tests.unit.analysis.analysis_frames import Row, samples_frame
 
 TARGETS: dict[str, dict[str, Any]] = {
     "lmcache": {"kind": "lmcache", "host": "store1", "url": "http://store1:8080/metrics"},

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from analysis_frames import Row, counter, samples_frame
 
 from kvoffload.analysis.lmcache import lmcache_figures
+from tests.unit.analysis.analysis_frames import Row, counter, samples_frame
 
 TIMES = [15.0 * i for i in range(5)]  # 0 .. 60 s
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_frames import counter, samples_frame
 
 from kvoffload.analysis.series import corrected, delta, final_quarter_mean, make_grid, windowed_rate
+from tests.unit.analysis.analysis_frames import counter, samples_frame
 
 
 def test_corrected_removes_a_reset() -> None:
@@ -68,3 +68,20 @@ def test_delta_prefers_snapshots_and_treats_new_series_as_zero() -> None:
         "samples",
     )
     assert delta(samples_frame(rows), "absent_total") is None
+
+
+def test_delta_counts_a_labelled_counter_born_during_the_run() -> None:
+    # The before snapshot of `lmcache` holds other metrics but not the labelled counter, which
+    # prometheus-client only exposes after its first increment: it started at 0, so the increase is 700.
+    samples = samples_frame(
+        [
+            ("before", 100.0, "lmcache", "lmcache_mp_l1_memory_usage_bytes", {}, 0.0),
+            ("after", 130.0, "lmcache", "lmcache_mp_l1_memory_usage_bytes", {}, 5.0),
+            ("after", 130.0, "lmcache", "lmcache_mp_lookup_hit_tokens_total", {"model_name": "m"}, 700.0),
+        ]
+    )
+    d = delta(samples, "lmcache_mp_lookup_hit_tokens_total")
+    assert d is not None and d.increase == 700.0 and d.seconds == 30.0 and d.source == "snapshots"
+    # without any before snapshot of that target there is no baseline: no snapshot figure
+    only_after = samples[samples["phase"] == "after"]
+    assert delta(only_after, "lmcache_mp_lookup_hit_tokens_total") is None
