@@ -119,10 +119,15 @@ class ReplayRunner:
             )
         )
         failed = [r for r in results if r.status != "ok"]
-        if failed:
+        if failed and len(failed) < len(results):
+            log.warning(
+                "%d of %d warm-up requests failed (%s); the others answered, going on",
+                len(failed), len(results), failed[0].error,
+            )  # fmt: skip
+        elif failed:
             first = failed[0]
             raise UserError(
-                f"{self._url}: {len(failed)} of {len(results)} warm-up requests failed "
+                f"{self._url}: all {len(results)} warm-up requests failed "
                 f"(HTTP {first.http_status}: {first.error}); check --base-url and --model"
             )
 
