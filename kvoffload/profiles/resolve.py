@@ -1,0 +1,321 @@
+"""Tier profiles (YAML data beside this module) -> the extravars the phase playbooks and roles take.
+
+Sits between `kvoffload/config` (which reads the inventory and campaign) and `kvoffload/playbook`
+(which hands these extravars to ansible-runner). It reads profile files and does arithmetic on ports
+and addresses; it never touches a host, runs Ansible or reads the inventory itself. Every key it
+returns is documented in the receiving role's `meta/argument_specs.yml` and in playbooks/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvoffload.errors import UserError
+
+Tier = Literal["gpu", "cpu", "nvme"]
+GpuVendor = Literal["nvidia", "amd"]
+Engine = Literal["vllm", "sim"]
+
+PROFILES_DIR = Path(__file__).resolve().parent
+TIERS: tuple[Tier, ...] = ("gpu", "cpu", "nvme")
+VLLM_BASE_PORT = 8000
+LMCACHE_PORT = 5555
+LMCACHE_HTTP_PORT = 8080
+# Real LMCache serves Prometheus metrics on their own port (`--prometheus-port`, LMCache's default
+# 9090); the simulator serves them on its HTTP port, so the flag is only passed to the real server.
+LMCACHE_PROMETHEUS_PORT = 9090
+CADDY_PORT = 8100
+CADDY_METRICS_PORT = 8101
+NODE_EXPORTER_PORT = 9100
+VISIBLE_DEVICES_ENV: dict[GpuVendor, str] = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
+# systemd splits `$VAR` in ExecStart at whitespace and the replica env file quotes values with single
+# quotes, so an argument must contain neither.
+_UNSAFE_ARG = re.compile(r"[\s']")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KvConnector(_Strict):
+    """The KV connector block of an engine profile (cpu and nvme tiers)."""
+
+    kv_connector: str = Field(description="vLLM connector class name, e.g. LMCacheMPConnector")
+    kv_role: str = Field(description="vLLM kv_role, kv_both for a connector that stores and loads")
+    mq_timeout: int = Field(gt=0, description="lmcache.mp.mq_timeout: seconds per blocking request")
+
+
+class EngineProfile(_Strict):
+    """Flags of `vllm serve` for one (GPU vendor build, tier)."""
+
+    description: str = Field(description="one line saying what the profile is for")
+    args: list[str] = Field(description="flags passed to every replica, in order")
+    env: dict[str, str] = Field(description="extra environment of every replica")
+    kv_connector: KvConnector | None = Field(description="connector to lmcache-server; null on gpu")
+
+
+class L2Adapter(_Strict):
+    """The L2 adapter of the nvme lmcache profile; base_path is the NVMe mount + l2_subdir."""
+
+    type: Literal["fs", "fs_native"] = Field(description="LMCache L2 adapter type")
+    l2_subdir: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="folder under the NVMe mount")
+
+
+class LmcacheProfile(_Strict):
+    """Flags of `lmcache server` for one offload tier."""
+
+    description: str = Field(description="one line saying what the profile is for")
+    chunk_size: int = Field(gt=0, description="tokens per KV chunk")
+    max_workers: int = Field(gt=0, description="worker threads of the server")
+    l1_size_gb: float = Field(gt=0, description="L1 (pinned RAM) pool size in GB")
+    eviction_policy: Literal["LRU", "noop"] = Field(description="L1 eviction policy")
+    eviction_trigger_watermark: float = Field(gt=0, le=1, description="L1 usage ratio starting eviction")
+    eviction_ratio: float = Field(gt=0, le=1, description="fraction of L1 one eviction pass frees")
+    l2_adapter: L2Adapter | None = Field(description="L2 on the NVMe mount; null for the cpu tier")
+
+
+class CaddyProfile(_Strict):
+    """Load-balancing policy and health checks of Caddy in front of 2+ replicas."""
+
+    description: str = Field(description="one line saying what the profile is for")
+    lb_policy: Literal["header X-User-Id", "least_conn"] = Field(description="Caddy lb_policy line")
+    health_uri: str = Field(description="active health check path")
+    health_interval: str = Field(description="active health check interval (Caddy duration)")
+    health_timeout: str = Field(description="active health check timeout (Caddy duration)")
+    fail_duration: str = Field(description="passive health: how long a failure is remembered")
+    max_fails: int = Field(gt=0, description="passive health: failures before a replica is down")
+    lb_try_duration: str = Field(description="how long a request waits for a healthy replica")
+    lb_try_interval: str = Field(description="pause between tries within lb_try_duration")
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One vLLM replica: systemd instance `kvoffload-vllm@<index>` on `host`, port 8000+index."""
+
+    host: str
+    address: str
+    index: int
+    gpus: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the resolver needs to know about one cell's deployment."""
+
+    tier: Tier
+    gpu_vendor: GpuVendor
+    engine: Engine
+    model: str
+    replicas: tuple[Replica, ...]
+    lmcache_address: str | None = None
+    lb_address: str | None = None
+    # Inventory host name -> address, for node-exporter targets (every host of the run).
+    node_addresses: Mapping[str, str] = field(default_factory=dict)
+    sim_profile: str | None = None
+    kv_cache_memory_bytes: int | None = None
+    num_gpu_blocks_override: int | None = None
+    l1_size_gb: float | None = None
+    nvme_mount: str = "/mnt/kvoffload-nvme"
+    extra_engine_args: tuple[str, ...] = ()
+
+
+def _load(path: Path, model: type[_Strict]) -> Any:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read profile {path}: {exc}") from exc
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"profile {path} is invalid (fix the keys named here):\n{exc}") from exc
+
+
+@cache
+def engine_profile(gpu_vendor: GpuVendor, tier: Tier) -> EngineProfile:
+    """The engine profile of (vendor build, tier): kvoffload/profiles/engine/<vendor>-<tier>.yaml."""
+    result: EngineProfile = _load(PROFILES_DIR / "engine" / f"{gpu_vendor}-{tier}.yaml", EngineProfile)
+    return result
+
+
+@cache
+def lmcache_profile(tier: Tier) -> LmcacheProfile:
+    """The lmcache-server profile of an offload tier (cpu or nvme)."""
+    if tier == "gpu":
+        raise UserError("the gpu tier runs no lmcache-server, so it has no lmcache profile")
+    result: LmcacheProfile = _load(PROFILES_DIR / "lmcache" / f"{tier}.yaml", LmcacheProfile)
+    return result
+
+
+@cache
+def caddy_profile(tier: Tier) -> CaddyProfile:
+    """The Caddy profile of a tier."""
+    result: CaddyProfile = _load(PROFILES_DIR / "caddy" / f"{tier}.yaml", CaddyProfile)
+    return result
+
+
+def _check_args(args: Sequence[str], what: str) -> None:
+    for arg in args:
+        if _UNSAFE_ARG.search(arg):
+            raise UserError(
+                f"{what}: argument {arg!r} contains whitespace or a single quote, which the systemd "
+                "unit cannot pass through; remove them (JSON values are written compactly)"
+            )
+
+
+def _check_deployment(dep: Deployment) -> None:
+    if not dep.replicas:
+        raise UserError("deployment has no vLLM replica: give the `vllm` group hosts `vllm_replicas`")
+    keys = [(r.host, r.index) for r in dep.replicas]
+    if len(set(keys)) != len(keys):
+        raise UserError(f"two replicas share a host and index in vllm_replicas: {sorted(keys)}")
+    ports = {(r.address, VLLM_BASE_PORT + r.index) for r in dep.replicas}
+    if len(ports) != len(dep.replicas):
+        raise UserError(
+            "two replicas would listen on the same address and port: make indexes unique per host"
+        )
+    for r in dep.replicas:
+        if r.index < 0 or not re.fullmatch(r"[0-9]+(,[0-9]+)*", r.gpus):
+            raise UserError(
+                f"vllm_replicas of host {r.host}: index {r.index} / gpus {r.gpus!r} are invalid "
+                '(index >= 0, gpus a comma list of GPU ids such as "0" or "0,1")'
+            )
+    if dep.tier != "gpu" and not dep.lmcache_address:
+        raise UserError(f"tier {dep.tier} needs the `lmcache` group: one host for lmcache-server")
+    if len(dep.replicas) >= 2 and not dep.lb_address:
+        raise UserError(f"{len(dep.replicas)} replicas need the `lb` group: one host for Caddy")
+    if dep.engine == "sim" and not dep.sim_profile:
+        raise UserError("engine sim needs a simulator cost profile (sim_profile)")
+    if dep.kv_cache_memory_bytes is not None and dep.num_gpu_blocks_override is not None:
+        raise UserError("set kv_cache_memory_bytes or num_gpu_blocks_override, not both")
+    _check_args([dep.model], "model")
+
+
+def engine_args(dep: Deployment) -> list[str]:
+    """Flags every replica gets after `vllm serve <model> --host H --port P`."""
+    profile = engine_profile(dep.gpu_vendor, dep.tier)
+    args = list(profile.args)
+    if dep.kv_cache_memory_bytes is not None:
+        args += ["--kv-cache-memory-bytes", str(dep.kv_cache_memory_bytes)]
+    if dep.num_gpu_blocks_override is not None:
+        args += ["--num-gpu-blocks-override", str(dep.num_gpu_blocks_override)]
+    args += list(dep.extra_engine_args)
+    if profile.kv_connector is not None:
+        config = {
+            "kv_connector": profile.kv_connector.kv_connector,
+            "kv_role": profile.kv_connector.kv_role,
+            "kv_connector_extra_config": {
+                "lmcache.mp.host": f"tcp://{dep.lmcache_address}",
+                "lmcache.mp.port": LMCACHE_PORT,
+                "lmcache.mp.mq_timeout": profile.kv_connector.mq_timeout,
+            },
+        }
+        args += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+    _check_args(args, f"engine profile {dep.gpu_vendor}-{dep.tier}")
+    return args
+
+
+def l2_path(dep: Deployment) -> str | None:
+    """Folder of the L2 files on the NVMe mount (nvme tier), else None."""
+    if dep.tier == "gpu":
+        return None
+    adapter = lmcache_profile(dep.tier).l2_adapter
+    return None if adapter is None else f"{dep.nvme_mount.rstrip('/')}/{adapter.l2_subdir}"
+
+
+def lmcache_args(dep: Deployment) -> list[str]:
+    """Flags of `lmcache server` (or the simulator's `sim cache-server`), empty on the gpu tier."""
+    if dep.tier == "gpu":
+        return []
+    p = lmcache_profile(dep.tier)
+    l1 = dep.l1_size_gb if dep.l1_size_gb is not None else p.l1_size_gb
+    args = [
+        "--host", "0.0.0.0",
+        "--port", str(LMCACHE_PORT),
+        "--http-host", "0.0.0.0",
+        "--http-port", str(LMCACHE_HTTP_PORT),
+        "--chunk-size", str(p.chunk_size),
+        "--max-workers", str(p.max_workers),
+        "--l1-size-gb", f"{l1:g}",
+        "--eviction-policy", p.eviction_policy,
+        "--eviction-trigger-watermark", f"{p.eviction_trigger_watermark:g}",
+        "--eviction-ratio", f"{p.eviction_ratio:g}",
+    ]  # fmt: skip
+    path = l2_path(dep)
+    if p.l2_adapter is not None and path is not None:
+        adapter = {"type": p.l2_adapter.type, "base_path": path}
+        args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
+    if dep.engine == "vllm":
+        args += ["--prometheus-port", str(LMCACHE_PROMETHEUS_PORT)]
+    _check_args(args, f"lmcache profile {dep.tier}")
+    return args
+
+
+def metrics_targets(dep: Deployment) -> list[dict[str, str]]:
+    """Every /metrics endpoint the client samples during a cell: [{name, url}], sorted by name."""
+    targets = [
+        {"name": f"vllm-{r.host}-{r.index}", "url": f"http://{r.address}:{VLLM_BASE_PORT + r.index}/metrics"}
+        for r in dep.replicas
+    ]
+    if dep.tier != "gpu":
+        port = LMCACHE_PROMETHEUS_PORT if dep.engine == "vllm" else LMCACHE_HTTP_PORT
+        targets.append({"name": "lmcache", "url": f"http://{dep.lmcache_address}:{port}/metrics"})
+    if len(dep.replicas) >= 2:
+        targets.append({"name": "caddy", "url": f"http://{dep.lb_address}:{CADDY_METRICS_PORT}/metrics"})
+    for host, address in dep.node_addresses.items():
+        targets.append({"name": f"node-{host}", "url": f"http://{address}:{NODE_EXPORTER_PORT}/metrics"})
+    return sorted(targets, key=lambda t: t["name"])
+
+
+def base_url(dep: Deployment) -> str:
+    """Where the replay client sends requests: Caddy with 2+ replicas, else the one replica."""
+    if len(dep.replicas) >= 2:
+        return f"http://{dep.lb_address}:{CADDY_PORT}"
+    only = dep.replicas[0]
+    return f"http://{only.address}:{VLLM_BASE_PORT + only.index}"
+
+
+def resolve(dep: Deployment) -> dict[str, Any]:
+    """All extravars of one cell's deploy/replay/teardown playbooks (plain JSON-able values)."""
+    _check_deployment(dep)
+    engine = engine_profile(dep.gpu_vendor, dep.tier)
+    lb = caddy_profile(dep.tier)
+    offload = dep.tier != "gpu"
+    return {
+        "kvoffload_tier": dep.tier,
+        "kvoffload_engine": dep.engine,
+        "kvoffload_gpu_vendor": dep.gpu_vendor,
+        "kvoffload_model": dep.model,
+        "vllm_engine_args": engine_args(dep),
+        "vllm_env": dict(sorted(engine.env.items())),
+        "vllm_sim_profile": dep.sim_profile if dep.engine == "sim" else None,
+        "vllm_visible_devices_env": VISIBLE_DEVICES_ENV[dep.gpu_vendor],
+        "vllm_base_port": VLLM_BASE_PORT,
+        "lmcache_server_enabled": offload,
+        "lmcache_server_args": lmcache_args(dep),
+        "lmcache_server_port": LMCACHE_PORT,
+        "lmcache_server_http_port": LMCACHE_HTTP_PORT,
+        "lmcache_server_l2_path": l2_path(dep),
+        "caddy_enabled": len(dep.replicas) >= 2,
+        "caddy_upstreams": [f"{r.address}:{VLLM_BASE_PORT + r.index}" for r in dep.replicas],
+        "caddy_listen_port": CADDY_PORT,
+        "caddy_metrics_port": CADDY_METRICS_PORT,
+        "caddy_lb_policy": lb.lb_policy,
+        "caddy_health_uri": lb.health_uri,
+        "caddy_health_interval": lb.health_interval,
+        "caddy_health_timeout": lb.health_timeout,
+        "caddy_fail_duration": lb.fail_duration,
+        "caddy_max_fails": lb.max_fails,
+        "caddy_lb_try_duration": lb.lb_try_duration,
+        "caddy_lb_try_interval": lb.lb_try_interval,
+        "replay_base_url": base_url(dep),
+        "replay_metrics_targets": metrics_targets(dep),
+    }

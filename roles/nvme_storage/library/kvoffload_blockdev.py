@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Ansible module (read-only): may this block device become the kvoffload L2 file system?
+
+Part of the nvme_storage role. It inspects one listed device (/proc/partitions, /proc/self/mountinfo,
+blkid, and lsblk where sysfs shows block devices; containers may hide them) and answers ok/refused with the
+exact reason, plus the device's facts (model, firmware, size, file system). It never writes to a device:
+formatting and mounting are separate tasks that run only when every listed device passed this check.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: kvoffload_blockdev
+short_description: Decide whether a block device may be formatted and mounted for the L2 cache
+description:
+  - Refuses a device that is not a block device, backs a protected mount (such as /), is mounted
+    anywhere else than the wanted mount point, holds partitions, or holds a file system that is not
+    ours, unless wipe is set (never for mounted or protected devices).
+options:
+  device: {type: path, required: true, description: Device path as listed.}
+  mount: {type: path, required: true, description: Wanted mount point.}
+  fstype: {type: str, required: true, description: Wanted file system (xfs or ext4).}
+  label: {type: str, required: true, description: Label that marks a file system as ours.}
+  wipe: {type: bool, default: false, description: Allow destroying partitions or a foreign file system.}
+  protected_mounts: {type: list, elements: path, default: ["/"], description: Mounts never touched.}
+"""
+
+RETURN = r"""
+ok: {description: whether the device may be used, type: bool}
+reason: {description: why it was refused (empty when ok), type: str}
+action: {description: "format, mount (ours, not mounted) or none (ours and mounted)", type: str}
+facts: {description: device, model, firmware, size_bytes, fstype, label, mountpoints, type: dict}
+"""
+
+
+def _partitions() -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """Kernel block devices from /proc/partitions: name -> (major, minor), and name -> size in bytes."""
+    numbers, sizes = {}, {}
+    with open("/proc/partitions") as handle:
+        for line in handle:
+            parts = line.split()
+            if len(parts) == 4 and parts[0].isdigit():
+                numbers[parts[3]] = (int(parts[0]), int(parts[1]))
+                sizes[parts[3]] = int(parts[2]) * 1024
+    return numbers, sizes
+
+
+def _children(name: str, table: dict[str, tuple[int, int]]) -> list[str]:
+    """Partitions of `name` by the kernel's naming rule (sda -> sda1, nvme0n1 -> nvme0n1p1, loop0 -> loop0p1)."""
+    prefix = name + "p" if name[-1].isdigit() else name
+    return sorted(n for n in table if n.startswith(prefix) and n[len(prefix):].isdigit())
+
+
+def _mounts() -> list[tuple[tuple[int, int], str]]:
+    """(major, minor) of the source and the mount point of every mount, from /proc/self/mountinfo."""
+    result = []
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            parts = line.split()
+            major, minor = parts[2].split(":")
+            result.append(((int(major), int(minor)), parts[4].replace("\\040", " ")))
+    return result
+
+
+def _backing(module: AnsibleModule, source: str) -> set[str]:
+    """Devices under a mount's source (through LVM, dm-crypt, md), by lsblk where sysfs allows it."""
+    rc, out, _err = module.run_command(["lsblk", "--inverse", "--list", "--noheadings", "--paths", "--output", "NAME", source])
+    return {os.path.realpath(line.strip()) for line in out.splitlines() if line.strip()} if rc == 0 else set()
+
+
+def _probe(module: AnsibleModule, device: str) -> dict[str, str]:
+    """Low-level blkid probe of the device itself (does not depend on a udev database)."""
+    rc, out, err = module.run_command(["blkid", "--probe", "--output", "export", device])
+    if rc not in (0, 2):  # 2: nothing recognised
+        module.fail_json(msg=f"blkid --probe {device} failed: {err.strip()}")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _sysfs(name: str, attr: str) -> str:
+    try:
+        with open(f"/sys/class/block/{name}/device/{attr}") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "device": {"type": "path", "required": True},
+            "mount": {"type": "path", "required": True},
+            "fstype": {"type": "str", "required": True, "choices": ["xfs", "ext4"]},
+            "label": {"type": "str", "required": True},
+            "wipe": {"type": "bool", "default": False},
+            "protected_mounts": {"type": "list", "elements": "path", "default": ["/"]},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    device = os.path.realpath(p["device"])
+    facts = {
+        "device": p["device"], "path": device, "model": "unknown", "firmware": "unknown", "size_bytes": None,
+        "fstype": None, "label": None, "partition_table": None, "partitions": [], "mountpoints": [],
+    }
+
+    def refuse(reason: str) -> None:
+        module.exit_json(changed=False, ok=False, reason=f"{p['device']}: {reason}", action="none", facts=facts)
+
+    try:
+        st = os.stat(device)
+    except OSError as exc:
+        refuse(f"does not exist ({exc.strerror})")
+    if not stat.S_ISBLK(st.st_mode):
+        refuse("is not a block device")
+    number = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    table, sizes = _partitions()
+    name = next((n for n, num in table.items() if num == number), os.path.basename(device))
+    children = _children(name, table)
+    numbers = {number} | {table[c] for c in children}
+    mounts = _mounts()
+    facts.update(
+        model=_sysfs(name, "model"),
+        firmware=_sysfs(name, "firmware_rev"),
+        size_bytes=sizes.get(name),
+        partitions=children,
+        mountpoints=sorted({target for num, target in mounts if num in numbers}),
+    )
+
+    for target in p["protected_mounts"]:
+        sources = [num for num, mounted in mounts if mounted == target]
+        if not sources:
+            continue
+        source_number = sources[-1]  # the last mount over a path is the one in effect
+        backing = {device} if source_number in numbers else set()
+        source_name = next((n for n, num in table.items() if num == source_number), None)
+        if source_name:
+            backing |= _backing(module, "/dev/" + source_name) & ({device} | {"/dev/" + c for c in children})
+        if backing:
+            refuse(f"backs the protected mount {target}; it is never formatted")
+
+    other_mounts = [m for m in facts["mountpoints"] if m != p["mount"]]
+    if other_mounts:
+        refuse(f"is mounted at {', '.join(other_mounts)}; unmount it first (wipe never applies to mounted devices)")
+
+    # Only now read the device's first blocks: protected and mounted devices are refused unread.
+    probe = _probe(module, device)
+    facts.update(fstype=probe.get("TYPE"), label=probe.get("LABEL"), partition_table=probe.get("PTTYPE"))
+
+    ours = facts["fstype"] == p["fstype"] and facts["label"] == p["label"] and not children
+    if ours:
+        action = "none" if p["mount"] in facts["mountpoints"] else "mount"
+        module.exit_json(changed=False, ok=True, reason="", action=action, facts=facts)
+    if (children or facts["partition_table"]) and not p["wipe"]:
+        names = ", ".join("/dev/" + c for c in children) or "none listed yet"
+        refuse(
+            f"holds partitions ({names}; table {facts['partition_table']}); "
+            "set wipe: true for this device to destroy them"
+        )
+    if facts["fstype"] and not p["wipe"]:
+        refuse(
+            f"holds a {facts['fstype']} file system (label {facts['label']!r}) that is not ours; "
+            "set wipe: true for this device to destroy it"
+        )
+    module.exit_json(changed=False, ok=True, reason="", action="format", facts=facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Golden tests of the extravars each tier profile resolves to (regenerate: KVOFFLOAD_REGEN_GOLDEN=1)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kvoffload.errors import UserError
+from kvoffload.profiles import resolve as r
+
+GOLDEN = Path(__file__).parent / "golden"
+REGEN = os.environ.get("KVOFFLOAD_REGEN_GOLDEN") == "1"
+
+TWO_REPLICAS = (
+    r.Replica(host="gpu1", address="10.0.0.11", index=0, gpus="0"),
+    r.Replica(host="gpu1", address="10.0.0.11", index=1, gpus="1"),
+)
+NODES = {"gpu1": "10.0.0.11", "cache": "10.0.0.12", "client": "10.0.0.13"}
+
+
+def deployment(**overrides: object) -> r.Deployment:
+    base: dict[str, object] = {
+        "tier": "cpu",
+        "gpu_vendor": "nvidia",
+        "engine": "vllm",
+        "model": "Qwen/Qwen3-8B",
+        "replicas": TWO_REPLICAS,
+        "lmcache_address": "10.0.0.12",
+        "lb_address": "10.0.0.12",
+        "node_addresses": NODES,
+    }
+    base.update(overrides)
+    return r.Deployment(**base)  # type: ignore[arg-type]
+
+
+def check_golden(name: str, value: object) -> None:
+    path = GOLDEN / f"{name}.json"
+    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    if REGEN:
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}: run with KVOFFLOAD_REGEN_GOLDEN=1"
+    assert text == path.read_text(), f"{path} differs; inspect, then regenerate with KVOFFLOAD_REGEN_GOLDEN=1"
+
+
+@pytest.mark.parametrize("vendor", ["nvidia", "amd"])
+@pytest.mark.parametrize("tier", ["gpu", "cpu", "nvme"])
+def test_vllm_engine_extravars_match_golden(vendor: str, tier: str) -> None:
+    check_golden(f"vllm-{vendor}-{tier}", r.resolve(deployment(tier=tier, gpu_vendor=vendor)))
+
+
+@pytest.mark.parametrize("tier", ["gpu", "cpu", "nvme"])
+def test_sim_engine_single_replica_extravars_match_golden(tier: str) -> None:
+    dep = deployment(
+        tier=tier,
+        engine="sim",
+        sim_profile="tiny",
+        replicas=TWO_REPLICAS[:1],
+        lb_address=None,
+        kv_cache_memory_bytes=268435456,
+    )
+    check_golden(f"sim-{tier}-1replica", r.resolve(dep))
+
+
+def test_every_profile_passes_prefix_caching_and_prompt_token_details() -> None:
+    for vendor in ("nvidia", "amd"):
+        for tier in r.TIERS:
+            args = r.engine_args(deployment(tier=tier, gpu_vendor=vendor))
+            assert "--enable-prefix-caching" in args
+            assert "--enable-prompt-tokens-details" in args
+
+
+def test_offload_tiers_connect_to_the_one_lmcache_server() -> None:
+    args = r.engine_args(deployment(tier="nvme"))
+    config = json.loads(args[args.index("--kv-transfer-config") + 1])
+    assert config == {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": "tcp://10.0.0.12",
+            "lmcache.mp.port": 5555,
+            "lmcache.mp.mq_timeout": 300,
+        },
+    }
+    assert "--kv-transfer-config" not in r.engine_args(deployment(tier="gpu"))
+
+
+def test_nvme_l2_adapter_points_at_the_mount() -> None:
+    args = r.lmcache_args(deployment(tier="nvme", nvme_mount="/srv/nvme/"))
+    assert json.loads(args[args.index("--l2-adapter") + 1]) == {
+        "type": "fs",
+        "base_path": "/srv/nvme/lmcache-l2",
+    }
+    assert "--l2-adapter" not in r.lmcache_args(deployment(tier="cpu"))
+    assert r.lmcache_args(deployment(tier="gpu")) == []
+
+
+def test_l1_override_and_kv_cache_size_flags() -> None:
+    dep = deployment(l1_size_gb=0.5, num_gpu_blocks_override=64)
+    lm = r.lmcache_args(dep)
+    assert lm[lm.index("--l1-size-gb") + 1] == "0.5"
+    args = r.engine_args(dep)
+    assert args[args.index("--num-gpu-blocks-override") + 1] == "64"
+    assert "--kv-cache-memory-bytes" not in args
+
+
+def test_single_replica_goes_direct_and_without_caddy() -> None:
+    out = r.resolve(deployment(replicas=TWO_REPLICAS[1:], lb_address=None))
+    assert out["replay_base_url"] == "http://10.0.0.11:8001"
+    assert out["caddy_enabled"] is False
+    assert all(t["name"] != "caddy" for t in out["replay_metrics_targets"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"replicas": ()}, "no vLLM replica"),
+        ({"lmcache_address": None}, "needs the `lmcache` group"),
+        ({"lb_address": None}, "need the `lb` group"),
+        ({"engine": "sim"}, "sim_profile"),
+        ({"model": "my model"}, "whitespace"),
+        ({"kv_cache_memory_bytes": 1, "num_gpu_blocks_override": 2}, "not both"),
+        ({"replicas": (r.Replica("h", "a", 0, "0"), r.Replica("h", "a", 0, "1"))}, "share a host and index"),
+        ({"replicas": (r.Replica("h", "a", 0, "gpu0"),)}, "gpus"),
+        ({"extra_engine_args": ("--foo", "it's")}, "single quote"),
+    ],
+)
+def test_bad_deployments_are_refused_with_the_reason(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        r.resolve(deployment(**overrides))
+
+
+def test_gpu_tier_has_no_lmcache_profile() -> None:
+    with pytest.raises(UserError, match="no lmcache-server"):
+        r.lmcache_profile("gpu")
+
+
+def test_invalid_profile_names_the_file_and_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("description: x\nlb_policy: round_robin\n")
+    with pytest.raises(UserError, match=r"(?s)bad\.yaml.*lb_policy"):
+        r._load(bad, r.CaddyProfile)

@@ -1,0 +1,44 @@
+"""Render role templates the way Ansible's template module does, for golden files and static gates.
+
+Uses ansible-core's own Templar (same filters, lazy templating of role defaults) so a golden file is
+what a host would receive; the variables are the role defaults overlaid with the resolver's extravars.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar, trust_as_template
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = REPO / "roles"
+MANAGED = "Ansible managed: do not edit on the host"
+
+init_plugin_loader()
+
+
+def role_defaults(*roles: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for role in roles:
+        data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
+        merged.update(data)
+    return merged
+
+
+def render(role: str, template: str, variables: dict[str, Any]) -> str:
+    source = (ROLES / role / "templates" / template).read_text()
+    context = {"ansible_managed": MANAGED, "inventory_hostname": "gpu1", **variables}
+    templar = Templar(loader=DataLoader(), variables=context)
+    # As ansible.builtin.template does: no backslash escaping, trim_blocks on (its default).
+    rendered = templar.template(
+        trust_as_template(source),
+        escape_backslashes=False,
+        overrides={"trim_blocks": True, "lstrip_blocks": False},
+    )
+    assert isinstance(rendered, str)
+    # The template module keeps a template's final newline.
+    return rendered if rendered.endswith("\n") else rendered + "\n"

@@ -1,0 +1,104 @@
+"""playbooks/preflight.yml: inventory checks run on the controller only, before any host is touched.
+
+Runs the real playbook with ansible-playbook against inventories written here (no host is contacted:
+the play targets localhost with a local connection).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def inventory(**groups: dict[str, Any]) -> dict[str, Any]:
+    return {"all": {"children": {name: {"hosts": hosts} for name, hosts in groups.items()}}}
+
+
+GOOD = inventory(
+    vllm={"gpu1": {"vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}]}},
+    lmcache={"cache": {"nvme_storage_devices": [{"device": "/dev/nvme1n1", "mount": "/mnt/kvoffload-nvme"}]}},
+    lb={"cache": {}},
+    client={"client": {}},
+)
+
+
+def preflight(tmp_path: Path, inv: dict[str, Any], tier: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps(inv))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), NO_COLOR="1")
+    return subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(path),
+            str(REPO / "playbooks" / "preflight.yml"),
+            "-e",
+            json.dumps({"kvoffload_tier": tier, "ansible_python_interpreter": sys.executable}),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("tier", ["gpu", "cpu", "nvme"])
+def test_a_complete_inventory_passes(tmp_path: Path, tier: str) -> None:
+    result = preflight(tmp_path, GOOD, tier)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("inv", "tier", "message"),
+    [
+        (
+            inventory(vllm={"gpu1": {}}, client={"c1": {}, "c2": {}}),
+            "gpu",
+            "exactly 1 in client (have 2)",
+        ),
+        (
+            inventory(vllm={"gpu1": {}}, client={"c1": {}}),
+            "cpu",
+            "exactly 1 in lmcache for tier cpu (have 0)",
+        ),
+        (
+            inventory(vllm={"gpu1": {}}, lmcache={"cache": {}}, client={"c1": {}}),
+            "nvme",
+            "inventory host cache: tier nvme needs nvme_storage_devices",
+        ),
+        (
+            inventory(
+                vllm={"gpu1": {"vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}]}},
+                client={"c1": {}},
+            ),
+            "gpu",
+            "2 replicas need exactly 1 host in group lb",
+        ),
+        (
+            inventory(
+                vllm={"gpu1": {"vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 0, "gpus": "1"}]}},
+                lb={"gpu1": {}},
+                client={"c1": {}},
+            ),
+            "gpu",
+            "inventory host gpu1: vllm_replicas must list replicas with unique `index`",
+        ),
+    ],
+)
+def test_a_bad_inventory_is_refused_with_the_group_or_variable_named(
+    tmp_path: Path, inv: dict[str, Any], tier: str, message: str
+) -> None:
+    result = preflight(tmp_path, inv, tier)
+    assert result.returncode != 0
+    assert message in " ".join(result.stdout.split()), result.stdout[-3000:]
