@@ -57,6 +57,7 @@ demo: deps
 bench: venv
 	$(BIN)/python bench/replay_fidelity.py
 	$(BIN)/python bench/ingest_speed.py
+	$(BIN)/python bench/sim_ttft.py
 
 clean:
 	rm -rf $(STAMP) $(VENV) .mypy_cache .ruff_cache .pytest_cache
