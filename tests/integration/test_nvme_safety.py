@@ -171,6 +171,8 @@ def test_real_root_disk_is_refused(tmp_path: Path) -> None:
 def test_clean_device_is_formatted_mounted_and_recorded_idempotently(tmp_path: Path, loopdev: str) -> None:
     mount = tmp_path / "l2"
     devices: list[dict[str, object]] = [{"device": loopdev, "mount": str(mount), "fstype": "xfs"}]
+    fact_file = Path("/etc/ansible/facts.d/kvoffload_nvme.fact")
+    fact_existed = fact_file.exists()
     try:
         first = converge(tmp_path, devices)
         assert first.returncode == 0, first.stdout[-3000:]
@@ -185,8 +187,10 @@ def test_clean_device_is_formatted_mounted_and_recorded_idempotently(tmp_path: P
         second = converge(tmp_path, devices)
         assert second.returncode == 0, second.stdout[-3000:]
         assert "changed=0" in second.stdout, second.stdout[-3000:]
-        fact = json.loads(Path("/etc/ansible/facts.d/kvoffload_nvme.fact").read_text())
+        fact = json.loads(fact_file.read_text())
         assert fact["devices"][0]["device"] == loopdev
         assert fact["devices"][0]["fstype"] == "xfs"
     finally:
         subprocess.run(["umount", str(mount)], check=False, timeout=60)
+        if not fact_existed:  # the role ran on this machine: leave no fact behind
+            fact_file.unlink(missing_ok=True)
