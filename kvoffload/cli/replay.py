@@ -105,7 +105,7 @@ class _Display:
             self._progress.stop()
 
     def update(self, p: Any) -> None:
-        median = statistics.median(p.ttfts[-200:]) if p.ttfts else None
+        median = statistics.median(p.ttfts) if p.ttfts else None
         info = (
             f"active {p.active}  requests {p.requests}  failed {p.failed}  ttft p50 {median * 1000:.0f} ms"
             if median is not None

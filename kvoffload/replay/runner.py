@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ class Progress:
     active: int = 0
     elapsed_s: float = 0.0
     last_ttft_s: float | None = None
-    ttfts: list[float] = field(default_factory=list)
+    ttfts: deque[float] = field(default_factory=lambda: deque(maxlen=200))  # recent, for the display
 
 
 def chat_url(base_url: str) -> str:
