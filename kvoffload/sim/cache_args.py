@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from kvoffload.errors import UserError
+from kvoffload.sim.ignored_flags import add_ignored_flags, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE
 
 log = logging.getLogger(__name__)
@@ -105,12 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_L2_SCALE,
         help="simulator only: L2 files are this many times smaller than the KV bytes they stand for",
     )
-    for flag in IGNORED_VALUE_FLAGS:
-        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
-        p.add_argument(flag, dest=dest, default=None, help=argparse.SUPPRESS)
-    for flag in IGNORED_BOOL_FLAGS:
-        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
-        p.add_argument(flag, dest=dest, action="store_true", help=argparse.SUPPRESS)
+    add_ignored_flags(p, IGNORED_VALUE_FLAGS, IGNORED_BOOL_FLAGS)
     return p
 
 
@@ -148,13 +144,7 @@ def parse_cache_args(argv: list[str]) -> CacheArgs:
         raise UserError(f"--chunk-size {ns.chunk_size}: must be a positive number of tokens")
     if ns.sim_l2_scale < 1:
         raise UserError(f"--sim-l2-scale {ns.sim_l2_scale}: must be >= 1")
-    ignored = tuple(
-        f"--{k.removeprefix('ignored_').replace('_', '-')}"
-        for k, v in vars(ns).items()
-        if k.startswith("ignored_") and v not in (None, False)
-    )
-    for flag in ignored:
-        log.info("flag %s is accepted for compatibility with lmcache server and not modelled", flag)
+    ignored = log_ignored(ns, log, "lmcache server")
     return CacheArgs(
         host=ns.host,
         port=ns.port,

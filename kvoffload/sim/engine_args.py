@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.errors import UserError
+from kvoffload.sim.ignored_flags import add_ignored_flags, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE, CostProfile
 
 log = logging.getLogger(__name__)
@@ -171,12 +172,7 @@ def build_parser() -> VllmArgumentParser:
         default=DEFAULT_PROFILE,
         help="simulator only: cost profile name (kvoffload/profiles/sim) or path to a profile YAML",
     )
-    for flag in IGNORED_VALUE_FLAGS:
-        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
-        p.add_argument(flag, dest=dest, default=None, help=argparse.SUPPRESS)
-    for flag in IGNORED_BOOL_FLAGS:
-        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
-        p.add_argument(flag, dest=dest, action="store_true", help=argparse.SUPPRESS)
+    add_ignored_flags(p, IGNORED_VALUE_FLAGS, IGNORED_BOOL_FLAGS)
     return p
 
 
@@ -246,13 +242,7 @@ def parse_engine_args(argv: list[str]) -> EngineArgs:
     model = ns.model or ns.model_tag
     if not model:
         raise UserError("sim serve: give the model as the first argument (or --model), as for vllm serve")
-    ignored = tuple(
-        f"--{k.removeprefix('ignored_').replace('_', '-')}"
-        for k, v in vars(ns).items()
-        if k.startswith("ignored_") and v not in (None, False)
-    )
-    for flag in ignored:
-        log.info("flag %s is accepted for compatibility with vllm serve and not modelled", flag)
+    ignored = log_ignored(ns, log, "vllm serve")
     return EngineArgs(
         model=model,
         served_model_names=tuple(ns.served_model_name or [model]),
