@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -145,17 +145,7 @@ class ReplayRunner:
                 chunk=user.chunk,
                 round=rnd,
                 request_id=uuid.uuid4().hex[:16],
-                t_start=result.t_start,
-                ttft_s=result.ttft_s,
-                latency_s=result.latency_s,
-                tpot_s=result.tpot_s,
-                prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens,
-                cached_tokens=result.cached_tokens,
-                status=result.status,
-                http_status=result.http_status,
-                error=result.error,
-                replica=result.replica,
+                **asdict(result),  # the measurements, field for field
             )
             out.write(record.to_json() + "\n")
             out.flush()
