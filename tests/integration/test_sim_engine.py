@@ -12,7 +12,6 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvoffload.datasets import Session, load_dataset
 from kvoffload.tokenizer import FallbackTokenizer, render_chat
+from tests.support.procs import stop_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -94,13 +94,7 @@ def _start(args: list[str], health: str, log: Path, env: dict[str, str] | None =
             time.sleep(0.1)
         yield Proc(proc, health.rsplit("/", 1)[0] if "/api/" not in health else health.split("/api/")[0], log)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 def engine(

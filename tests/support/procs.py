@@ -10,8 +10,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """SIGTERM a process started with start_new_session=True and its children; SIGKILL after grace_s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @contextlib.contextmanager
@@ -33,10 +45,4 @@ def sse_server(*args: str, timeout: float = 20.0) -> Iterator[str]:
             line = proc.stdout.readline()
         yield f"http://127.0.0.1:{int(line.split()[1])}"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
