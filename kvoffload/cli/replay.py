@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvoffload import aio
 from kvoffload.errors import UserError
 
 log = logging.getLogger("kvoffload.replay")
@@ -118,16 +119,6 @@ class _Display:
             log.info("users %d/%d  %s  elapsed %.0f s", p.users_done, self.total, info, p.elapsed_s)
 
 
-def _run_loop(coro: Any) -> None:
-    """uvloop where installed (less client overhead inside every TTFT), asyncio otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(coro)
-    else:
-        uvloop.run(coro)
-
-
 def run(args: argparse.Namespace) -> int:
     from kvoffload.datasets import chunk_floor, load_dataset
     from kvoffload.replay.records import SessionCounts
@@ -203,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, runner.stop)
             await runner.run()
 
-        _run_loop(main())
+        aio.run(main())
     print(
         f"replay: {counts.achieved_sessions} sessions ({counts.complete} complete, {counts.incomplete} "
         f"incomplete, {counts.error} error), {counts.requests} requests, {counts.failed_requests} failed, "

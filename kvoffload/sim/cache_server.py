@@ -27,6 +27,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvoffload import aio
 from kvoffload.errors import UserError
 from kvoffload.sim import protocol
 from kvoffload.sim.cache_args import CacheArgs
@@ -287,7 +288,7 @@ def serve_cache(args: CacheArgs) -> int:
         ", ".join(f"{a.type_name}:{a.base_path}" for a in args.l2_adapters) or "none",
     )
     try:
-        asyncio.run(_run(args, profile.disk))
+        aio.run(_run(args, profile.disk))
     except OSError as exc:
         raise UserError(
             f"--host {args.host} --port {args.port} / --http-host {args.http_host} --http-port "

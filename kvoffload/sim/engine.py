@@ -12,7 +12,10 @@ One asyncio task runs engine steps back to back, like vLLM's scheduler + model r
   decode step for the decoding batch, plus connector loads (L1 -> GPU) and stores (GPU -> L1);
 - steps are laid back to back on the modelled timeline (a step starts where the previous one ended,
   not when the event loop got round to it), so wake-up lateness does not accumulate; a dedicated
-  timer thread wakes the loop at each step's end (asyncio's timers round to whole milliseconds).
+  timer thread wakes the loop at each step's end (asyncio's timers round to whole milliseconds);
+- a step that produces first tokens is woken a little early (by the recent thread-to-loop hand-off
+  time) and the loop then waits out the rest on the clock, so first tokens leave on time; the
+  streams write them before the step's remaining bookkeeping runs.
 Streams are told about new tokens through `Request.notify`; the HTTP layer owns the wire format.
 This module must not parse HTTP or know the OpenAI schema.
 """
@@ -40,12 +43,25 @@ log = logging.getLogger(__name__)
 STREAM_FLUSH_S = 0.05
 # When the event loop falls this far behind the modelled timeline, resynchronise (and say so).
 MAX_BEHIND_S = 0.05
+# Early wake-up for steps that produce first tokens: at most this much is spent waiting on the clock.
+MAX_LEAD_S = 0.001
 
 
 def _sleep_until(deadline: float) -> None:
     delay = deadline - time.monotonic()
     if delay > 0:
         time.sleep(delay)
+
+
+def _precise_timer_thread() -> None:
+    """Ask Linux for 1 us of timer slack on the timer thread (the default lets a sleep run 50 us over)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK, in nanoseconds
+    except (OSError, AttributeError):
+        pass  # not Linux: the default slack only costs a little precision
 
 
 @dataclass(eq=False)
@@ -94,6 +110,7 @@ class _Step:
     stores: list[tuple[list[bytes], float]] = field(default_factory=list)
     duration: float = 0.0
     tokens: int = 0
+    first_tokens: int = 0
 
 
 class Engine:
@@ -119,7 +136,12 @@ class Engine:
         self.running: list[Request] = []
         self._wake = asyncio.Event()
         self._clock = clock or time.monotonic
-        self._timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-step-timer")
+        self._timer = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="sim-step-timer", initializer=_precise_timer_thread
+        )
+        # How long the timer thread takes to resume the loop (moving average): a step with first
+        # tokens is woken this much early, then waits on the clock.
+        self._handoff_s = 0.0
 
     @property
     def chunk_bytes(self) -> int:
@@ -159,11 +181,26 @@ class Engine:
                 deadline = None
                 continue
             deadline = start + step.duration
-            if deadline - self._clock() > 0:
-                # A timer thread wakes the loop through its self-pipe: asyncio's own timers round
-                # the epoll timeout up to whole milliseconds.
-                await loop.run_in_executor(self._timer, _sleep_until, deadline)
-            self._complete(step, deadline)
+            await self._wait_until(loop, deadline, precise=step.first_tokens > 0)
+            self._complete_prefills(step, deadline)
+            # Let the streams whose first token was just produced write it before the bookkeeping of
+            # a large decode batch and the next step's scheduling hold the loop (both are on the
+            # modelled timeline already, so doing them a moment later changes no modelled time).
+            await asyncio.sleep(0)
+            self._complete_rest(step, deadline)
+
+    async def _wait_until(self, loop: asyncio.AbstractEventLoop, deadline: float, precise: bool) -> None:
+        """Return at `deadline`; with `precise`, wake early by the recent hand-off time, then spin."""
+        lead = min(MAX_LEAD_S, 1.5 * self._handoff_s) if precise else 0.0
+        target = deadline - lead
+        if target - self._clock() > 0:
+            # A timer thread wakes the loop through its self-pipe: asyncio's own timers round the
+            # epoll timeout up to whole milliseconds.
+            await loop.run_in_executor(self._timer, _sleep_until, target)
+            late = max(0.0, self._clock() - target)
+            self._handoff_s += 0.1 * (min(late, MAX_BEHIND_S) - self._handoff_s)
+        while precise and self._clock() < deadline:
+            pass  # at most MAX_LEAD_S; nothing else needs this core's time more than a due token
 
     # ---- scheduling ---------------------------------------------------------------------------
     def _schedule(self, now: float) -> _Step:
@@ -211,6 +248,8 @@ class Engine:
         prefill_s = 0.0
         for req, s, e in step.prefills:
             prefill_s += self.profile.prefill.seconds(s, e)
+            if e == req.prefill_target and req.num_output == 0:
+                step.first_tokens += 1
             if e == req.prefill_target and self.cache is not None and req.num_output == 0:
                 keys, seconds = self._store_plan(req)
                 if keys:
@@ -284,12 +323,13 @@ class Engine:
         self.metrics.preemptions.inc()
 
     # ---- completion ---------------------------------------------------------------------------
-    def _complete(self, step: _Step, t: float) -> None:
-        m = self.metrics
-        m.iteration_tokens.observe(step.tokens)
-        if self.cache is not None:
-            for keys, seconds in step.stores:
-                self.cache.store(keys, self.chunk_bytes, seconds)
+    def _complete_prefills(self, step: _Step, t: float) -> None:
+        """End the step's prefill chunks; a request whose prompt is done emits its next token.
+
+        Only what the token's stream needs happens here; the blocks are registered in
+        `_complete_rest`, before anything can look them up (unless the request ends now).
+        """
+        self.metrics.iteration_tokens.observe(step.tokens)
         produced = 0
         for req, _s, e in step.prefills:
             if req.finished:
@@ -297,13 +337,29 @@ class Engine:
             req.num_computed = e
             if e < req.prefill_target:
                 continue
-            assert req.alloc is not None
-            full = req.num_prompt // self.kv.block_size
-            new_blocks = self.kv.register(req.alloc, req.block_hashes, full)
-            if req.num_output == 0:
-                req.created_cache_tokens = new_blocks * self.kv.block_size
+            if req.num_output + 1 >= req.max_tokens:
+                self._register(req, t)  # its blocks are freed as it finishes
             self._emit(req, t)
             produced += 1
+        self.metrics.generation_tokens.inc(produced)
+
+    def _register(self, req: Request, t: float) -> None:
+        """Make a computed prompt's full blocks findable by later prefix lookups."""
+        assert req.alloc is not None
+        new_blocks = self.kv.register(req.alloc, req.block_hashes, req.num_prompt // self.kv.block_size)
+        if req.num_output == 0 or req.first_token_time == t:  # the first prefill, not a recompute
+            req.created_cache_tokens = new_blocks * self.kv.block_size
+
+    def _complete_rest(self, step: _Step, t: float) -> None:
+        """Register the finished prefills' blocks, end the decodes, run the stores, count the step."""
+        m = self.metrics
+        for req, _s, e in step.prefills:
+            if e == req.prefill_target and req.alloc is not None and not req.finished:
+                self._register(req, t)
+        if self.cache is not None:
+            for keys, seconds in step.stores:
+                self.cache.store(keys, self.chunk_bytes, seconds)
+        produced = 0
         if step.decodes:
             m.itl.observe_n(step.duration, len(step.decodes))
         for req in step.decodes:

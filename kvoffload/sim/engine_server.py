@@ -4,8 +4,8 @@ Serves `POST /v1/chat/completions` (SSE streaming and not), `GET /v1/models`, `/
 `/load`, `/version`, `/metrics`, and `POST /reset_prefix_cache` (only with VLLM_SERVER_DEV_MODE=1, as
 in vLLM). Response bodies, SSE events, usage and error shapes copy real vLLM 0.32
 (`tests/fixtures/vllm-0.32-cpu/`). Every response carries `x-kvoffload-replica: <host>:<port>` so
-the replay client can record which replica answered. Tokenization, hashing and the wire format live
-here; scheduling and timing live in `kvoffload.sim.engine`.
+the replay client can record which replica answered. The wire format lives here; tokenizing and
+hashing in `kvoffload.sim.prep` (a worker process); scheduling and timing in `kvoffload.sim.engine`.
 """
 
 from __future__ import annotations
@@ -19,23 +19,21 @@ import signal
 import socket
 import sys
 import time
-from collections import OrderedDict
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvoffload import aio
 from kvoffload.errors import UserError
 from kvoffload.sim.connector import CacheClient, CacheServerUnavailable
 from kvoffload.sim.engine import Engine, Request
 from kvoffload.sim.engine_args import Capacity, EngineArgs, derive_capacity
 from kvoffload.sim.engine_metrics import VERSION, EngineMetrics
-from kvoffload.sim.hashing import chain_hashes
 from kvoffload.sim.kv_cache import KVCache
+from kvoffload.sim.prep import PrepWorker
 from kvoffload.sim.profile import CostProfile, load_profile
-from kvoffload.tokenizer import Tokenizer, load_tokenizer, render_message
 
 log = logging.getLogger("kvoffload.sim.serve")
 
@@ -45,41 +43,11 @@ FINGERPRINT = f"vllm-{VERSION}-kvsim"
 # Without max_tokens real vLLM generates until EOS; the simulator has no EOS, so it stops here.
 DEFAULT_MAX_TOKENS = 128
 _WORDS = (" the", " cache", " token", " block", " of", " and", " to", " prefix", " a", " is")
-_MESSAGE_CACHE_ENTRIES = 65536
 
 
 def _error(status: int, message: str, err_type: str, param: str | None = None) -> web.Response:
     body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
     return web.json_response(body, status=status)
-
-
-class ChatTokenizer:
-    """Token ids of a chat, memoised per message: multi-turn prompts re-send the same history."""
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self._cache: OrderedDict[str, list[int]] = OrderedDict()
-
-    def _ids(self, text: str) -> list[int]:
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = self.tokenizer.encode(text)
-            self._cache[text] = ids
-            if len(self._cache) > _MESSAGE_CACHE_ENTRIES:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(text)
-        return ids
-
-    def encode_chat(self, messages: list[Mapping[str, Any]]) -> list[int]:
-        # render_chat is the concatenation of render_message parts plus the generation prompt; each
-        # part starts with "<|" and ends with a newline, so tokenizing part by part gives the same
-        # pieces as tokenizing the whole string with the fallback tokenizer.
-        ids: list[int] = []
-        for m in messages:
-            ids.extend(self._ids(render_message(m)))
-        ids.extend(self._ids("<|assistant|>\n"))
-        return ids
 
 
 class EngineServer:
@@ -92,7 +60,6 @@ class EngineServer:
         self.model_name = args.served_model_names[0]
         host = args.host if args.host not in ("0.0.0.0", "::", "") else socket.gethostname()
         self.replica = f"{host}:{args.port}"
-        self.tokenizer = ChatTokenizer(load_tokenizer(args.model))
         self.created = int(time.time())
         self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
         # Opt-in for bench/sim_ttft.py: the usage event also carries the modelled TTFT. Off by
@@ -125,9 +92,7 @@ class EngineServer:
             cache_client=self.cache,
         )
         self._engine_task: asyncio.Task[None] | None = None
-        # Tokenizing and hashing run on one worker thread (the memo is not thread-safe), so a long
-        # prompt does not hold the event loop while engine steps are due.
-        self._prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-tokenize")
+        self.prep = PrepWorker(args.model, args.block_size, self.seed)
         self.stop = asyncio.Event()
         self.failed: BaseException | None = None
 
@@ -149,6 +114,7 @@ class EngineServer:
         return app
 
     async def _start(self, _app: web.Application) -> None:
+        await self.prep.start()
         if self.cache is not None:
             await self.cache.connect()
             log.info(
@@ -172,6 +138,7 @@ class EngineServer:
             self._engine_task.cancel()
         if self.cache is not None:
             await self.cache.close()
+        self.prep.close()
 
     @web.middleware
     async def _replica_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -235,13 +202,6 @@ class EngineServer:
         return web.json_response({"object": "list", "data": data})
 
     # ---- chat completions ---------------------------------------------------------------------
-    def _prepare(self, messages: list[Mapping[str, Any]]) -> tuple[list[int], list[bytes], list[bytes]]:
-        """Token ids, block hashes and (with a connector) chunk keys of a chat."""
-        ids = self.tokenizer.encode_chat(messages)
-        blocks = chain_hashes(ids, self.kv.block_size, self.seed)
-        chunks = chain_hashes(ids, self.cache.chunk_size, b"lmcache:" + self.seed) if self.cache else []
-        return ids, blocks, chunks
-
     async def chat(self, request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
@@ -264,9 +224,14 @@ class EngineServer:
             return _error(
                 400, "messages must be a non-empty list of message objects", "BadRequestError", "messages"
             )
-        loop = asyncio.get_running_loop()
-        ids, block_hashes, chunk_keys = await loop.run_in_executor(self._prep_pool, self._prepare, messages)
-        n = len(ids)
+        try:
+            prepared = await self.prep.prepare(messages, self.cache.chunk_size if self.cache else 0)
+        except BrokenProcessPool as exc:
+            log.critical("tokenizer worker died: %r", exc)
+            self.failed = exc
+            self.stop.set()
+            return _error(500, "tokenizer worker died", "InternalServerError")
+        n = prepared.num_tokens
         max_len = self.capacity.max_model_len
         if n > max_len - 1:
             return _error(
@@ -301,8 +266,8 @@ class EngineServer:
         req = Request(
             request_id=f"chatcmpl-{secrets.token_hex(8)}",
             num_prompt=n,
-            block_hashes=block_hashes,
-            chunk_keys=chunk_keys,
+            block_hashes=prepared.block_hashes,
+            chunk_keys=prepared.chunk_keys,
             max_tokens=max_tokens,
             arrival=arrival,
         )
@@ -460,7 +425,7 @@ def serve(args: EngineArgs) -> int:
     )
     server = EngineServer(args, profile, capacity)
     try:
-        asyncio.run(_run(server))
+        aio.run(_run(server))
     except CacheServerUnavailable as exc:
         log.error("EngineCore failed to start: TimeoutError: %s", exc)
         return 1
