@@ -1,12 +1,20 @@
 """How much error does the replay client add to TTFT? Our httpx client vs an `openai` AsyncOpenAI client.
 
-A local server (tests/support/sse_server.py, its own process) streams with an injected TTFT and
+A local server (bench/stamped_sse_server.py, its own process) streams with an injected TTFT and
 inter-token delay and records, per request id, the delay it really achieved before writing the first
 token. Each client runs a closed loop of N concurrent streams for a while; the error of a request is the
 client-measured TTFT minus the server-side delay for the same request id (network + client overhead).
-Both clients face the same server in the same run, so the ratio between them is meaningful even on a
-noisy shared machine; a bare socket client gives the floor that the machine and the test server impose
-(when the floor itself is high, the server is saturated: lengthen --ttft/--itl).
+
+Both ends of that subtraction use kernel receive stamps (SO_TIMESTAMPNS), so neither process's event-loop
+lateness counts: the server starts a request's clock when the kernel received the request's last bytes,
+not when its code got round to it, and our client (kvoffload/replay/netstamp.py) stops its clock when the
+kernel received the first token's bytes. The SDK client and the bare-socket "floor" client stamp when
+their code reads the chunk, as most clients do, so they carry their own loop's lateness: on a busy
+client, ours may well beat the floor. Both SDK and ours face the same server in the same run, so the
+ratio between them is meaningful even on a noisy shared machine; when the floor is high at low
+concurrency, the machine is saturated: lengthen --ttft/--itl.
+At hundreds of streams the SDK client (on a plain httpx client) is also held back by httpcore 1.0's
+quadratic pool bookkeeping, which ours replaces (kvoffload/replay/pool.py); its request count shows it.
 Targets (issue 2): p99 <= 1 ms at 64 streams, <= 3 ms at 512, and at most half the SDK client's error.
 
     .venv/bin/python bench/replay_fidelity.py [--streams 64 512] [--seconds 20]
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import sys
 import time
@@ -30,7 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kvoffload.replay.client import stream_chat  # noqa: E402
+from kvoffload.replay.netstamp import stamped_client  # noqa: E402
 from tests.support.procs import sse_server  # noqa: E402
+
+SERVER = ROOT / "bench/stamped_sse_server.py"
 
 PAYLOAD = {
     "model": "bench",
@@ -61,7 +73,7 @@ async def closed_loop(streams: int, seconds: float, measure: Measure) -> dict[st
 
 async def run_ours(url: str, streams: int, seconds: float) -> dict[str, float]:
     limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=None)
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0)) as client:
+    async with stamped_client(limits=limits, timeout=httpx.Timeout(600.0)) as client:
 
         async def measure(rid: str) -> float | None:
             r = await stream_chat(client, f"{url}/v1/chat/completions", PAYLOAD, {"x-request-id": rid}, 600.0)
@@ -71,7 +83,8 @@ async def run_ours(url: str, streams: int, seconds: float) -> dict[str, float]:
 
 
 async def run_floor(url: str, streams: int, seconds: float) -> dict[str, float]:
-    """The machine's floor: a bare asyncio socket client, no HTTP library, one connection per request."""
+    """The machine's floor: a bare asyncio socket client, no HTTP library, one connection per request,
+    the first token stamped when it is read."""
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps(PAYLOAD).encode()
 
@@ -146,6 +159,11 @@ def main() -> None:
     parser.add_argument("--itl", type=float, default=0.2, help="injected inter-token delay, s")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop", help="client event loop")
     args = parser.parse_args()
+    # 512 streams hold over a thousand sockets at once; the server process inherits the limit.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     if args.loop == "uvloop":
         import uvloop
 
@@ -159,7 +177,9 @@ def main() -> None:
         )
         for name, runner in clients:
             # a fresh server per run, so the timings of one client never mix with the other's
-            with sse_server("--ttft", str(args.ttft), "--itl", str(args.itl), "--tokens", "6") as url:
+            with sse_server(
+                "--ttft", str(args.ttft), "--itl", str(args.itl), "--tokens", "6", script=SERVER
+            ) as url:
                 client = asyncio.run(runner(url, streams, args.seconds))
                 server = httpx.get(f"{url}/timings", timeout=30).json()
             err = errors_ms(client, server)

@@ -1,11 +1,13 @@
 """How faithfully does the simulated engine deliver the TTFT it models? 256 concurrent streams.
 
 Starts `kvoffload-lab sim serve` (its own process, tiny profile unless --sim-profile) with
-KVOFFLOAD_SIM_TIMINGS=1, so each stream's usage event also carries the modelled TTFT (arrival in the
-engine to the modelled end of the step that produced the first token). A closed loop of N concurrent
-streams sends chat requests of 200-2000 tokens of fresh text (no prefix sharing) for a while; the error
-of a request is the client-measured TTFT minus the modelled TTFT (HTTP, event-loop lateness and client
-overhead together); the engine's share (its first write of the stream minus the modelled time) is shown
+KVOFFLOAD_SIM_TIMINGS=1, so it keeps each request's modelled TTFT (arrival in the engine's handler to the
+modelled end of the step that produced the first token) under the request's x-request-id. A closed loop
+of N concurrent streams, sent by the replay client itself (`kvoffload.replay.client.stream_chat`, the
+code that measures every campaign), sends chat requests of 200-2000 tokens of fresh text (no prefix
+sharing) for a while. The error of a request is the TTFT the replay client recorded minus the modelled
+TTFT: the request's way in (write, kernel, HTTP parsing in the engine), the engine's lateness and the
+way back together. The engine's share (its first write of the stream minus the modelled time) is shown
 on its own row. Slots start evenly over a warm-up that is not measured. Target (issue 3): p99 <= 2 ms
 at 256 streams on the 2-core dev machine.
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
@@ -26,12 +27,19 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
-import aiohttp
 import httpx
 from rich.console import Console
 from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kvoffload import aio  # noqa: E402
+from kvoffload.replay.client import stream_chat  # noqa: E402
+from kvoffload.replay.netstamp import stamped_client  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "kvoffload-lab")
 WORDS = ("the", "cache", "is", "a", "block", "of", "keys", "and", "values", "for")
@@ -51,9 +59,8 @@ def _prompt(rng: random.Random) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-async def _one(
-    session: aiohttp.ClientSession, url: str, rng: random.Random
-) -> tuple[float, float, float] | None:
+async def _one(client: httpx.AsyncClient, url: str, rng: random.Random) -> tuple[str, float] | None:
+    """One request through the replay client; its id and client-measured TTFT (None if it failed)."""
     body = {
         "model": "bench",
         "messages": _prompt(rng),
@@ -62,47 +69,27 @@ async def _one(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    payload = json.dumps(body).encode()
-    start = time.perf_counter()
-    ttft: float | None = None
-    modelled: float | None = None
-    server_late = 0.0
-    async with session.post(url, data=payload, headers={"content-type": "application/json"}) as resp:
-        if resp.status != 200:
-            return None
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            if ttft is None and '"content":"' in line and '"content":""' not in line:
-                ttft = time.perf_counter() - start
-            if '"usage"' in line:
-                timings = json.loads(line[6:])["usage"]["kvoffload_sim"]
-                modelled = timings["modelled_ttft_s"]
-                server_late = timings["first_write_late_s"]
-    if ttft is None or modelled is None:
-        return None
-    return ttft, modelled, server_late
+    rid = uuid.uuid4().hex
+    r = await stream_chat(client, url, body, {"x-request-id": rid}, 600.0)
+    return (rid, r.ttft_s) if r.status == "ok" and r.ttft_s is not None else None
 
 
-async def _run(url: str, streams: int, seconds: float, warmup: float) -> list[tuple[float, float, float]]:
+async def _run(url: str, streams: int, seconds: float, warmup: float) -> dict[str, float]:
     """Closed loop; slots start evenly over the warm-up, and requests started in it are not kept."""
-    out: list[tuple[float, float, float]] = []
+    out: dict[str, float] = {}
     t0 = time.monotonic()
     deadline = t0 + warmup + seconds
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=600)
-    ) as session:
+    limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=None)
+    async with stamped_client(limits=limits, timeout=httpx.Timeout(600.0)) as client:
 
         async def slot(i: int) -> None:
             rng = random.Random(i)
             await asyncio.sleep(i * warmup / (2 * streams))
             while time.monotonic() < deadline:
                 started = time.monotonic()
-                r = await _one(session, url, rng)
+                r = await _one(client, url, rng)
                 if r is not None and started - t0 >= warmup:
-                    out.append(r)
+                    out[r[0]] = r[1]
 
         await asyncio.gather(*(slot(i) for i in range(streams)))
     return out
@@ -136,18 +123,19 @@ def main() -> int:
                 return 1
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        results = asyncio.run(_run(url, ns.streams, ns.seconds, ns.warmup))
+        delivered = aio.run(_run(url, ns.streams, ns.seconds, ns.warmup))
+        engine = httpx.get(f"http://127.0.0.1:{port}/kvoffload/timings", timeout=30).json()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
-    if not results:
+    kept = [rid for rid in delivered if rid in engine]
+    if not kept:
         print("no successful requests", file=sys.stderr)
         return 1
-    [d for d, _, _ in results]
-    modelled = [m for _, m, _ in results]
-    errors_ms = [(d - m) * 1e3 for d, m, _ in results]
-    server_ms = [late * 1e3 for _, _, late in results]
+    modelled = [engine[rid]["modelled_ttft_s"] for rid in kept]
+    errors_ms = [(delivered[rid] - engine[rid]["modelled_ttft_s"]) * 1e3 for rid in kept]
+    server_ms = [engine[rid]["first_write_late_s"] * 1e3 for rid in kept]
     table = Table(
         title=f"sim TTFT fidelity: {ns.streams} streams, {ns.seconds:.0f} s, profile {ns.sim_profile}"
     )

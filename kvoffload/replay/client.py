@@ -1,9 +1,15 @@
 """One streamed chat completion, timed: the only place that talks HTTP to the server under test.
 
 TTFT runs from just before the request is written (httpcore's trace hook marks the moment the request
-headers start going out) to the first streamed token (content or reasoning content), on a monotonic
-clock. To keep client overhead out of the measurement, only chunks up to the
-first token are JSON-decoded; later chunks are timestamped and the usage chunk is decoded at the end.
+headers start going out) to the arrival of the first streamed token (content or reasoning content), both
+on the `time.perf_counter()` clock. The arrival is when the kernel received the bytes that completed the
+token's chunk (`netstamp.StampedStream.last_rx`, SO_TIMESTAMPNS), not when our event loop got round to
+reading them: with hundreds of streams on one loop, the loop is often busy with other streams when a
+token arrives, and that lateness is the client's, not the server's. Connections that carry no kernel
+stamps (https, a proxy, another client passed in) fall back to the moment the chunk is read.
+
+To keep client overhead out of the measurement, only chunks up to the first token are JSON-decoded; later
+chunks are timestamped and the usage chunk is decoded at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from kvoffload.replay.netstamp import StampedStream
 from kvoffload.replay.records import Status
 
 REPLICA_HEADERS = ("x-kvoffload-replica", "x-kvoffload-upstream")
@@ -119,10 +126,14 @@ async def stream_chat(
                         t_wall, None, time.perf_counter() - t0, None, None, None, None, "error",
                         resp.status_code, _error_text(await resp.aread()), replica,
                     )  # fmt: skip
+                # The read that produced a chunk is the stream's latest read: httpcore reads again
+                # only when asked for the next chunk.
+                stream = resp.extensions.get("network_stream")
+                stamped = stream if isinstance(stream, StampedStream) else None
                 buffer = b""
                 done = False
                 async for raw in resp.aiter_raw():
-                    now = time.perf_counter()
+                    now = stamped.last_rx if stamped is not None else time.perf_counter()
                     buffer += raw
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:

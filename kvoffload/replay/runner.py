@@ -23,6 +23,7 @@ import httpx
 from kvoffload.datasets import VirtualUser
 from kvoffload.errors import UserError
 from kvoffload.replay.client import stream_chat
+from kvoffload.replay.netstamp import stamped_client
 from kvoffload.replay.records import RequestRecord, SessionCounts
 from kvoffload.replay.requests import RequestOptions, build_payload, warmup_payload
 
@@ -211,7 +212,7 @@ class ReplayRunner:
         )
         timeout = httpx.Timeout(self.config.request_timeout_s, connect=30.0)
         self._t0 = time.monotonic()
-        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        async with stamped_client(limits=limits, timeout=timeout) as client:
             if self.config.warmup:
                 await self._warmup(client)
             self._t0 = time.monotonic()

@@ -15,7 +15,8 @@ One asyncio task runs engine steps back to back, like vLLM's scheduler + model r
   timer thread wakes the loop at each step's end (asyncio's timers round to whole milliseconds);
 - a step that produces first tokens is woken a little early (by the recent thread-to-loop hand-off
   time) and the loop then waits out the rest on the clock, so first tokens leave on time; the
-  streams write them before the step's remaining bookkeeping runs.
+  streams write them before the step's remaining bookkeeping runs, and the other streams are woken in
+  small batches after it, so requests arriving meanwhile are not held behind hundreds of writes.
 Streams are told about new tokens through `Request.notify`; the HTTP layer owns the wire format.
 This module must not parse HTTP or know the OpenAI schema.
 """
@@ -45,6 +46,9 @@ STREAM_FLUSH_S = 0.05
 MAX_BEHIND_S = 0.05
 # Early wake-up for steps that produce first tokens: at most this much is spent waiting on the clock.
 MAX_LEAD_S = 0.001
+# Other streams are woken this many at a time, with a turn of the event loop in between, so a request
+# that arrives while hundreds of streams write is read (and its arrival stamped) within one batch.
+WAKE_BATCH = 16
 
 
 def _sleep_until(deadline: float) -> None:
@@ -142,6 +146,7 @@ class Engine:
         # How long the timer thread takes to resume the loop (moving average): a step with first
         # tokens is woken this much early, then waits on the clock.
         self._handoff_s = 0.0
+        self._due: list[Request] = []  # streams with tokens to write, woken after the step's bookkeeping
 
     @property
     def chunk_bytes(self) -> int:
@@ -188,6 +193,7 @@ class Engine:
             # modelled timeline already, so doing them a moment later changes no modelled time).
             await asyncio.sleep(0)
             self._complete_rest(step, deadline)
+            await self._wake_streams()
 
     async def _wait_until(self, loop: asyncio.AbstractEventLoop, deadline: float, precise: bool) -> None:
         """Return at `deadline`; with `precise`, wake early by the recent hand-off time, then spin."""
@@ -224,8 +230,8 @@ class Engine:
                 preempted = True
                 if victim is req:
                     break
-            if req.alloc is None or req not in self.running:
-                continue  # req preempted itself
+            if req.alloc is None:
+                continue  # req preempted itself (preemption frees the allocation)
             step.decodes.append(req)
             budget -= 1
             i += 1
@@ -380,9 +386,20 @@ class Engine:
             self.metrics.ttft.observe(t - req.arrival)
         if req.num_output >= req.max_tokens:
             self._finish(req, t)
-        if first or req.finished or t - req.last_notify >= STREAM_FLUSH_S:
+        if first:
             req.last_notify = t
             req.notify.set()
+        elif req.finished or t - req.last_notify >= STREAM_FLUSH_S:
+            req.last_notify = t
+            self._due.append(req)
+
+    async def _wake_streams(self) -> None:
+        """Wake the streams that have tokens due, WAKE_BATCH at a time."""
+        due, self._due = self._due, []
+        for i in range(0, len(due), WAKE_BATCH):
+            for req in due[i : i + WAKE_BATCH]:
+                req.notify.set()
+            await asyncio.sleep(0)
 
     def _finish(self, req: Request, t: float) -> None:
         req.finished = True

@@ -11,6 +11,7 @@ hashing in `kvoffload.sim.prep` (a worker process); scheduling and timing in `kv
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -62,9 +63,9 @@ class EngineServer:
         self.replica = f"{host}:{args.port}"
         self.created = int(time.time())
         self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
-        # Opt-in for bench/sim_ttft.py: the usage event also carries the modelled TTFT. Off by
-        # default, so the wire format stays exactly vLLM's.
-        self.report_timings = os.environ.get(TIMINGS_ENV) == "1"
+        # Opt-in for bench/sim_ttft.py: each request's modelled TTFT, kept under its x-request-id and
+        # served on GET /kvoffload/timings. Off by default (it grows with every request).
+        self.timings: dict[str, dict[str, float]] | None = {} if os.environ.get(TIMINGS_ENV) == "1" else None
         self.seed = args.model.encode()
         cache_info = {
             "block_size": str(args.block_size),
@@ -109,6 +110,8 @@ class EngineServer:
         app.router.add_get("/metrics", self.metrics_endpoint)
         if self.dev_mode:
             app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+        if self.timings is not None:
+            app.router.add_get("/kvoffload/timings", self.timings_endpoint)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -121,6 +124,10 @@ class EngineServer:
                 "connected to LMCache MP server at %s (chunk size %d)", self.cache.base, self.cache.chunk_size
             )
         self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
+        # Objects made at start-up live as long as the process: keep them out of every later
+        # collection, so a full collection does not stall the loop for milliseconds (vLLM does the same).
+        gc.collect()
+        gc.freeze()
         self._engine_task.add_done_callback(self._engine_done)
 
     def _engine_done(self, task: asyncio.Task[None]) -> None:
@@ -281,12 +288,12 @@ class EngineServer:
             req.ext_hit_tokens = hit_chunks * self.cache.chunk_size
         self.engine.add(req)
         try:
-            if stream:
-                return await self._stream(request, req, include_usage)
-            return await self._complete(req)
+            resp = await self._stream(request, req, include_usage) if stream else await self._complete(req)
         except (ConnectionResetError, asyncio.CancelledError):
             self.engine.abort(req)
             raise
+        self._keep_timings(request, req)
+        return resp
 
     def _usage(self, req: Request, stream: bool) -> dict[str, Any]:
         usage: dict[str, Any] = {
@@ -306,12 +313,18 @@ class EngineServer:
             usage["prompt_tokens_details"] = None
         if not stream:
             usage["completion_tokens_details"] = None
-        if self.report_timings and req.first_token_time is not None:
-            usage["kvoffload_sim"] = {
-                "modelled_ttft_s": req.first_token_time - req.arrival,
-                "first_write_late_s": req.first_write - req.first_token_time,
-            }
         return usage
+
+    def _keep_timings(self, request: web.Request, req: Request) -> None:
+        rid = request.headers.get("x-request-id")
+        if self.timings is not None and rid and req.first_token_time is not None:
+            self.timings[rid] = {
+                "modelled_ttft_s": req.first_token_time - req.arrival,
+                "first_write_late_s": req.first_write - req.first_token_time if req.first_write else 0.0,
+            }
+
+    async def timings_endpoint(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.timings)
 
     async def _complete(self, req: Request) -> web.Response:
         await req.notify.wait()
@@ -393,7 +406,7 @@ class EngineServer:
             if parts:
                 await resp.write("".join(parts).encode())
                 if req.first_write == 0.0:
-                    req.first_write = time.monotonic()
+                    req.first_write = time.monotonic()  # for the timings bench/sim_ttft.py reads
             if req.finished:
                 break
         await resp.write_eof()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +23,7 @@ from kvoffload.sim.hashing import chain_hashes
 from kvoffload.tokenizer import Tokenizer, load_tokenizer, render_message
 
 _MESSAGE_CACHE_ENTRIES = 65536
+PREP_NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ _worker: tuple[ChatTokenizer, _Setup] | None = None
 
 def _init_worker(setup: _Setup) -> None:
     global _worker
+    # Below the engine's priority: when the cores are busy, a due step end must win over tokenizing
+    # (which only delays the next request's start, and that delay is inside its modelled TTFT).
+    os.nice(PREP_NICENESS)
     _worker = (ChatTokenizer(load_tokenizer(setup.model)), setup)
 
 

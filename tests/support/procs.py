@@ -27,10 +27,11 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def sse_server(*args: str, timeout: float = 20.0) -> Iterator[str]:
-    """Run tests/support/sse_server.py on a free loopback port; yield its base URL."""
+def sse_server(*args: str, timeout: float = 20.0, script: Path | None = None) -> Iterator[str]:
+    """Run tests/support/sse_server.py (or `script`, which prints `PORT <n>` the same way) on a free
+    loopback port; yield its base URL."""
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/support/sse_server.py"), "--port", "0", *args],
+        [sys.executable, str(script or ROOT / "tests/support/sse_server.py"), "--port", "0", *args],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,

@@ -1,0 +1,107 @@
+"""The kernel-stamped httpcore backend on real loopback sockets: stamps, timeouts, a full streamed request."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import time
+from collections.abc import Iterator
+
+import httpcore
+import httpx
+import pytest
+
+from kvoffload.replay.client import stream_chat
+from kvoffload.replay.netstamp import StampedBackend, StampedStream, stamped_client
+from tests.support.procs import sse_server
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
+def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket) -> None:
+    async def scenario() -> None:
+        stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
+        peer, _ = listener.accept()
+        try:
+            peer.sendall(b"token")
+            time.sleep(0.05)  # the data waits in the kernel; a loop busy elsewhere looks just like this
+            data = await stream.read(1024, timeout=5.0)
+            age = time.perf_counter() - stream.last_rx
+        finally:
+            peer.close()
+            await stream.aclose()
+        assert data == b"token"
+        # A read-time stamp would give an age of microseconds.
+        assert 0.03 < age < 0.5, age
+
+    asyncio.run(scenario())
+
+
+def test_read_timeout_and_eof(listener: socket.socket) -> None:
+    async def scenario() -> None:
+        stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
+        peer, _ = listener.accept()
+        try:
+            t0 = time.perf_counter()
+            with pytest.raises(httpcore.ReadTimeout):
+                await stream.read(1024, timeout=0.05)
+            assert time.perf_counter() - t0 < 1.0
+            assert stream.get_extra_info("is_readable") is False
+            peer.close()
+            assert await stream.read(1024, timeout=5.0) == b""
+        finally:
+            peer.close()
+            await stream.aclose()
+            await stream.aclose()  # idempotent
+
+    asyncio.run(scenario())
+
+
+def test_connect_to_a_closed_port_is_a_connect_error() -> None:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+
+    async def scenario() -> None:
+        with pytest.raises(httpcore.ConnectError):
+            await StampedBackend().connect_tcp("127.0.0.1", port, timeout=5.0)
+
+    asyncio.run(scenario())
+
+
+def test_stamped_client_streams_and_times_the_first_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+
+    async def scenario(url: str) -> None:
+        limits = httpx.Limits(max_connections=4)
+        async with stamped_client(limits=limits, timeout=httpx.Timeout(10.0)) as client:
+            async with client.stream("POST", f"{url}/v1/chat/completions", json={"max_tokens": 1}) as resp:
+                assert isinstance(resp.extensions["network_stream"], StampedStream)
+                await resp.aread()
+            rid = "stamped-1"
+            r = await stream_chat(
+                client, f"{url}/v1/chat/completions", {"max_tokens": 3}, {"x-request-id": rid}, 10.0
+            )
+            achieved = (await client.get(f"{url}/timings")).json()[rid]
+        assert r.status == "ok", r.error
+        assert r.completion_tokens == 3
+        assert r.ttft_s is not None and r.latency_s is not None and r.ttft_s <= r.latency_s
+        # The server stamps after writing the token; allow it that write, not a loop's lateness.
+        assert achieved >= 0.1
+        assert achieved - 0.001 <= r.ttft_s < achieved + 0.05, (r.ttft_s, achieved)
+
+    with sse_server("--ttft", "0.1", "--itl", "0.01", "--tokens", "3") as url:
+        asyncio.run(scenario(url))
