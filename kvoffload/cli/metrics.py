@@ -1,7 +1,9 @@
-"""`kvoffload-lab metrics sample|snapshot`: the sampler the replay role starts on lab hosts.
+"""`kvoffload-lab metrics sample|snapshot|gpu-textfile`: the samplers that run on lab hosts.
 
 Thin CLI over `kvoffload.metrics` (base deps only, so it works on hosts without the controller extra).
-`sample` runs until SIGTERM/SIGINT and exits 0 after closing its files; `snapshot` scrapes once.
+`sample` (started by the replay role on the client) runs until SIGTERM/SIGINT and exits 0 after closing
+its files; `snapshot` scrapes once; `gpu-textfile` (kvoffload-gpu-telemetry.service on `vllm` hosts)
+rewrites a node-exporter textfile until SIGTERM/SIGINT, or once with `--once`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import signal
 import threading
 from pathlib import Path
 from typing import Any
+
+# kvoffload.metrics.gpu.GPU_TOOLS, spelled out so that building the parser imports no metrics code.
+GPU_TOOL_CHOICES = ("nvidia-smi", "amd-smi")
 
 
 def register(sub: Any) -> None:
@@ -44,6 +49,36 @@ def register(sub: Any) -> None:
     common(n)
     n.add_argument("--output", type=Path, required=True, help="file to write, e.g. snapshot-before.jsonl")
     n.set_defaults(func=_snapshot)
+
+    g = msub.add_parser(
+        "gpu-textfile",
+        help="poll nvidia-smi or amd-smi into a file for node-exporter's textfile collector",
+        description=(
+            "Poll a GPU tool every --interval seconds and replace --output (atomically, mode 0644) with "
+            "Prometheus gauges gpu_power_watts, gpu_utilization_percent, gpu_memory_used_bytes and "
+            "gpu_memory_total_bytes per GPU (labels gpu, vendor, and uuid, model where the tool prints "
+            "them), plus kvoffload_gpu_telemetry_up. Put --output in node-exporter's textfile folder: the "
+            "client's sampler then reads the GPU series from the host's node-<host> target. A tool that "
+            "fails (missing, too slow, non-zero exit) logs a warning and leaves only "
+            "kvoffload_gpu_telemetry_up 0 in the file; sampling goes on. SIGTERM or SIGINT removes the "
+            "file and exits 0."
+        ),
+    )
+    g.add_argument("--tool", choices=GPU_TOOL_CHOICES, required=True, help="GPU tool to poll on this host")
+    g.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="file to replace, ending in .prom, e.g. /var/lib/prometheus/node-exporter/kvoffload_gpu.prom",
+    )
+    g.add_argument("--interval", type=float, default=15.0, help="seconds between polls (15)")
+    g.add_argument("--timeout", type=float, default=10.0, help="seconds the tool may take per poll (10)")
+    g.add_argument(
+        "--once",
+        action="store_true",
+        help="poll once, write the file and exit: 0 when the tool answered, 1 when it failed (file kept)",
+    )
+    g.set_defaults(func=_gpu_textfile)
 
 
 def _scraper(args: argparse.Namespace) -> Any:
@@ -92,4 +127,39 @@ def _snapshot(args: argparse.Namespace) -> int:
     finally:
         scraper.close()
     print(f"metrics snapshot: {n} samples written to {args.output}")
+    return 0
+
+
+def _gpu_textfile(args: argparse.Namespace) -> int:
+    from kvoffload.errors import UserError
+    from kvoffload.metrics.textfile import gpu_series, run_textfile, write_once
+
+    output: Path = args.output
+    if output.suffix != ".prom":
+        raise UserError(f"--output {output}: must end in .prom (node-exporter reads only *.prom files)")
+    if not output.parent.is_dir():
+        raise UserError(
+            f"--output {output}: folder {output.parent} does not exist (node-exporter's textfile folder)"
+        )
+    if args.interval <= 0:
+        raise UserError(f"--interval {args.interval}: must be > 0 seconds")
+    if args.timeout <= 0:
+        raise UserError(f"--timeout {args.timeout}: must be > 0 seconds")
+    if args.once:
+        poll = write_once(output, args.tool, args.timeout)
+        if poll.error:
+            print(f"metrics gpu-textfile: {args.tool} failed, {output} holds no GPU series: {poll.error}")
+            return 1
+        n = sum(len(series) for series in gpu_series(poll.samples).values())
+        print(f"metrics gpu-textfile: {n} GPU series written to {output}")
+        return 0
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    polls = run_textfile(output, args.tool, args.interval, stop, timeout_s=args.timeout)
+    print(f"metrics gpu-textfile: {polls} polls written to {output}, file removed")
     return 0

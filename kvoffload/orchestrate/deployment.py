@@ -130,6 +130,8 @@ def cell_extravars(
         "replay_max_sessions": campaign.max_sessions,
         "replay_extra_args": extra,
         "replay_metrics_interval": campaign.sample_interval_s,
+        # the GPU telemetry on vllm hosts (vllm role) polls as often as the client samples
+        "vllm_gpu_telemetry_interval": campaign.sample_interval_s,
     }
 
 

@@ -1,4 +1,4 @@
-"""L2 disk, CPU and GPU figures from hand-made node-exporter and GPU samples."""
+"""L2 disk, CPU and GPU figures from hand-made node-exporter and GPU samples (and GPU textfile ones)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 
 from kvoffload.analysis.hosts import cpu_utilization, disk_figures, disk_series, gpu_figures, gpu_table
+from kvoffload.metrics.gpu import parse_nvidia_smi_csv
+from kvoffload.metrics.samples import parse_exposition
+from kvoffload.metrics.textfile import Poll, render_textfile
 from tests.unit.analysis.analysis_frames import Row, samples_frame
 
 TARGETS: dict[str, dict[str, Any]] = {
@@ -122,3 +125,28 @@ def test_gpu_means_from_our_sampler_and_from_dcgm() -> None:
 def test_no_gpu_samples_means_no_gpu_figures() -> None:
     f = gpu_figures(samples_frame([]))
     assert f == {"gpus": 0, "gpu_power_w": None, "gpu_util_pct": None, "gpu_mem_used_gib": None}
+
+
+def test_gpu_figures_from_the_node_target_textfile() -> None:
+    # kvoffload-gpu-telemetry.service writes the textfile, node-exporter serves it with the host's own
+    # metrics, and the client's sampler scrapes it as target node-<host>: the analysis reads it by name.
+    node_own = '# TYPE node_cpu_seconds_total counter\nnode_cpu_seconds_total{cpu="0",mode="idle"} 5.0\n'
+    rows: list[Row] = []
+    for ts, line in (
+        (0, "0, GPU-a, NVIDIA H200, 600.0, 100, 2048, 143771"),
+        (15, "0, GPU-a, NVIDIA H200, 700.0, 90, 4096, 143771"),
+    ):
+        poll = Poll("nvidia-smi", tuple(parse_nvidia_smi_csv(line + "\n", "x", ts)))
+        scraped = parse_exposition(node_own + render_textfile(poll), "node-gpu1", ts)
+        rows.extend(("run", s.ts, s.target, s.name, s.labels, s.value) for s in scraped)
+    t = gpu_table(samples_frame(rows))
+    assert t.to_dict("records") == [
+        {
+            "target": "node-gpu1",
+            "gpu": "0",
+            "power_w": pytest.approx(650.0),
+            "util_pct": pytest.approx(95.0),
+            "mem_used_gib": pytest.approx(3.0),  # 2048 and 4096 MiB
+        }
+    ]
+    assert gpu_figures(samples_frame(rows))["gpu_power_w"] == pytest.approx(650.0)

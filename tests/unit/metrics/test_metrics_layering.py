@@ -13,7 +13,8 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"controller-only module {name} imported on a lab host")
         return None
 sys.meta_path.insert(0, Block())
-import kvoffload.metrics.sampler, kvoffload.metrics.gpu, kvoffload.metrics.targets, kvoffload.cli.metrics
+import kvoffload.metrics.sampler, kvoffload.metrics.gpu, kvoffload.metrics.targets, kvoffload.metrics.textfile
+import kvoffload.cli.metrics
 import argparse
 parser = argparse.ArgumentParser()
 kvoffload.cli.metrics.register(parser.add_subparsers())

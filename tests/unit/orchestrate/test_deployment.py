@@ -39,6 +39,9 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     )  # fmt: skip
     assert sorted(spec_argv) == sorted(argv)
     assert nvme["kvoffload_wheelhouse"] == str(tmp_path / "wh")
+    # the GPU telemetry (node-exporter textfile) and the client's sampler share one interval
+    interval = lab.campaign.sample_interval_s
+    assert gpu["vllm_gpu_telemetry_interval"] == gpu["replay_metrics_interval"] == interval
     assert l2_device(lab, by_tier["gpu"]) is None
     assert l2_device(lab, by_tier["nvme"]) == Path(lab.lmcache_host.nvme_devices[0].device).name  # type: ignore[union-attr]
     names = {t["name"] for t in nvme["replay_metrics_targets"]}

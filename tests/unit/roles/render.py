@@ -22,10 +22,14 @@ init_plugin_loader()
 
 
 def role_defaults(*roles: str) -> dict[str, Any]:
+    """The roles' defaults and their internal `vars/main.yml` values (templated lazily on render)."""
     merged: dict[str, Any] = {}
     for role in roles:
-        data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
-        merged.update(data)
+        for path in (ROLES / role / "defaults" / "main.yml", ROLES / role / "vars" / "main.yml"):
+            if path.exists():
+                data = yaml.safe_load(path.read_text()) or {}
+                # Role files are trusted templates for Ansible (defaults may refer to other variables).
+                merged.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in data.items()})
     return merged
 
 

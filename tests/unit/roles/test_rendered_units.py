@@ -66,6 +66,10 @@ def rendered_files(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") ->
         files[f"replica-{replica['index']}.env"] = render(
             "vllm", "etc/kvoffload/vllm/replica.env.j2", {**v, "replica": replica}
         )
+    if engine == "vllm":  # the simulator has no GPU: no telemetry unit by default
+        files["kvoffload-gpu-telemetry.service"] = render(
+            "vllm", "etc/systemd/system/kvoffload-gpu-telemetry.service.j2", v
+        )
     if tier != "gpu":
         files["kvoffload-lmcache.service"] = render(
             "lmcache_server", "etc/systemd/system/kvoffload-lmcache.service.j2", v
@@ -114,6 +118,24 @@ def test_goldens_carry_the_contract() -> None:
     assert "ReadWritePaths=/mnt/kvoffload-nvme/lmcache-l2" in nvme["kvoffload-lmcache.service"]
     for files in (cpu, nvme):
         assert "Restart=on-failure" in files["kvoffload-vllm@.service"]
+    telemetry = nvme["kvoffload-gpu-telemetry.service"]
+    assert (
+        "ExecStart=/opt/kvoffload/venv/bin/kvoffload-lab metrics gpu-textfile --tool nvidia-smi "
+        "--output /var/lib/prometheus/node-exporter/kvoffload_gpu.prom --interval 15\n" in telemetry
+    )
+    assert "ReadWritePaths=/var/lib/prometheus/node-exporter\n" in telemetry
+    assert "User=kvoffload-gpu-telemetry\n" in telemetry and "Restart=on-failure\n" in telemetry
+    assert "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in (
+        nvme["prometheus-node-exporter.service.d/kvoffload.conf"]
+    )
+    assert "kvoffload-gpu-telemetry.service" not in cpu  # engine sim
+
+
+def test_amd_telemetry_polls_amd_smi() -> None:
+    v = {**variables("gpu", "vllm"), "kvoffload_gpu_vendor": "amd"}
+    unit = render("vllm", "etc/systemd/system/kvoffload-gpu-telemetry.service.j2", v)
+    assert "gpu-textfile --tool amd-smi --output" in unit
+    assert ":/opt/rocm/bin\n" in unit
 
 
 def systemd_words(env_file: str, name: str) -> list[str]:
@@ -151,6 +173,8 @@ def test_units_pass_systemd_analyze_verify(tier: str, engine: str, tmp_path: Pat
     ]
     if tier != "gpu":
         targets.append(str(units / "kvoffload-lmcache.service"))
+    if engine == "vllm":
+        targets.append(str(units / "kvoffload-gpu-telemetry.service"))
     debian_unit = Path("/lib/systemd/system/prometheus-node-exporter.service")
     if debian_unit.exists():  # the drop-in is verified together with Debian's unit it extends
         shutil.copy(debian_unit, units / debian_unit.name)
