@@ -45,7 +45,11 @@ STREAM_FLUSH_S = 0.05
 # When the event loop falls this far behind the modelled timeline, resynchronise (and say so).
 MAX_BEHIND_S = 0.05
 # Early wake-up for steps that produce first tokens: at most this much is spent waiting on the clock.
-MAX_LEAD_S = 0.001
+MAX_LEAD_S = 0.002
+# The lead covers this quantile of the recent hand-offs (timer thread -> event loop): on a VM their tail
+# (a vCPU woken from idle) is several times their median.
+LEAD_QUANTILE = 0.9
+HANDOFF_WINDOW = 64
 # Other streams are woken this many at a time, with a turn of the event loop in between, so a request
 # that arrives while hundreds of streams write is read (and its arrival stamped) within one batch.
 WAKE_BATCH = 16
@@ -143,9 +147,10 @@ class Engine:
         self._timer = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="sim-step-timer", initializer=_precise_timer_thread
         )
-        # How long the timer thread takes to resume the loop (moving average): a step with first
-        # tokens is woken this much early, then waits on the clock.
-        self._handoff_s = 0.0
+        # How long the timer thread took to resume the loop, lately: a step with first tokens is woken
+        # early by a high quantile of these, then waits on the clock.
+        self._handoffs: deque[float] = deque(maxlen=HANDOFF_WINDOW)
+        self._lead_s = 0.0
         self._due: list[Request] = []  # streams with tokens to write, woken after the step's bookkeeping
 
     @property
@@ -197,14 +202,16 @@ class Engine:
 
     async def _wait_until(self, loop: asyncio.AbstractEventLoop, deadline: float, precise: bool) -> None:
         """Return at `deadline`; with `precise`, wake early by the recent hand-off time, then spin."""
-        lead = min(MAX_LEAD_S, 1.5 * self._handoff_s) if precise else 0.0
+        lead = self._lead_s if precise else 0.0
         target = deadline - lead
         if target - self._clock() > 0:
             # A timer thread wakes the loop through its self-pipe: asyncio's own timers round the
             # epoll timeout up to whole milliseconds.
             await loop.run_in_executor(self._timer, _sleep_until, target)
             late = max(0.0, self._clock() - target)
-            self._handoff_s += 0.1 * (min(late, MAX_BEHIND_S) - self._handoff_s)
+            self._handoffs.append(late)
+            ordered = sorted(self._handoffs)
+            self._lead_s = min(MAX_LEAD_S, 1.2 * ordered[int(LEAD_QUANTILE * (len(ordered) - 1))])
         while precise and self._clock() < deadline:
             pass  # at most MAX_LEAD_S; nothing else needs this core's time more than a due token
 
