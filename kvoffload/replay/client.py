@@ -15,8 +15,10 @@ chunks are timestamped and the usage chunk is decoded at the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,8 @@ import httpx
 from kvoffload.replay.netstamp import StampedStream
 from kvoffload.replay.records import Status
 
+# How long to wait for the end of a response body after `[DONE]` before giving up on its connection.
+DRAIN_S = 1.0
 REPLICA_HEADERS = ("x-kvoffload-replica", "x-kvoffload-upstream")
 
 
@@ -82,6 +86,19 @@ def _usage(data: bytes) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows `[DONE]` (normally just the chunked body's terminator) for a moment.
+
+    httpcore reuses a connection only when the response was read to its end; leaving right after
+    `[DONE]` would close it, and the next request would open a new one (connect, and a server that must
+    accept it before it can read the request: a millisecond of TTFT on a loaded server).
+    """
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in chunks:
+                pass
+
+
 async def stream_chat(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float
 ) -> StreamResult:
@@ -132,7 +149,8 @@ async def stream_chat(
                 stamped = stream if isinstance(stream, StampedStream) else None
                 buffer = b""
                 done = False
-                async for raw in resp.aiter_raw():
+                chunks = resp.aiter_raw()
+                async for raw in chunks:
                     now = stamped.last_rx if stamped is not None else time.perf_counter()
                     buffer += raw
                     *lines, buffer = buffer.split(b"\n")
@@ -156,6 +174,8 @@ async def stream_chat(
                             t_last = now
                     if done:
                         break
+                if done:
+                    await _drain(chunks)
             finally:
                 await resp.aclose()
     except TimeoutError:

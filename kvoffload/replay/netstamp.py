@@ -4,7 +4,9 @@ The replay client (`replay/client.py`) times the first streamed token. Stamping 
 loop gets round to it would add the loop's lateness (other streams, httpx parsing, a busy client host)
 to every TTFT; with SO_TIMESTAMPNS the kernel stamps each packet as it arrives, and `StampedStream.read`
 keeps that stamp in `last_rx`, converted to the `time.perf_counter()` clock. Where the option is missing
-(not Linux), `last_rx` falls back to the moment of the read.
+(not Linux), `last_rx` falls back to the moment of the read; so does data the kernel left unstamped
+(Linux turns receive stamping on host-wide a moment after the first socket asks for it, so the first
+packets after that may carry none; the replay's warm-up requests cover that moment).
 
 This module is an httpcore network backend and nothing more: it parses no HTTP, does no TLS (https goes
 through httpx's default transport, see `stamped_client`) and must not block the event loop.

@@ -30,7 +30,8 @@ def make_app(
     async def chat(request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
         body = await request.json()
-        requests.append({"headers": dict(request.headers), "body": body})
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        requests.append({"headers": dict(request.headers), "body": body, "peer": list(peer or ())})
         fail = request.headers.get("x-fail")
         if fail_user and fail_user in request.headers.get("x-user-id", ""):
             fail = "500"

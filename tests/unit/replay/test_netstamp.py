@@ -34,6 +34,9 @@ def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket)
         stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
         peer, _ = listener.accept()
         try:
+            # The kernel turns receive stamping on for the whole host a moment after the first socket asks
+            # for it (deferred work): data sent right away may come unstamped.
+            time.sleep(0.05)
             peer.sendall(b"token")
             time.sleep(0.05)  # the data waits in the kernel; a loop busy elsewhere looks just like this
             data = await stream.read(1024, timeout=5.0)
