@@ -126,6 +126,7 @@ async def stream_chat(
     t0 = time.perf_counter()
     t_first: float | None = None
     t_last: float | None = None
+    t_end: float | None = None
     usage: dict[str, Any] | None = None
     status: Status = "ok"
     http_status: int | None = None
@@ -159,7 +160,7 @@ async def stream_chat(
                             continue
                         data = line[5:].strip()
                         if data == b"[DONE]":
-                            done = True
+                            done, t_end = True, now
                             break
                         if b'"usage"' in data:
                             found = _usage(data)
@@ -182,7 +183,8 @@ async def stream_chat(
         status, error = "timeout", f"no complete answer within {timeout_s:g} s"
     except httpx.HTTPError as exc:
         status, error = "error", f"{type(exc).__name__}: {exc}"[:500]
-    latency = time.perf_counter() - t0
+    # The answer ends at `[DONE]`'s arrival (what follows is the body's framing, drained above).
+    latency = (t_end if t_end is not None else time.perf_counter()) - t0
     prompt_tokens = completion_tokens = cached = None
     if usage:
         prompt_tokens = usage.get("prompt_tokens")

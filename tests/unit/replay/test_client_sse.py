@@ -107,4 +107,5 @@ def test_a_stream_left_open_after_done_does_not_hold_the_request(monkeypatch: py
     r, elapsed = asyncio.run(scenario())
     assert r.status == "ok", r.error  # type: ignore[attr-defined]
     assert r.completion_tokens == 32  # type: ignore[attr-defined]
+    assert r.latency_s < 0.2  # type: ignore[attr-defined]  # ends at [DONE], not after the drain
     assert elapsed < 2.0
