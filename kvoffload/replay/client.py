@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -86,17 +88,36 @@ def _usage(data: bytes) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what follows `[DONE]` (normally just the chunked body's terminator) for a moment.
+async def _drain(resp: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows `[DONE]` (normally just the chunked body's terminator), for DRAIN_S at most.
 
     httpcore reuses a connection only when the response was read to its end; leaving right after
     `[DONE]` would close it, and the next request would open a new one (connect, and a server that must
-    accept it before it can read the request: a millisecond of TTFT on a loaded server).
+    accept it before it can read the request: up to a millisecond of TTFT on a busy server). A server
+    that does not end the body in time gets its socket shut down, so the read fails through httpcore's
+    own error path: cancelling a read inside httpcore instead can leave its pool waiting forever.
     """
-    with contextlib.suppress(TimeoutError, httpx.HTTPError):
-        async with asyncio.timeout(DRAIN_S):
-            async for _ in chunks:
-                pass
+
+    async def rest() -> None:
+        async for _ in chunks:
+            pass
+
+    task = asyncio.create_task(rest())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=DRAIN_S)
+        if not done:
+            stream = resp.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                # Through a duplicate descriptor: asyncio's transport sockets refuse shutdown() itself.
+                with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                    dup.shutdown(socket.SHUT_RDWR)
+            await asyncio.wait({task}, timeout=DRAIN_S)
+    finally:
+        if not task.done():
+            task.cancel()  # last resort (a stream without a socket to shut down)
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await task
 
 
 async def stream_chat(
@@ -176,7 +197,7 @@ async def stream_chat(
                     if done:
                         break
                 if done:
-                    await _drain(chunks)
+                    await _drain(resp, chunks)
             finally:
                 await resp.aclose()
     except TimeoutError:

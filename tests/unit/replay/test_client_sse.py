@@ -10,7 +10,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from kvoffload.replay.client import stream_chat
+from kvoffload.replay.client import StreamResult, stream_chat
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures/vllm-0.32-cpu/sse-stream.txt"
 
@@ -88,7 +88,7 @@ def test_a_stream_left_open_after_done_does_not_hold_the_request(monkeypatch: py
         await asyncio.sleep(30)  # never ends the chunked body
         return resp
 
-    async def scenario() -> tuple[object, float]:
+    async def scenario() -> tuple[list[StreamResult], float]:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handler)
         runner = web.AppRunner(app, shutdown_timeout=0.1)
@@ -96,16 +96,44 @@ def test_a_stream_left_open_after_done_does_not_hold_the_request(monkeypatch: py
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = runner.addresses[0][1]
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
         try:
-            async with httpx.AsyncClient() as client:
+            # One connection at most: a pool left waiting by the abandoned drain would hang the second.
+            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1)) as client:
                 t0 = time.monotonic()
-                r = await stream_chat(client, f"http://127.0.0.1:{port}/v1/chat/completions", {}, {}, 10.0)
-                return r, time.monotonic() - t0
+                first = await stream_chat(client, url, {}, {}, 10.0)
+                second = await asyncio.wait_for(stream_chat(client, url, {}, {}, 10.0), 5.0)
+                return [first, second], time.monotonic() - t0
         finally:
             await runner.cleanup()
 
-    r, elapsed = asyncio.run(scenario())
-    assert r.status == "ok", r.error  # type: ignore[attr-defined]
-    assert r.completion_tokens == 32  # type: ignore[attr-defined]
-    assert r.latency_s < 0.2  # type: ignore[attr-defined]  # ends at [DONE], not after the drain
-    assert elapsed < 2.0
+    results, elapsed = asyncio.run(scenario())
+    for r in results:
+        assert r.status == "ok", r.error
+        assert r.completion_tokens == 32
+        assert r.latency_s is not None and r.latency_s < 0.2  # ends at [DONE], not after the drain
+    assert elapsed < 3.0
+
+
+def test_abandoned_drains_never_leave_the_pool_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain given no time at all is abandoned on every request; later requests still get through."""
+    import kvoffload.replay.client as client_module
+    from tests.support.procs import sse_server
+
+    monkeypatch.setattr(client_module, "DRAIN_S", 0.0)
+
+    async def scenario(url: str) -> list[StreamResult]:
+        out: list[StreamResult] = []
+        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=4)) as client:
+
+            async def slot() -> None:
+                for _ in range(10):
+                    out.append(await stream_chat(client, f"{url}/v1/chat/completions", {}, {}, 10.0))
+
+            await asyncio.wait_for(asyncio.gather(*(slot() for _ in range(4))), 20.0)
+        return out
+
+    with sse_server("--ttft", "0.002", "--itl", "0.001", "--tokens", "3") as url:
+        results = asyncio.run(scenario(url))
+    assert len(results) == 40
+    assert all(r.status == "ok" for r in results), {r.error for r in results}
