@@ -5,7 +5,9 @@ Cells of a group whose achieved session counts differ are flagged not comparable
 cell whose KV usage never came near full (< NEAR_FULL_PCT), with no LMCache eviction and no external
 prefix-cache hit, is flagged "offload never exercised". Cell warnings cover concurrency above the
 virtual-user ceiling, zero virtual users, unfinished cells, failed requests, scrape gaps, absent
-engine metrics and the before/after fallback.
+engine metrics and the before/after fallback. When the hosts of one role ran another version of vLLM,
+LMCache, this package, torch, Caddy or the GPU driver in some cells (software.COMPARED_ITEMS), the
+campaign gets a "software_differs" warning and the groups holding both versions are not comparable.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
+
+from kvoffload.analysis.software import version_splits
 
 GROUP_KEYS = ["model", "concurrency", "num_rounds", "isl", "osl", "repeat"]
 MATCH_KEYS = ["tier", *GROUP_KEYS]
@@ -167,11 +171,38 @@ def group_warnings(group: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def warnings_table(summary: pd.DataFrame, skipped: Sequence[dict[str, str]] = ()) -> pd.DataFrame:
-    """Every validity warning of a campaign: skipped cells, cell warnings, group warnings."""
+def software_warnings(software: pd.DataFrame) -> list[dict[str, Any]]:
+    """One campaign warning per compared item whose version differs between cells on one role's hosts.
+
+    `software` is `analysis.software.software_frame(cells)`.
+    """
+    splits = version_splits(software)
+    out = []
+    for (item, roles), split in splits.groupby(["item", "roles"], sort=True):
+        detail = "; ".join(f"{v} in {c}" for v, c in zip(split["version"], split["cells"], strict=True))
+        out.append(
+            _w(
+                "campaign",
+                None,
+                "",
+                "software_differs",
+                f"not comparable across these cells: {item} differs on the {str(roles).replace(',', ', ')} "
+                f"hosts ({detail}); a difference between them may come from the software change",
+            )
+        )
+    return out
+
+
+def warnings_table(
+    summary: pd.DataFrame, skipped: Sequence[dict[str, str]] = (), software: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Every validity warning of a campaign: skipped cells, software changes (when `software`, the
+    `software_frame` of the cells, is given), cell warnings, group warnings."""
     rows: list[dict[str, Any]] = [
         _w("cell", s["cell_id"], "", "skipped_cell", f"not ingested: {s['reason']}") for s in skipped
     ]
+    if software is not None:
+        rows.extend(software_warnings(software))
     for _, row in summary.iterrows():
         rows.extend(cell_warnings(row))
     if not summary.empty:
@@ -180,8 +211,12 @@ def warnings_table(summary: pd.DataFrame, skipped: Sequence[dict[str, str]] = ()
     return pd.DataFrame(rows, columns=WARNING_COLUMNS)
 
 
-def tier_comparison(summary: pd.DataFrame) -> pd.DataFrame:
-    """Summary rows with per-group TTFT change vs the gpu tier (%) and a `comparable` flag."""
+def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Summary rows with per-group TTFT change vs the gpu tier (%) and a `comparable` flag.
+
+    A group is not comparable when its achieved session counts differ, or when `software` (the
+    `software_frame` of the cells) shows a compared item at another version in some of its cells.
+    """
     if summary.empty:
         return summary.assign(ttft_p50_vs_gpu_pct=[], ttft_p95_vs_gpu_pct=[], comparable=[])
     parts = []
@@ -196,7 +231,8 @@ def tier_comparison(summary: pd.DataFrame) -> pd.DataFrame:
             else:
                 g[f"ttft_{q}_vs_gpu_pct"] = 100.0 * (g[col].astype(float) / float(ref) - 1.0)
         counts = g["achieved_sessions"].dropna() if "achieved_sessions" in g else pd.Series(dtype=float)
-        g["comparable"] = len(set(counts.tolist())) <= 1
+        same_software = software is None or version_splits(software, g["cell_id"].astype(str)).empty
+        g["comparable"] = len(set(counts.tolist())) <= 1 and same_software
         parts.append(g)
     return pd.concat(parts, ignore_index=True)
 

@@ -1,7 +1,9 @@
 """`kvoffload-lab compare DIR_A DIR_B ...`: the same cells across campaigns, side by side.
 
 Cells match on tier, model, concurrency, num_rounds, ISL, OSL and repeat; each figure is printed for
-every campaign plus its change against the first campaign (%). Thin CLI over kvoffload.analysis.
+every campaign plus its change against the first campaign (%). Under the table, the software the lab
+hosts ran where it differs between the campaigns (cell.json `software`): a change of figures may come
+from it. Thin CLI over kvoffload.analysis.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def _compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from kvoffload.analysis.compare import MATCH_KEYS, compare_campaigns
+    from kvoffload.analysis.software import campaign_differences
     from kvoffload.errors import UserError
     from kvoffload.report.build import analyse
     from kvoffload.report.views import fmt
@@ -50,6 +53,7 @@ def _compare(args: argparse.Namespace) -> int:
         raise UserError("compare: give at least two RESULTS_DIR folders")
     labels: list[str] = []
     summaries = []
+    software = []
     for d in args.results_dirs:
         if not d.is_dir():
             raise UserError(f"RESULTS_DIR {d}: not a folder; give results/<campaign>")
@@ -57,7 +61,9 @@ def _compare(args: argparse.Namespace) -> int:
         while label in labels:
             label += "'"
         labels.append(label)
-        summaries.append((label, analyse(d).summary))
+        analysis = analyse(d)
+        summaries.append((label, analysis.summary))
+        software.append((label, analysis.software))
     figures = tuple(args.figure or DEFAULT_FIGURES)
     known = set().union(*(set(s.columns) for _, s in summaries))
     unknown = [f for f in figures if f not in known]
@@ -80,7 +86,17 @@ def _compare(args: argparse.Namespace) -> int:
         key = " ".join(str(row[k]) for k in MATCH_KEYS)
         values = ["–" if pd.isna(row[c]) else fmt(row[c], 4) for c in value_columns]
         out.add_row(key, str(row["figure"]), *values)
-    Console(width=max(120, 40 + 16 * len(value_columns))).print(out)
+    console = Console(width=max(120, 40 + 16 * len(value_columns)))
+    console.print(out)
     if table.empty:
         print("no matching cells")
+    differences = campaign_differences(software)
+    if not differences.empty:
+        print("software that differs between the campaigns (a change of figures may come from it):")
+        diff = Table()
+        for col in differences.columns:
+            diff.add_column(str(col))
+        for _, row in differences.iterrows():
+            diff.add_row(*("–" if v is None or pd.isna(v) else str(v) for v in row))
+        console.print(diff)
     return 0

@@ -51,7 +51,11 @@ class CellMeta(_Lenient):
     targets: dict[str, TargetRef] = Field(default_factory=dict, description="metric target name -> ref")
     l2_device: str | None = Field(default=None, description="kernel name of the disk behind the L2 path")
     timings: dict[str, float] = Field(default_factory=dict, description="phase -> seconds")
-    versions: dict[str, Any] = Field(default_factory=dict, description="software versions")
+    versions: dict[str, Any] = Field(default_factory=dict, description="controller software versions")
+    software: dict[str, Any] = Field(
+        default_factory=dict,
+        description="host name -> software that ran there (collect role: groups, packages, python, gpu)",
+    )
 
 
 class SessionCounts(_Lenient):

@@ -2,7 +2,7 @@
 
 Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCHEMA_VERSION`):
 - cells: one row per cell folder with a readable cell.json (config columns + JSON-text columns for
-  hosts, targets, timings, versions; `done` says whether DONE exists).
+  hosts, targets, timings, versions (controller), software (lab hosts); `done` says whether DONE exists).
 - requests: requests.jsonl rows (DESIGN.md section 6 schema).
 - sessions: sessions.json, one row per cell that has one.
 - samples: metric samples with `phase` = run (metrics/<target>.jsonl) | before | after (snapshots).
@@ -29,7 +29,8 @@ from kvoffload.ingest.layout import CampaignPaths, CellPaths
 
 log = logging.getLogger(__name__)
 
-TABLES_SCHEMA_VERSION = 1
+# 2: cells gained `software`.
+TABLES_SCHEMA_VERSION = 2
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 CELLS_SCHEMA = pa.schema(
@@ -52,6 +53,7 @@ CELLS_SCHEMA = pa.schema(
         ("targets", pa.string()),
         ("timings", pa.string()),
         ("versions", pa.string()),
+        ("software", pa.string()),
     ]
 )
 SESSIONS_SCHEMA = pa.schema(
@@ -114,6 +116,7 @@ def _cell_row(cell: CellPaths) -> dict[str, Any]:
         "targets": json.dumps({k: v.model_dump() for k, v in meta.targets.items()}, sort_keys=True),
         "timings": json.dumps(meta.timings, sort_keys=True),
         "versions": json.dumps(meta.versions, sort_keys=True),
+        "software": json.dumps(meta.software, sort_keys=True),
     }
 
 

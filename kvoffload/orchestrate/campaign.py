@@ -3,8 +3,9 @@ sampler and before/after snapshots, on the client host) -> collect -> teardown, 
 
 Resume: cells whose folder holds DONE are skipped; any other cell runs again from a fresh folder (the
 unfinished attempt is kept under attempts/). Ctrl-C: the current cell is marked interrupted, the lab is
-torn down, and KeyboardInterrupt propagates to the CLI. Phase timings, host facts, versions, targets and
-unit restart counts go to cell.json (DESIGN.md section 5).
+torn down, and KeyboardInterrupt propagates to the CLI. Phase timings, host facts, versions (the
+controller's tools), software (what ran on each lab host, from the collect role), targets and unit
+restart counts go to cell.json (DESIGN.md section 5).
 """
 
 from __future__ import annotations
@@ -136,6 +137,22 @@ def _unit_states(cell_dir: Path) -> dict[str, Any]:
     return units
 
 
+def host_software(folder: Path) -> dict[str, Any]:
+    """host -> the collect role's `software/<host>.json` (groups, packages, python, gpu), for cell.json.
+
+    Empty when the folder is missing (collect did not run); an unreadable file maps to {"error": ...}.
+    """
+    software: dict[str, Any] = {}
+    if not folder.is_dir():
+        return software
+    for path in sorted(folder.glob("*.json")):
+        try:
+            software[path.stem] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            software[path.stem] = {"error": f"unreadable {path.name}"}
+    return software
+
+
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
     """Let teardown finish even if Ctrl-C is pressed again or SIGTERM arrives."""
@@ -263,6 +280,7 @@ class CampaignRunner:
             "replay_argv": replay_command(extravars),
             "timings": {},
             "versions": tool_versions(),
+            "software": {},  # filled from the collect role's files once the cell is over
             "started_at": time.time(),
         }
         timings: dict[str, float] = record["timings"]
@@ -319,6 +337,7 @@ class CampaignRunner:
             log.error("cell %s failed: %s", cell.id, exc)
         self._teardown_cell(cell, extravars, record, timings)
         record["units"] = _unit_states(cell_dir)
+        record["software"] = host_software(cell_dir / "software")
         record["finished_at"] = time.time()
         timings["total"] = round(time.monotonic() - t_cell, 3)
         if status == "done":

@@ -22,6 +22,7 @@ from kvoffload.analysis.client import ttft_by_round, ttft_cdf
 from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
 from kvoffload.analysis.engine import engine_series
 from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, parse_targets
+from kvoffload.analysis.software import software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
 from kvoffload.ingest import Tables, ensure_tables
 from kvoffload.ingest.layout import CampaignPaths
@@ -35,6 +36,7 @@ from kvoffload.report.views import (
     frame_table,
     hosts_table,
     rounds_pivot,
+    software_view,
     table,
 )
 
@@ -48,6 +50,7 @@ class Analysis:
     comparison: pd.DataFrame
     warnings: pd.DataFrame
     rounds: pd.DataFrame
+    software: pd.DataFrame
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,14 @@ def analyse(results_dir: Path) -> Analysis:
     """Ingest when needed, then compute summary, comparison, warnings and per-round tables."""
     t = ensure_tables(results_dir)
     summary = summarize(t.cells, t.requests, t.sessions, t.samples)
+    software = software_frame(t.cells)
     return Analysis(
         tables=t,
         summary=summary,
-        comparison=tier_comparison(summary),
-        warnings=warnings_table(summary, t.skipped),
+        comparison=tier_comparison(summary, software),
+        warnings=warnings_table(summary, t.skipped, software),
         rounds=rounds_table(t.cells, t.requests),
+        software=software,
     )
 
 
@@ -142,7 +147,8 @@ def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
         items.append(("dataset", "; ".join(datasets)))
     versions = sorted(set(t.cells["versions"].dropna()) - {"{}"})
     if versions:
-        items.append(("software versions", " | ".join(versions)))
+        # the lab hosts' software is the "Software per host" table
+        items.append(("controller software versions", " | ".join(versions)))
     return items
 
 
@@ -181,6 +187,7 @@ def _context(a: Analysis, results_dir: Path) -> dict[str, Any]:
         "version": __version__,
         "campaign": _campaign_items(a.tables, results_dir),
         "hosts": hosts_table(a.tables.cells),
+        "software": software_view(software_table(a.software, a.tables.cells["cell_id"].astype(str).tolist())),
         "warnings": [
             {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in w.items()}
             for w in a.warnings.to_dict("records")
@@ -210,7 +217,7 @@ def render_markdown(ctx: dict[str, Any]) -> str:
     """The Markdown report (tables and warnings; plots are in the HTML report)."""
     out = [f"# kvoffload-lab report: {ctx['title']}", ""]
     out += ["## Campaign", ""] + [f"- **{k}**: {v}" for k, v in ctx["campaign"]] + [""]
-    out += [md_table(ctx["hosts"]), "## Validity warnings", ""]
+    out += [md_table(ctx["hosts"]), md_table(ctx["software"]), "## Validity warnings", ""]
     if ctx["warnings"]:
         for w in ctx["warnings"]:
             where = f" [{w['cell_id']}]" if w["cell_id"] else ""

@@ -246,3 +246,14 @@ def hosts_table(cells: pd.DataFrame) -> Table:
             ]
         )
     return Table("Hosts", ["host", "CPU", "RAM GiB", "GPUs", "NVMe"], rows)
+
+
+def software_view(frame: pd.DataFrame) -> Table:
+    """analysis.software.software_table as a display table (no rows when no host reported software)."""
+    t = frame_table("Software per host", frame)
+    note = (
+        "What ran on each lab host, read after every cell (collect role); cells: all when the versions "
+        "were the same in every cell, else the cells that row covers. GPU driver and CUDA/ROCm as the GPU "
+        "tool reports them."
+    )
+    return Table(t.title, t.headers, t.rows, note)

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+import kvoffload
+
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
 
@@ -102,6 +104,16 @@ def _snapshot_sum(cell: Path, target_prefix: str, name: str) -> float:
     return total
 
 
+def _groups(inventory: Path) -> dict[str, set[str]]:
+    """Inventory host -> its groups, from the lab's hosts.yml."""
+    children = yaml.safe_load(inventory.read_text())["all"]["children"]
+    out: dict[str, set[str]] = {}
+    for group, members in children.items():
+        for host in members["hosts"]:
+            out.setdefault(host, set()).add(group)
+    return out
+
+
 def _cells(results: Path) -> dict[str, Path]:
     out = {}
     for cell in (results / "cells").iterdir():
@@ -111,6 +123,7 @@ def _cells(results: Path) -> dict[str, Path]:
 
 def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     inventory, env = lab
+    groups = _groups(inventory)
     campaign = _write_campaign(tmp_path / "campaign.yml", _campaign("labtest", ["gpu", "cpu", "nvme"]))
     run = _kvlab(
         env, "run", str(inventory), "--campaign", str(campaign), "--results", str(tmp_path / "results")
@@ -132,6 +145,17 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
         assert counts["failed_requests"] <= 1
         sessions[tier] = (counts["achieved_sessions"], counts["complete"] + counts["error"])
         assert any(p.name.startswith("vllm") for p in (cell / "metrics").glob("*.jsonl"))
+        # software that ran on each lab host (collect role): this checkout's wheel everywhere, no vLLM
+        software = record["software"]
+        assert set(software) == set(groups), software
+        for host, sw in software.items():
+            assert set(sw["groups"]) == groups[host]
+            venv = sw["python"]["/opt/kvoffload/venv"]
+            assert venv["kvoffload-lab"] == kvoffload.__version__, (host, venv)
+            assert "vllm" not in venv and "lmcache" not in venv
+            assert sw["packages"]["prometheus-node-exporter"]
+            assert sw["gpu"] == {}  # no nvidia-smi on the virtual hosts
+        assert all(software[h]["packages"]["caddy"] for h in groups if "lb" in groups[h])
     # the same users in every tier, every one of them run to its end (complete, or cut by that failure)
     assert set(sessions.values()) == {(8, 8)}
 

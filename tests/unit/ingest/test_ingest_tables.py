@@ -35,6 +35,9 @@ def test_ingest_fixture_campaign(campaign: Path) -> None:
     assert cells.loc["b1gpu", "status"] == "interrupted" and not cells.loc["b1gpu", "done"]
     assert cells.loc["a3nvme", "l2_device"] == "loop3" and cells.loc["a3nvme", "osl"] == "32"
     assert json.loads(cells.loc["a3nvme", "targets"])["lmcache"]["kind"] == "lmcache"
+    software = json.loads(cells.loc["b2cpu", "software"])
+    assert software["gpu1"]["python"]["/opt/kvoffload/venv"]["vllm"] == "0.33.0"
+    assert software["client"]["groups"] == ["client", "lb"]
     phases = t.samples.groupby("phase").size().to_dict()
     assert set(phases) == {"run", "before", "after"}
     # Snapshot rows: one per series of every target at both ends.
@@ -42,6 +45,16 @@ def test_ingest_fixture_campaign(campaign: Path) -> None:
     assert t.campaign["name"] == "fixture-small"
     meta = pq.read_schema(out / "requests.parquet").metadata
     assert meta[b"kvoffload.schema"] == str(TABLES_SCHEMA_VERSION).encode()
+
+
+def test_cell_json_without_software_ingests_as_an_empty_map(campaign: Path) -> None:
+    # results written before cell.json had `software`
+    path = campaign / "cells" / "a1gpu" / "cell.json"
+    record = json.loads(path.read_text())
+    del record["software"]
+    path.write_text(json.dumps(record))
+    ingest_campaign(campaign)
+    assert load_tables(campaign).cells.set_index("cell_id").loc["a1gpu", "software"] == "{}"
 
 
 def test_labels_are_canonical_json(campaign: Path) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from kvoffload.config import Cell
-from kvoffload.orchestrate.campaign import host_facts
+from kvoffload.orchestrate.campaign import host_facts, host_software
 from kvoffload.orchestrate.results import CampaignResults
 
 CELL = Cell("abc123", "cpu", 8, 5, 16384, "recorded", 1, {"tier": "cpu"})
@@ -49,3 +50,28 @@ def test_host_facts_from_ansible_219_fact_cache(tmp_path: Path) -> None:
     assert host["vcpus"] == 2 and host["ram_gib"] == 23.5 and host["os"] == "Debian 12.15"
     assert host["nvme"][0]["device"] == "/dev/loop0" and host["nvme"][0]["fstype"] == "xfs"
     assert host["gpus"] == []
+
+
+def test_host_software_reads_the_collect_roles_files(tmp_path: Path) -> None:
+    # the shape roles/collect/tasks/software.yml writes (to_nice_json), one file per inventory host
+    sim_host = {
+        "gpu": {},
+        "groups": ["lmcache", "vllm"],
+        "host": "kve2",
+        "packages": {"prometheus-node-exporter": "1.5.0-1+b6"},
+        "python": {"/opt/kvoffload/venv": {"kvoffload-lab": "0.1.0"}},
+    }
+    folder = tmp_path / "software"
+    folder.mkdir()
+    (folder / "kve2.json").write_text(json.dumps(sim_host, indent=4) + "\n")
+    (folder / "kve1.json").write_text('{"host": "kve1", "python": {}')  # cut short
+    (folder / "notes.txt").write_text("not a host file")
+    software = host_software(folder)
+    assert list(software) == ["kve1", "kve2"]
+    assert software["kve2"] == sim_host
+    assert software["kve1"] == {"error": "unreadable kve1.json"}
+
+
+def test_host_software_without_the_folder_is_empty(tmp_path: Path) -> None:
+    # a cell that failed before collect ran
+    assert host_software(tmp_path / "software") == {}

@@ -70,6 +70,28 @@ def test_report_files_and_warnings(campaign: Path) -> None:
         assert (campaign / "tables" / f"{name}.parquet").is_file()
 
 
+def test_report_shows_each_hosts_software_and_flags_the_vllm_change(campaign: Path) -> None:
+    index = build_report(campaign)
+    md = (campaign / "report" / "report.md").read_text()
+    header = "| host | roles | cells | vllm | lmcache | kvoffload-lab | torch | caddy | node-exporter |"
+    assert header + " GPU driver | CUDA |" in md  # no ROCm column: no host reported one
+    # b2cpu ran vLLM 0.33.0 on gpu1, every other cell 0.32.0 (fixture README)
+    assert "| client | client,lb | all | – | – | 0.1.0 | – | 2.6.2-5 | 1.5.0-1+b6 | – | – |" in md
+    gpu1 = "| gpu1 | lmcache,vllm | all but b2cpu | 0.32.0 | 0.5.6 | 0.1.0 | 2.9.0 | – | 1.5.0-1+b6 |"
+    assert gpu1 + " 580.159.04 | 13.0 |" in md
+    assert "| gpu1 | lmcache,vllm | b2cpu | 0.33.0 | 0.5.6 |" in md
+    assert md.index("### Software per host") < md.index("## Validity warnings")
+    assert (
+        "- **software_differs**: not comparable across these cells: vllm differs on the lmcache, vllm hosts "
+        "(0.32.0 in a1gpu, a2cpu, a3nvme, b1gpu; 0.33.0 in b2cpu)"
+    ) in md
+    assert '**controller software versions**: {"kvoffload-lab": "0.1.0", "python": "3.11.2"}' in md
+    html = index.read_text()
+    assert "<h3>Software per host</h3>" in html
+    assert "<td>all but b2cpu</td><td>0.32.0</td>" in html
+    assert "<strong>software_differs</strong>" in html
+
+
 def test_summary_json_and_csv(campaign: Path) -> None:
     summary = analyse(campaign).summary
     records = json.loads(summary_json(summary))

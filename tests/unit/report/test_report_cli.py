@@ -49,3 +49,20 @@ def test_compare_two_campaigns(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert cpu["change_pct_run-b"] == pytest.approx(0.0)
     assert main(["compare", str(a), str(b), "--figure", "no_such_figure"]) == 2
     assert main(["compare", str(a)]) == 2
+
+
+def test_compare_lists_the_software_that_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _copy(tmp_path / "run-a"), _copy(tmp_path / "run-b")
+    # run-b: LMCache upgraded on gpu1 in every cell (vLLM 0.32.0 / 0.33.0 as in run-a: not listed)
+    for path in (b / "cells").glob("*/cell.json"):
+        record = json.loads(path.read_text())
+        record["software"]["gpu1"]["python"]["/opt/kvoffload/venv"]["lmcache"] = "0.6.0"
+        path.write_text(json.dumps(record))
+    assert main(["compare", str(a), str(b), "--figure", "ttft_p50_s"]) == 0
+    out = capsys.readouterr().out
+    assert "software that differs between the campaigns" in out
+    lines = [line for line in out.splitlines() if "0.6.0" in line]
+    assert len(lines) == 1 and "lmcache" in lines[0] and "0.5.6" in lines[0], out
+    assert "0.33.0" not in out
+    assert main(["compare", str(a), str(a), "--figure", "ttft_p50_s"]) == 0
+    assert "software that differs" not in capsys.readouterr().out
