@@ -1,9 +1,15 @@
 """`kvoffload-lab demo`: the main job on this machine, end to end, with nothing but root and Debian 12.
 
-Brings up the 3-host virtual lab (client+lb, two simulated replicas, lmcache-server and a loop-device
-NVMe on the first replica host), runs the shipped demo campaign (gpu, cpu and nvme tiers, a
-concurrency that fits GPU KV and one that overflows it, recorded tau2-bench conversations), writes the
-report and tears the lab down, also on failure or Ctrl-C. `make demo` runs exactly this.
+Brings up the virtual lab (a client host and a node with two replicas, the lmcache-server, Caddy and a
+loop-device NVMe), runs a shipped campaign, writes the report and tears the lab down, also on failure
+or Ctrl-C.
+
+- `--engine sim` (default; `make demo` runs exactly this): the simulator, gpu, cpu and nvme tiers at a
+  concurrency that fits GPU KV and one that overflows it, recorded tau2-bench conversations.
+- `--engine vllm`: REAL vLLM (its CPU build) and the REAL LMCache server (CPU mode) serving a tiny
+  random-weight Llama the project builds itself, on every tier: it proves the roles, flags, endpoints
+  and metric names on real software (function, not timing). The first run downloads about 1 GB of
+  wheels into the wheel cache; later runs reuse them.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEMO_CAMPAIGN = Path("inventories/local/campaign-demo.yml")
+DEMO_CAMPAIGNS = {
+    "sim": Path("inventories/local/campaign-demo.yml"),
+    "vllm": Path("inventories/local/campaign-vllm.yml"),
+}
 DEMO_INVENTORY = Path("inventories/local/hosts.yml")
 
 
@@ -25,7 +34,15 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--campaign", type=Path, default=DEMO_CAMPAIGN, help=f"campaign file (default {DEMO_CAMPAIGN})"
+        "--engine",
+        choices=sorted(DEMO_CAMPAIGNS),
+        default="sim",
+        help="sim: the simulator (default); vllm: real vLLM (CPU build) and real LMCache (CPU mode)",
+    )
+    p.add_argument(
+        "--campaign",
+        type=Path,
+        help=f"campaign file (default {DEMO_CAMPAIGNS['sim']}, or {DEMO_CAMPAIGNS['vllm']} with --engine vllm)",
     )
     p.add_argument(
         "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
@@ -45,17 +62,25 @@ def demo(args: argparse.Namespace) -> int:
     from kvoffload.lab.lifecycle import UpOptions, down, require_root, status, up
 
     require_root()
+    campaign = args.campaign or DEMO_CAMPAIGNS[args.engine]
+    if args.engine == "vllm":
+        from kvoffload.lab.paths import cache_root
+        from kvoffload.lab.tinymodel import build_tiny_model
+
+        model = build_tiny_model(cache_root() / "models" / "tiny-llama")
+        print(f"demo: tiny random-weight Llama in {model}", file=sys.stderr)
     if not status().healthy:
         down()  # a half-up lab from an earlier failure: start clean
-    print("demo: bringing up the virtual lab (3 systemd-nspawn hosts)...", file=sys.stderr)
-    up(UpOptions(hosts=3, inventory=DEMO_INVENTORY))
+    print("demo: bringing up the virtual lab (2 systemd-nspawn hosts)...", file=sys.stderr)
+    up(UpOptions(hosts=2, inventory=DEMO_INVENTORY))
     try:
         run_args = argparse.Namespace(
             inventory=DEMO_INVENTORY,
-            campaign=args.campaign,
+            campaign=campaign,
             results=args.results,
             wheel_cache=DEFAULT_WHEEL_CACHE,
             no_wheelhouse=False,
+            hosts_python="3.11.2",
             cells=None,
             fresh=not args.resume,
             skip_provision=False,

@@ -1,7 +1,8 @@
-"""`kvoffload-lab lab up|down|status|image`: the virtual lab of systemd-nspawn hosts on this machine.
+"""`kvoffload-lab lab up|down|status|image|tiny-model`: the virtual lab of nspawn hosts on this machine.
 
-Thin layer over `kvoffload.lab.lifecycle`: parses flags, renders results with rich. The lab is for the
-demo and the lab tests; real labs are described by an inventory and never touched by this command.
+Thin layer over `kvoffload.lab.lifecycle` (and `kvoffload.lab.tinymodel`, the real-engine lane's model):
+parses flags, renders results with rich. The lab is for the demo and the lab tests; real labs are
+described by an inventory and never touched by this command.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def register(subparsers: Any) -> None:
     )
     sub = parser.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="build the image if needed and boot the hosts; writes the inventory")
-    up.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3: client+lb, 2 replicas)")
+    up.add_argument(
+        "--hosts", type=int, default=2, help="number of hosts (default 2: the client, a node with 2 replicas)"
+    )
     up.add_argument("--bridge", default="kvlab0", help="name of the private bridge (default kvlab0)")
     up.add_argument(
         "--subnet", default="10.213.0.0/24", help="private /24 of the lab (default 10.213.0.0/24)"
@@ -50,6 +53,18 @@ def register(subparsers: Any) -> None:
     image.add_argument("--rebuild", action="store_true", help="rebuild even if a cached image matches")
     image.add_argument("--podman", action="store_true", help="import it into podman for molecule")
     image.set_defaults(func=_image)
+    tiny = sub.add_parser(
+        "tiny-model",
+        help="build (or reuse) a tiny random-weight Llama folder for the real-engine lane; prints its path",
+        description=(
+            "Writes a Hugging Face model folder that real vLLM can serve, with no download: the reference "
+            "tiny Llama architecture, a byte-level BPE tokenizer trained on the shipped conversations "
+            "(data/) and random bfloat16 weights. A folder already built from the same inputs is reused."
+        ),
+    )
+    tiny.add_argument("out", type=Path, metavar="OUT", help="model folder to write (replaced only if ours)")
+    tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    tiny.set_defaults(func=_tiny_model)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -97,6 +112,15 @@ def _image(args: argparse.Namespace) -> int:
     print(f"base image {image.key}: {image.rootfs}")
     if args.podman:
         print(f"podman image: {ensure_podman_image(image)}")
+    return 0
+
+
+def _tiny_model(args: argparse.Namespace) -> int:
+    from kvoffload.lab.tinymodel import build_tiny_model
+
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: must be 0 or more")
+    print(build_tiny_model(args.out, seed=args.seed))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import time
@@ -30,7 +31,15 @@ def _common(p: argparse.ArgumentParser) -> None:
         help=f"where the wheelhouse shipped to hosts is built (default {DEFAULT_WHEEL_CACHE})",
     )
     p.add_argument(
-        "--no-wheelhouse", action="store_true", help="hosts install from their package index instead"
+        "--no-wheelhouse",
+        action="store_true",
+        help="hosts install dependencies from their package index (this package is still shipped as a wheel)",
+    )
+    p.add_argument(
+        "--hosts-python",
+        default="3.11.2",
+        metavar="X.Y.Z",
+        help="the hosts' python3 version the wheelhouse is built for (default 3.11.2, Debian 12's)",
     )
 
 
@@ -193,10 +202,20 @@ def _runner(args: argparse.Namespace, fresh: bool = False) -> Any:
         inventory,
         results,
         display,
-        wheel_cache=None if args.no_wheelhouse else args.wheel_cache,
+        wheel_cache=args.wheel_cache,
+        offline=not args.no_wheelhouse,
+        hosts_python=_hosts_python(args.hosts_python),
         expected_requests=_expected_requests(lab),
     )
     return lab, results, display, runner
+
+
+def _hosts_python(value: str) -> str:
+    from kvoffload.errors import UserError
+
+    if not re.fullmatch(r"3\.[0-9]+\.[0-9]+", value):
+        raise UserError(f"--hosts-python {value!r}: give the hosts' python3 version as X.Y.Z, e.g. 3.11.2")
+    return value
 
 
 def _stop_on_signals() -> None:

@@ -72,7 +72,11 @@ class Campaign(_Strict):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="campaign name; also its results folder results/<name>/ (letters, digits, . _ -)",
     )
-    model: str = Field(min_length=1, description="HF model id or local path; also the replay tokenizer")
+    model: str = Field(
+        min_length=1,
+        description="HF model id (downloaded on the vLLM hosts with HF_TOKEN), or a model folder on the "
+        "controller (absolute, or relative to this file: shipped to the hosts once); also the tokenizer",
+    )
     gpu_vendor: Literal["nvidia", "amd"] = Field(description="picks the engine build: nvidia or amd")
     engine: Literal["vllm", "sim"] = Field(description="vllm, or sim: the GPU-free simulator")
     sim_profile: str | None = Field(
@@ -145,6 +149,13 @@ class Campaign(_Strict):
             raise KeyedError("sim_profile", "engine: sim needs sim_profile (a simulator cost profile)")
         if self.engine != "sim" and self.sim_profile:
             raise KeyedError("sim_profile", f"is only for engine: sim, but engine is {self.engine}")
+        if self.engine == "vllm" and self.gpu_vendor == "amd":
+            raise KeyedError(
+                "gpu_vendor",
+                "amd with engine: vllm is not supported yet: ROCm vLLM 0.32 wheels exist only on vLLM's "
+                "own wheel index, tagged +rocm and built for Python 3.12 (Debian 12 has 3.11), and "
+                "PyPI's lmcache 0.5.6 is a CUDA build; use gpu_vendor: nvidia, or engine: sim",
+            )
         if self.kv_cache_memory_bytes is not None and self.num_gpu_blocks_override is not None:
             raise KeyedError(
                 "num_gpu_blocks_override", "set kv_cache_memory_bytes or num_gpu_blocks_override, not both"

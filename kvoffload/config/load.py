@@ -3,7 +3,8 @@
 The only module of `kvoffload.config` that reads files (the inventory, the group_vars/ and host_vars/
 folders beside it, a campaign file). The campaign comes from `--campaign FILE` when given, else from
 the inventory's `all.vars.kvoffload_campaign`. Rules that tie the campaign to the inventory (tiers
-need an lmcache host, nvme needs an NVMe device there, 2+ replicas need an lb host) are checked here,
+need an lmcache host, nvme needs an NVMe device there, offload tiers need every replica on the lmcache
+host, 2+ replicas need an lb host) are checked here,
 before any host is touched, and name the key in each file.
 """
 
@@ -33,6 +34,24 @@ class LabConfig:
     campaign_key: str
     dataset_path: Path
     cells: tuple[Cell, ...]
+    # The campaign's model as a folder on the controller (shipped to the hosts), or None for a hub id.
+    model_folder: Path | None = None
+
+    @property
+    def engine_builds(self) -> tuple[str, ...]:
+        """vLLM builds (cuda, cpu) the vLLM hosts install, from `kvoffload_engine_build` (auto: cuda)."""
+        if self.campaign.engine != "vllm":
+            return ()
+        builds = set()
+        for host in self.inventory.group("vllm"):
+            build = (host.vars.model_extra or {}).get("kvoffload_engine_build", "auto")
+            builds.add("cuda" if build == "auto" else str(build))
+        return tuple(sorted(builds))
+
+    @property
+    def served_model_name(self) -> str:
+        """The name requests carry: the folder's name for a shipped model, else the hub id."""
+        return self.model_folder.name if self.model_folder is not None else self.campaign.model
 
     @property
     def replicas(self) -> list[tuple[Host, int]]:
@@ -142,11 +161,48 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
             f"{f}: host {lmcache[0].name}: nvme_storage_devices is empty, but {tiers_at} has "
             "nvme: list the NVMe device for the L2 cache on the lmcache host"
         )
+    if offload and len(lmcache) == 1:
+        # LMCache's MP server maps each replica's KV through CUDA IPC, found by GPU UUID: a replica on
+        # another host fails ("Device UUID ... not found"), so a cpu/nvme run is node-local.
+        away = [h.name for h in vllm if h.replicas and h.name != lmcache[0].name]
+        if away:
+            problems.append(
+                f"{f}: all.children.vllm: tiers {', '.join(offload)} ({tiers_at}) need every vLLM "
+                f"replica on the lmcache host {lmcache[0].name} (LMCache shares KV through CUDA IPC "
+                f"inside one node), but {', '.join(away)} also has vllm_replicas: move the replicas "
+                "to the lmcache host, or drop the cpu and nvme tiers"
+            )
     replicas = sum(len(h.replicas) for h in vllm)
     if replicas >= 2 and not inv.group("lb"):
         problems.append(f"{f}: all.children.lb: {replicas} vLLM replicas need one host in group lb (Caddy)")
     if problems:
         raise ConfigError(problems)
+
+
+def is_model_path(model: str) -> bool:
+    """A model written as a path (absolute, ./ or ../, or ~) rather than a Hugging Face hub id."""
+    return model.startswith(("/", "./", "../", "~")) or model in {".", ".."}
+
+
+def _model_folder(model: str, campaign_file: Path, key: str) -> Path | None:
+    """The controller folder of a model given as a path; a hub id gives None."""
+    if not is_model_path(model):
+        return None
+    folder = Path(model).expanduser()
+    if not folder.is_absolute():
+        folder = Path(os.path.normpath(campaign_file.parent / folder))
+    if not (folder / "config.json").is_file():
+        where = f"{campaign_file}: {key + '.' if key else ''}model"
+        raise ConfigError(
+            [
+                f"{where}: {model!r} is a path but {folder} is not a model folder (no config.json): "
+                "give a Hugging Face model folder on this controller (it is shipped to the hosts), or a "
+                "hub id such as Qwen/Qwen3-8B (downloaded on the hosts)"
+            ]
+        )
+    if any(c.isspace() or c == "'" for c in folder.name):
+        raise ConfigError([f"{campaign_file}: model: the folder name {folder.name!r} holds a space or quote"])
+    return folder
 
 
 def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None) -> LabConfig:
@@ -178,6 +234,7 @@ def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None
     if not dataset.is_absolute():
         dataset = Path(os.path.normpath(campaign_file.parent / dataset))
     return LabConfig(
+        model_folder=_model_folder(campaign.model, campaign_file, key),
         inventory=inventory,
         campaign=campaign,
         campaign_file=str(campaign_file),

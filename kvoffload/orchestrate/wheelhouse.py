@@ -1,9 +1,20 @@
-"""The wheelhouse the controller ships to lab hosts, which have no route to a package index.
+"""The wheels the controller ships to lab hosts: this package always, its dependencies for offline hosts.
 
-It holds this package's wheel and the wheels of its base dependencies (never the `controller` extra).
-Dependencies are fetched once per dependency set and cached; this package's wheel is rebuilt on every
-run, reproducibly (fixed SOURCE_DATE_EPOCH), and replaced only when its bytes change, so that
-re-provisioning an unchanged lab copies nothing and changes nothing.
+- This package's wheel is built on every run, reproducibly (fixed SOURCE_DATE_EPOCH), and replaced only
+  when its bytes change, so re-provisioning an unchanged lab copies nothing. Hosts always install it by
+  path: the name `kvoffload-lab` on a public index is not this project.
+- The wheelhouse (hosts without a route to an index: air-gapped labs and the virtual lab) holds the
+  base dependencies and, for real vLLM, the engine set of every vLLM build the lab uses (vLLM, LMCache,
+  torch and all their dependencies, about 1 GB). The engine sets are read from the kvoffload_python
+  role's defaults, the one place they are defined. Each set is downloaded once per (set, target
+  interpreter) into the cache and reused by later runs.
+- Wheels are chosen for the hosts' interpreter, not the controller's: pip picks tags and Requires-Python
+  for `--python-version`, but evaluates environment markers against the interpreter running it, so a
+  wheel whose marker only holds on the hosts (redis needs async-timeout below Python 3.11.3, Debian 12
+  has 3.11.2) would be missing. `_complete_for_target` walks every wheel's Requires-Dist with the
+  hosts' marker environment and fetches what is missing.
+
+This module runs pip; it never touches a host.
 """
 
 from __future__ import annotations
@@ -11,12 +22,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
+from dataclasses import dataclass
+from email.parser import Parser
 from pathlib import Path
+
+import yaml
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from kvoffload.errors import UserError
 from kvoffload.playbook import ansible_dir
@@ -24,6 +44,19 @@ from kvoffload.playbook import ansible_dir
 log = logging.getLogger(__name__)
 DIST = "kvoffload-lab"
 REPRODUCIBLE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip file can hold
+# Debian 12's python3, the interpreter of the lab hosts and of the example lab.
+DEFAULT_HOSTS_PYTHON = "3.11.2"
+# glibc 2.36 (Debian 12) runs every manylinux wheel up to 2.36.
+_GLIBC_MINORS = range(17, 37)
+_ENGINE_DEFAULTS = Path("roles") / "kvoffload_python" / "defaults" / "main.yml"
+
+
+@dataclass(frozen=True)
+class Wheels:
+    """What the roles install from: this package's wheel, and the wheelhouse folder (None: the index)."""
+
+    package: Path
+    wheelhouse: Path | None
 
 
 def base_requirements() -> list[str]:
@@ -33,6 +66,17 @@ def base_requirements() -> list[str]:
     return sorted(str(r) for r in project["dependencies"])
 
 
+def engine_requirements(build: str) -> list[str]:
+    """The engine set of one vLLM build (cuda, cpu), from the kvoffload_python role's defaults."""
+    path = ansible_dir() / _ENGINE_DEFAULTS
+    builds = yaml.safe_load(path.read_text())["kvoffload_python_engine_builds"]
+    if build not in builds:
+        raise UserError(
+            f"kvoffload_engine_build {build!r} is not one of {', '.join(sorted(builds))} ({path})"
+        )
+    return [str(r) for r in builds[build]["requirements"]]
+
+
 def _pip(args: list[str], what: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -40,22 +84,102 @@ def _pip(args: list[str], what: str) -> None:
         raise UserError(f"building the wheelhouse: {what} failed: " + " | ".join(tail))
 
 
-def build_wheelhouse(cache: Path) -> Path:
-    """`cache/wheelhouse` with this package and its base dependencies as wheels; returns the folder."""
-    reqs = base_requirements()
-    key = hashlib.sha256("\n".join([sys.version.split()[0], *reqs]).encode()).hexdigest()[:12]
-    deps = cache / f"deps-{key}"
-    if not (deps / ".complete").exists():
-        log.info("fetching the wheels of %d base dependencies into %s", len(reqs), deps)
-        deps.mkdir(parents=True, exist_ok=True)
-        _pip(["wheel", "--quiet", "--wheel-dir", str(deps), *reqs], "pip wheel of the base dependencies")
-        (deps / ".complete").write_text("\n".join(reqs) + "\n")
-    house = cache / "wheelhouse"
-    house.mkdir(parents=True, exist_ok=True)
-    for wheel in deps.glob("*.whl"):
-        target = house / wheel.name
-        if not target.exists():
-            shutil.copy2(wheel, target)
+def _target_args(python: str) -> list[str]:
+    major, minor = python.split(".")[:2]
+    platforms = [f"manylinux_2_{m}_x86_64" for m in _GLIBC_MINORS]
+    args = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
+    args += ["--abi", f"cp{major}{minor}", "--abi", "abi3", "--abi", "none"]
+    for platform in [*platforms, "manylinux2014_x86_64", "linux_x86_64", "any"]:
+        args += ["--platform", platform]
+    return args
+
+
+def _target_environment(python: str) -> dict[str, str]:
+    env = {k: str(v) for k, v in default_environment().items()}
+    env.update(python_full_version=python, python_version=".".join(python.split(".")[:2]))
+    env.update(sys_platform="linux", platform_system="Linux", platform_machine="x86_64", os_name="posix")
+    env.update(implementation_name="cpython", platform_python_implementation="CPython")
+    return env
+
+
+def _wheel_requires(wheel: Path) -> tuple[str, list[str]]:
+    """(canonical name, Requires-Dist lines) of a wheel, from its METADATA."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+        message = Parser().parsestr(zf.read(meta).decode("utf-8", "replace"))
+    name = canonicalize_name(str(message["Name"]))
+    return name, [str(v) for v in message.get_all("Requires-Dist") or []]
+
+
+def missing_for_target(folder: Path, python: str) -> list[str]:
+    """Requirements that wheels in `folder` need on the hosts' interpreter but no wheel there provides."""
+    env = _target_environment(python)
+    present: dict[str, str] = {}
+    requires: list[tuple[str, list[str]]] = []
+    for wheel in sorted(folder.glob("*.whl")):
+        name, version, _build, _tags = parse_wheel_filename(wheel.name)
+        present[str(name)] = str(version)
+        requires.append(_wheel_requires(wheel))
+    missing: dict[str, str] = {}
+    for _name, lines in requires:
+        for line in lines:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            # Extras of the wheel itself are not installed unless asked for.
+            if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+                continue
+            dep = canonicalize_name(req.name)
+            if dep not in present:
+                # Without the marker: pip would evaluate it against the controller's interpreter again.
+                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+                missing[dep] = f"{req.name}{extras}{req.specifier}"
+    return sorted(missing.values())
+
+
+def _complete_for_target(folder: Path, python: str) -> None:
+    for _round in range(5):
+        missing = missing_for_target(folder, python)
+        if not missing:
+            return
+        log.info("adding %d wheel(s) the hosts' Python %s needs: %s", len(missing), python, missing)
+        _pip(
+            ["download", "--quiet", "--dest", str(folder), *_target_args(python), *missing],
+            f"pip download of {', '.join(missing)} for Python {python}",
+        )
+    raise UserError(f"the wheelhouse in {folder} is still incomplete for Python {python}: {missing}")
+
+
+def _download_set(cache: Path, label: str, reqs: list[str], python: str) -> Path:
+    """One requirement set's wheels for the hosts' interpreter, cached by (set, interpreter)."""
+    key = hashlib.sha256("\n".join([python, *reqs]).encode()).hexdigest()[:12]
+    folder = cache / f"{label}-{key}"
+    if (folder / ".complete").exists():
+        return folder
+    log.info(
+        "downloading the %s wheels (%d requirements) for Python %s into %s", label, len(reqs), python, folder
+    )
+    work = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=cache))
+    try:
+        _pip(
+            ["download", "--quiet", "--dest", str(work), *_target_args(python), *reqs],
+            f"pip download of the {label} set",
+        )
+        _complete_for_target(work, python)
+        (work / ".complete").write_text("\n".join(reqs) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        work.rename(folder)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return folder
+
+
+def build_package_wheel(cache: Path) -> Path:
+    """`cache/package/kvoffload_lab-*.whl`, rebuilt reproducibly; the file changes only with its bytes."""
+    out = cache / "package"
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SOURCE_DATE_EPOCH": REPRODUCIBLE_EPOCH}
         proc = subprocess.run(
@@ -77,11 +201,45 @@ def build_wheelhouse(cache: Path) -> Path:
         )
         if proc.returncode != 0:
             raise UserError(f"building the {DIST} wheel failed: {proc.stderr.strip()[-400:]}")
-        for built in Path(tmp).glob("kvoffload_lab-*.whl"):
-            target = house / built.name
-            if not target.exists() or target.read_bytes() != built.read_bytes():
-                for old in house.glob("kvoffload_lab-*.whl"):
-                    old.unlink()
-                shutil.copyfile(built, target)
-                os.utime(target, (int(REPRODUCIBLE_EPOCH), int(REPRODUCIBLE_EPOCH)))
-    return house
+        built = next(Path(tmp).glob("kvoffload_lab-*.whl"))
+        target = out / built.name
+        if not target.exists() or target.read_bytes() != built.read_bytes():
+            for old in out.glob("kvoffload_lab-*.whl"):
+                old.unlink()
+            shutil.copyfile(built, target)
+            os.utime(target, (int(REPRODUCIBLE_EPOCH), int(REPRODUCIBLE_EPOCH)))
+    return target
+
+
+def build_wheels(
+    cache: Path,
+    *,
+    offline: bool,
+    engine_builds: tuple[str, ...] = (),
+    hosts_python: str = DEFAULT_HOSTS_PYTHON,
+) -> Wheels:
+    """This package's wheel, plus (offline) `cache/wheelhouse` with every dependency the hosts install.
+
+    `engine_builds`: the vLLM builds (cuda, cpu) of the lab's vLLM hosts; empty for the simulator.
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    package = build_package_wheel(cache)
+    if not offline:
+        return Wheels(package=package, wheelhouse=None)
+    sets = [_download_set(cache, "deps", base_requirements(), hosts_python)]
+    sets += [_download_set(cache, f"engine-{b}", engine_requirements(b), hosts_python) for b in engine_builds]
+    house = cache / "wheelhouse"
+    house.mkdir(parents=True, exist_ok=True)
+    wanted = {w.name: w for folder in sets for w in folder.glob("*.whl")}
+    for stale in house.glob("*.whl"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for name, wheel in wanted.items():
+        target = house / name
+        if not target.exists():
+            # A hard link when the cache is one file system: a 1 GB engine set costs no second copy.
+            try:
+                os.link(wheel, target)
+            except OSError:
+                shutil.copy2(wheel, target)
+    return Wheels(package=package, wheelhouse=house)

@@ -29,10 +29,12 @@ PROFILES_DIR = Path(__file__).resolve().parent
 TIERS: tuple[Tier, ...] = ("gpu", "cpu", "nvme")
 VLLM_BASE_PORT = 8000
 LMCACHE_PORT = 5555
+# LMCache 0.5.6's `lmcache server` serves /metrics, /healthcheck, /status and /cache/clear on its HTTP
+# port (it ignores --prometheus-port); so does the simulator.
 LMCACHE_HTTP_PORT = 8080
-# Real LMCache serves Prometheus metrics on their own port (`--prometheus-port`, LMCache's default
-# 9090); the simulator serves them on its HTTP port, so the flag is only passed to the real server.
-LMCACHE_PROMETHEUS_PORT = 9090
+# vLLM imports the connector from here, so a broken LMCache install fails loudly instead of vLLM falling
+# back to its own bundled copy of the connector.
+LMCACHE_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
 CADDY_PORT = 8100
 CADDY_METRICS_PORT = 8101
 NODE_EXPORTER_PORT = 9100
@@ -64,10 +66,22 @@ class EngineProfile(_Strict):
 
 
 class L2Adapter(_Strict):
-    """The L2 adapter of the nvme lmcache profile; base_path is the NVMe mount + l2_subdir."""
+    """The L2 adapter of the nvme lmcache profile; base_path is the NVMe mount + l2_subdir.
 
-    type: Literal["fs", "fs_native"] = Field(description="LMCache L2 adapter type")
+    Only `fs_native` with O_DIRECT measures the device: the `fs` adapter is buffered Python I/O, so
+    recently written chunks would come back from the page cache (RAM) and it has no capacity limit.
+    """
+
+    type: Literal["fs_native"] = Field(description="LMCache L2 adapter type (fs_native: O_DIRECT files)")
     l2_subdir: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="folder under the NVMe mount")
+    use_odirect: bool = Field(description="read and write with O_DIRECT, bypassing the page cache")
+    num_workers: int = Field(gt=0, description="I/O worker threads of the adapter")
+    capacity_fraction: float = Field(
+        gt=0, le=1, description="share of the mount's size the L2 may fill (the role measures the mount)"
+    )
+    eviction_policy: Literal["LRU"] = Field(
+        description="L2 eviction past the capacity (without an eviction block fs_native only counts it)"
+    )
 
 
 class LmcacheProfile(_Strict):
@@ -114,8 +128,11 @@ class Deployment:
     tier: Tier
     gpu_vendor: GpuVendor
     engine: Engine
+    # What vLLM loads: a hub id, or the staged folder on the hosts.
     model: str
     replicas: tuple[Replica, ...]
+    # The name requests carry (--served-model-name) when it differs from `model`.
+    served_model_name: str | None = None
     lmcache_address: str | None = None
     lb_address: str | None = None
     # Inventory host name -> address, for node-exporter targets (every host of the run).
@@ -203,6 +220,8 @@ def engine_args(dep: Deployment) -> list[str]:
     """Flags every replica gets after `vllm serve <model> --host H --port P`."""
     profile = engine_profile(dep.gpu_vendor, dep.tier)
     args = list(profile.args)
+    if dep.served_model_name and dep.served_model_name != dep.model:
+        args += ["--served-model-name", dep.served_model_name]
     if dep.kv_cache_memory_bytes is not None:
         args += ["--kv-cache-memory-bytes", str(dep.kv_cache_memory_bytes)]
     if dep.num_gpu_blocks_override is not None:
@@ -211,6 +230,7 @@ def engine_args(dep: Deployment) -> list[str]:
     if profile.kv_connector is not None:
         config = {
             "kv_connector": profile.kv_connector.kv_connector,
+            "kv_connector_module_path": LMCACHE_CONNECTOR_MODULE,
             "kv_role": profile.kv_connector.kv_role,
             "kv_connector_extra_config": {
                 "lmcache.mp.host": f"tcp://{dep.lmcache_address}",
@@ -231,8 +251,17 @@ def l2_path(dep: Deployment) -> str | None:
     return None if adapter is None else f"{dep.nvme_mount.rstrip('/')}/{adapter.l2_subdir}"
 
 
+def lmcache_workers(dep: Deployment) -> int:
+    """Worker threads of the server: at least one per replica it serves (LMCache's own rule)."""
+    return max(lmcache_profile(dep.tier).max_workers, len(dep.replicas))
+
+
 def lmcache_args(dep: Deployment) -> list[str]:
-    """Flags of `lmcache server` (or the simulator's `sim cache-server`), empty on the gpu tier."""
+    """Flags of `lmcache server` (or the simulator's `sim cache-server`), empty on the gpu tier.
+
+    The L2 adapter is not among them: its capacity depends on the mount's size, which only the host
+    knows, so the lmcache_server role appends `--l2-adapter` from `l2_adapter()` (see that role).
+    """
     if dep.tier == "gpu":
         return []
     p = lmcache_profile(dep.tier)
@@ -243,20 +272,33 @@ def lmcache_args(dep: Deployment) -> list[str]:
         "--http-host", "0.0.0.0",
         "--http-port", str(LMCACHE_HTTP_PORT),
         "--chunk-size", str(p.chunk_size),
-        "--max-workers", str(p.max_workers),
+        "--max-workers", str(lmcache_workers(dep)),
         "--l1-size-gb", f"{l1:g}",
         "--eviction-policy", p.eviction_policy,
         "--eviction-trigger-watermark", f"{p.eviction_trigger_watermark:g}",
         "--eviction-ratio", f"{p.eviction_ratio:g}",
+        # auto: CUDA IPC where the server finds a GPU, LMCache's engine-driven copy path where it finds
+        # none (vLLM's CPU build in the virtual lab).
+        "--supported-transfer-mode", "auto",
     ]  # fmt: skip
-    path = l2_path(dep)
-    if p.l2_adapter is not None and path is not None:
-        adapter = {"type": p.l2_adapter.type, "base_path": path}
-        args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
-    if dep.engine == "vllm":
-        args += ["--prometheus-port", str(LMCACHE_PROMETHEUS_PORT)]
     _check_args(args, f"lmcache profile {dep.tier}")
     return args
+
+
+def l2_adapter(dep: Deployment) -> dict[str, Any] | None:
+    """The `--l2-adapter` JSON of the nvme tier without its capacity (the role adds it), else None."""
+    path = l2_path(dep)
+    if dep.tier == "gpu" or path is None:
+        return None
+    adapter = lmcache_profile(dep.tier).l2_adapter
+    assert adapter is not None  # l2_path() is None without one
+    return {
+        "type": adapter.type,
+        "base_path": path,
+        "use_odirect": adapter.use_odirect,
+        "num_workers": adapter.num_workers,
+        "eviction": {"eviction_policy": adapter.eviction_policy},
+    }
 
 
 def metrics_targets(dep: Deployment) -> list[dict[str, str]]:
@@ -266,8 +308,9 @@ def metrics_targets(dep: Deployment) -> list[dict[str, str]]:
         for r in dep.replicas
     ]
     if dep.tier != "gpu":
-        port = LMCACHE_PROMETHEUS_PORT if dep.engine == "vllm" else LMCACHE_HTTP_PORT
-        targets.append({"name": "lmcache", "url": f"http://{dep.lmcache_address}:{port}/metrics"})
+        targets.append(
+            {"name": "lmcache", "url": f"http://{dep.lmcache_address}:{LMCACHE_HTTP_PORT}/metrics"}
+        )
     if len(dep.replicas) >= 2:
         targets.append({"name": "caddy", "url": f"http://{dep.lb_address}:{CADDY_METRICS_PORT}/metrics"})
     for host, address in dep.node_addresses.items():
@@ -281,6 +324,11 @@ def base_url(dep: Deployment) -> str:
         return f"http://{dep.lb_address}:{CADDY_PORT}"
     only = dep.replicas[0]
     return f"http://{only.address}:{VLLM_BASE_PORT + only.index}"
+
+
+def _l2_fraction(dep: Deployment) -> float | None:
+    adapter = lmcache_profile(dep.tier).l2_adapter if dep.tier != "gpu" else None
+    return adapter.capacity_fraction if adapter is not None else None
 
 
 def resolve(dep: Deployment) -> dict[str, Any]:
@@ -304,6 +352,8 @@ def resolve(dep: Deployment) -> dict[str, Any]:
         "lmcache_server_port": LMCACHE_PORT,
         "lmcache_server_http_port": LMCACHE_HTTP_PORT,
         "lmcache_server_l2_path": l2_path(dep),
+        "lmcache_server_l2_adapter": l2_adapter(dep),
+        "lmcache_server_l2_capacity_fraction": _l2_fraction(dep),
         "caddy_enabled": len(dep.replicas) >= 2,
         "caddy_upstreams": [f"{r.address}:{VLLM_BASE_PORT + r.index}" for r in dep.replicas],
         "caddy_listen_port": CADDY_PORT,

@@ -39,7 +39,9 @@ def _lab(tmp_path: Path) -> tuple[Path, Path]:
         "name": "plantest",
         "model": "m",
         "gpu_vendor": "amd",
-        "engine": "vllm",
+        # AMD with real vLLM is refused (test_amd_with_real_vllm_is_refused); the simulator takes it.
+        "engine": "sim",
+        "sim_profile": "mi300x-llama-8b",
         "dataset": {"code": "generic", "path": "data"},
         "tiers": ["gpu", "nvme"],
         "concurrency": [2, 8],
@@ -86,3 +88,34 @@ def test_bad_input_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytest.Ca
     assert main(["plan", str(inv), "--campaign", str(camp)]) == 2
     err = capsys.readouterr().err
     assert f"{camp}: concurrency[1]: must be a positive integer, got -4" in err
+
+
+def test_amd_with_real_vllm_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv, camp = _lab(tmp_path)
+    campaign = yaml.safe_load(camp.read_text())
+    campaign.pop("sim_profile")
+    camp.write_text(yaml.safe_dump({**campaign, "engine": "vllm"}))
+    assert main(["plan", str(inv), "--campaign", str(camp)]) == 2
+    err = capsys.readouterr().err
+    assert f"{camp}: gpu_vendor: amd with engine: vllm is not supported yet" in err
+    assert "Python 3.12" in err and "Traceback" not in err
+
+
+def test_offload_replicas_off_the_lmcache_host_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inv, camp = _lab(tmp_path)
+    inventory = yaml.safe_load(inv.read_text())
+    inventory["all"]["hosts"]["gpu02.lab.example"] = {
+        "ansible_host": "192.0.2.12",
+        "vllm_replicas": [{"index": 0, "gpus": "0"}],
+    }
+    inventory["all"]["children"]["vllm"]["hosts"]["gpu02.lab.example"] = None
+    inv.write_text(yaml.safe_dump(inventory))
+    assert main(["plan", str(inv), "--campaign", str(camp)]) == 2
+    err = capsys.readouterr().err
+    assert f"{inv}: all.children.vllm: tiers nvme" in err
+    assert "every vLLM replica on the lmcache host gpu01.lab.example" in err and "gpu02.lab.example" in err
+    # The gpu tier alone is node-free: replicas on two hosts are fine there.
+    camp.write_text(yaml.safe_dump({**yaml.safe_load(camp.read_text()), "tiers": ["gpu"]}))
+    assert main(["plan", str(inv), "--campaign", str(camp)]) == 0

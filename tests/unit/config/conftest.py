@@ -29,6 +29,30 @@ BASE_INVENTORY: dict[str, Any] = {
         "vars": {"ansible_user": "root"},
         "hosts": {
             "h1": {"ansible_host": "10.0.0.1"},
+            # The node of every run (DESIGN.md section 3): replicas, lmcache-server and Caddy.
+            "h2": {
+                "ansible_host": "10.0.0.2",
+                "vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}],
+                "nvme_storage_devices": [{"device": "/dev/loop0", "mount": "/mnt/kvoffload-nvme"}],
+            },
+        },
+        "children": {
+            "vllm": {"hosts": {"h2": None}},
+            "lmcache": {"hosts": {"h2": None}},
+            "lb": {"hosts": {"h2": None}},
+            "client": {"hosts": {"h1": None}},
+        },
+    }
+}
+
+
+# Two GPU hosts with one replica each: the inventory model itself is layout-free (that a cpu/nvme run
+# is node-local is a rule of load_lab, tested there).
+MULTI_HOST_INVENTORY: dict[str, Any] = {
+    "all": {
+        "vars": {"ansible_user": "root"},
+        "hosts": {
+            "h1": {"ansible_host": "10.0.0.1"},
             "h2": {
                 "ansible_host": "10.0.0.2",
                 "vllm_replicas": [{"index": 0, "gpus": "0"}],
@@ -44,6 +68,11 @@ BASE_INVENTORY: dict[str, Any] = {
         },
     }
 }
+
+
+@pytest.fixture
+def multi_host_inventory() -> dict[str, Any]:
+    return copy.deepcopy(MULTI_HOST_INVENTORY)
 
 
 @pytest.fixture

@@ -13,6 +13,12 @@ from kvoffload.config import ConfigError, load_inventory
 Writer = Callable[[str, Any], Path]
 
 
+@pytest.fixture
+def inventory(multi_host_inventory: dict[str, Any]) -> dict[str, Any]:
+    """Parsing is layout-free: two GPU hosts exercise groups and variable precedence."""
+    return multi_host_inventory
+
+
 def test_groups_addresses_and_host_vars(write_yaml: Writer, inventory: Any) -> None:
     inv = load_inventory(write_yaml("hosts.yml", inventory))
     assert [h.name for h in inv.hosts] == ["h1", "h2", "h3"]

@@ -22,16 +22,29 @@ def _problems(write_yaml: Writer, inventory: Any, campaign: Any) -> tuple[Path, 
 
 def test_the_lab_layout_is_valid(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
     lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
-    assert [(h.name, i) for h, i in lab.replicas] == [("h2", 0), ("h3", 0)]
+    assert [(h.name, i) for h, i in lab.replicas] == [("h2", 0), ("h2", 1)]
     assert lab.lmcache_host is not None and lab.lmcache_host.name == "h2"
-    assert lab.lb_host is not None and lab.lb_host.name == "h1"
+    assert lab.lb_host is not None and lab.lb_host.name == "h2"
     assert lab.client_host.name == "h1"
 
 
 def test_two_clients(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
-    inventory["all"]["children"]["client"]["hosts"]["h3"] = None
+    inventory["all"]["children"]["client"]["hosts"]["h2"] = None
     inv, problems = _problems(write_yaml, inventory, campaign)
-    assert problems == [f"{inv}: all.children.client: needs exactly one host, has 2 (h1, h3)"]
+    assert problems == [f"{inv}: all.children.client: needs exactly one host, has 2 (h1, h2)"]
+
+
+def test_offload_replicas_must_share_the_lmcache_node(
+    write_yaml: Writer, multi_host_inventory: Any, campaign: Any
+) -> None:
+    inv, problems = _problems(write_yaml, multi_host_inventory, campaign)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{inv}: all.children.vllm: tiers cpu, nvme (")
+    assert "need every vLLM replica on the lmcache host h2" in problems[0]
+    assert "but h3 also has vllm_replicas" in problems[0]
+    # The gpu tier runs no lmcache-server: replicas may spread over hosts.
+    campaign["tiers"] = ["gpu"]
+    assert len(load_lab(inv, write_yaml("campaign.yml", campaign)).replicas) == 2
 
 
 def test_offload_tiers_need_an_lmcache_host(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
@@ -70,14 +83,15 @@ def test_two_replicas_need_a_load_balancer(write_yaml: Writer, inventory: Any, c
 
 def test_one_replica_needs_no_load_balancer(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
     del inventory["all"]["children"]["lb"]
-    inventory["all"]["children"]["vllm"]["hosts"] = {"h2": None}
+    inventory["all"]["hosts"]["h2"]["vllm_replicas"] = [{"index": 0, "gpus": "0"}]
     lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
     assert lab.lb_host is None
 
 
 def test_vllm_host_without_replicas_and_two_lmcache_hosts(
-    write_yaml: Writer, inventory: Any, campaign: Any
+    write_yaml: Writer, multi_host_inventory: Any, campaign: Any
 ) -> None:
+    inventory = multi_host_inventory
     del inventory["all"]["hosts"]["h3"]["vllm_replicas"]
     inventory["all"]["children"]["lmcache"]["hosts"]["h3"] = None
     inv, problems = _problems(write_yaml, inventory, campaign)
@@ -107,8 +121,9 @@ def test_no_campaign_anywhere(write_yaml: Writer, inventory: Any) -> None:
 def test_repo_example_inventory_is_valid() -> None:
     root = Path(__file__).resolve().parents[3]
     lab = load_lab(root / "inventories" / "example" / "hosts.yml")
-    assert len(lab.inventory.group("vllm")) == 2
-    assert len(lab.replicas) == 16
+    assert len(lab.inventory.group("vllm")) == 1
+    assert len(lab.replicas) == 8
+    assert lab.lb_host == lab.lmcache_host
     assert lab.lmcache_host is not None and lab.lmcache_host.nvme_devices
     assert len(lab.cells) == 3 * 3 * 2
 

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvoffload.config import load_inventory, load_lab
 from kvoffload.errors import UserError
@@ -42,26 +43,41 @@ def test_addresses() -> None:
         plan_addresses("10.213.0.1/24", 3)
 
 
-def test_three_host_layout_runs_the_demo_campaign(tmp_path: Path) -> None:
+def test_layout_runs_the_demo_campaigns_on_one_node(tmp_path: Path) -> None:
     path = tmp_path / "hosts.yml"
     path.write_text(render(_state(3)))
     inv = load_inventory(path)
     assert [h.name for h in inv.group("client")] == ["kvlab1"]
-    assert [h.name for h in inv.group("lb")] == ["kvlab1"]
-    assert [h.name for h in inv.group("vllm")] == ["kvlab2", "kvlab3"]
-    assert [h.name for h in inv.group("lmcache")] == ["kvlab2"]
+    # The node of every run: both replicas, the lmcache-server and Caddy (a run is node-local).
+    for group in ("vllm", "lmcache", "lb"):
+        assert [h.name for h in inv.group(group)] == ["kvlab2"], group
+    assert [(r.index, r.gpus) for r in inv.host("kvlab2").replicas] == [(0, "0"), (1, "1")]
+    assert inv.host("kvlab3").groups == frozenset()  # a spare node
     assert [d.device for d in inv.host("kvlab2").nvme_devices] == ["/dev/loop7"]
-    assert inv.host("kvlab3").nvme_devices == []
     extra = inv.host("kvlab2").vars.model_extra or {}
     exclude = extra["node_exporter_diskstats_device_exclude"]
     assert re.match(exclude, "sda1") and not re.match(exclude, "loop7")
     assert inv.host("kvlab3").address == "10.213.0.13"
     assert inv.all_vars["ansible_user"] == "root"
+    # No GPU on lab hosts: real vLLM takes its CPU build there.
+    assert inv.all_vars["kvoffload_engine_build"] == "cpu"
     assert "StrictHostKeyChecking=no" in inv.all_vars["ansible_ssh_common_args"]
     lab = load_lab(path, ROOT / "inventories" / "local" / "campaign-demo.yml")
     assert len(lab.replicas) == 2 and lab.lb_host is not None
+    assert lab.engine_builds == ()
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    campaign = yaml.safe_load((ROOT / "inventories" / "local" / "campaign-vllm.yml").read_text())
+    campaign["model"] = str(model)
+    campaign["dataset"]["path"] = str(ROOT / "data" / "tau2-bench")
+    (tmp_path / "campaign-vllm.yml").write_text(yaml.safe_dump(campaign))
+    real = load_lab(path, tmp_path / "campaign-vllm.yml")
+    assert real.engine_builds == ("cpu",)
+    assert real.model_folder == model and real.served_model_name == "tiny"
+    assert {c.tier for c in real.cells} == {"gpu", "cpu", "nvme"}
 
 
-def test_one_host_lab_holds_every_group() -> None:
-    assert assign_groups(["a"]) == {"a": ["client", "lb", "vllm", "lmcache"]}
-    assert assign_groups(["a", "b"]) == {"a": ["client", "lb"], "b": ["vllm", "lmcache"]}
+def test_one_or_two_host_labs() -> None:
+    assert assign_groups(["a"]) == {"a": ["client", "vllm", "lmcache", "lb"]}
+    assert assign_groups(["a", "b"]) == {"a": ["client"], "b": ["vllm", "lmcache", "lb"]}

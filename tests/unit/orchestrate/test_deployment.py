@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvoffload.config import load_lab
+import pytest
+import yaml
+
+from kvoffload.config import ConfigError, load_lab
 from kvoffload.orchestrate.deployment import cell_extravars, l2_device, replay_command, target_hosts
+from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.replay.command import ReplaySpec, replay_argv
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
@@ -16,11 +20,20 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     by_tier = {}
     for cell in lab.cells:
         by_tier.setdefault(cell.tier, cell)
-    gpu = cell_extravars(lab, by_tier["gpu"], tmp_path, None)
-    nvme = cell_extravars(lab, by_tier["nvme"], tmp_path, tmp_path / "wh")
-    # 16 replicas behind Caddy: the replay goes to the load balancer, never to a replica directly
+    wheel = tmp_path / "kvoffload_lab-0.1.0-py3-none-any.whl"
+    gpu = cell_extravars(lab, by_tier["gpu"], tmp_path, Wheels(wheel, None))
+    nvme = cell_extravars(lab, by_tier["nvme"], tmp_path, Wheels(wheel, tmp_path / "wh"))
+    # 8 replicas behind Caddy: the replay goes to the load balancer, never to a replica directly
     assert gpu["replay_base_url"].endswith(":8100")
-    assert len(gpu["caddy_upstreams"]) == 16
+    assert len(gpu["caddy_upstreams"]) == 8
+    # this package always goes by path; dependencies from the wheelhouse only when there is one
+    assert gpu["kvoffload_package_wheel"] == nvme["kvoffload_package_wheel"] == str(wheel)
+    assert gpu["kvoffload_wheelhouse"] is None
+    # a hub id: vLLM loads the folder the vllm role downloads it into, requests carry the id
+    assert nvme["vllm_model_hub_id"] == "Qwen/Qwen3-8B" and nvme["vllm_model_source"] is None
+    assert nvme["kvoffload_model"] == nvme["vllm_model_dir"] == "/var/lib/kvoffload/models/Qwen--Qwen3-8B"
+    assert "--served-model-name" in nvme["vllm_engine_args"]
+    assert nvme["replay_model"] == "Qwen/Qwen3-8B"
     assert gpu["lmcache_server_enabled"] is False and nvme["lmcache_server_enabled"] is True
     argv = replay_command(nvme)
     assert argv[:2] == ["/opt/kvoffload/venv/bin/kvoffload-lab", "replay"]
@@ -29,7 +42,7 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     # the role's argv is the replay runner's own resolved command, flag for flag
     spec_argv = replay_argv(
         ReplaySpec(
-            base_url=nvme["replay_base_url"], model=lab.campaign.model,
+            base_url=nvme["replay_base_url"], model=lab.campaign.model, tokenizer=lab.campaign.model,
             dataset_code=lab.campaign.dataset.code,
             dataset=nvme["replay_dataset_path"], concurrency=by_tier["nvme"].concurrency,
             num_rounds=by_tier["nvme"].num_rounds, output=argv[-1], isl=by_tier["nvme"].isl,
@@ -52,9 +65,44 @@ def test_example_lab_cells(tmp_path: Path) -> None:
 def test_targets_name_their_host(tmp_path: Path) -> None:
     lab = load_lab(EXAMPLE)
     cell = next(c for c in lab.cells if c.tier == "nvme")
-    targets = target_hosts(lab, cell, cell_extravars(lab, cell, tmp_path, None)["replay_metrics_targets"])
+    wheels = Wheels(tmp_path / "kvoffload_lab-0.1.0-py3-none-any.whl", None)
+    targets = target_hosts(lab, cell, cell_extravars(lab, cell, tmp_path, wheels)["replay_metrics_targets"])
     assert targets["lmcache"]["host"] == lab.lmcache_host.name  # type: ignore[union-attr]
     nodes = {k: v for k, v in targets.items() if v["kind"] == "node"}
     assert {v["host"] for v in nodes.values()} == {h.name for h in lab.inventory.hosts}
     vllm = [v for v in targets.values() if v["kind"] == "vllm"]
-    assert len(vllm) == 16 and all(v["host"] in {h.name for h in lab.inventory.group("vllm")} for v in vllm)
+    assert targets["lmcache"]["url"].endswith(":8080/metrics")  # LMCache serves /metrics on its HTTP port
+    assert len(vllm) == 8 and all(v["host"] in {h.name for h in lab.inventory.group("vllm")} for v in vllm)
+
+
+def test_a_model_folder_is_shipped_and_served_by_its_name(tmp_path: Path) -> None:
+    model = tmp_path / "models" / "tiny-llama"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    inventory = yaml.safe_load(EXAMPLE.read_text())
+    campaign = inventory["all"]["vars"]["kvoffload_campaign"]
+    campaign["model"] = "./models/tiny-llama"  # relative to the file that declares it
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    lab = load_lab(inv)
+    cell = next(c for c in lab.cells if c.tier == "cpu")
+    ev = cell_extravars(lab, cell, tmp_path, Wheels(tmp_path / "k.whl", None))
+    assert ev["vllm_model_source"] == str(model) and ev["vllm_model_hub_id"] is None
+    assert ev["kvoffload_model"] == "/var/lib/kvoffload/models/tiny-llama"
+    args = ev["vllm_engine_args"]
+    assert args[args.index("--served-model-name") + 1] == "tiny-llama"
+    assert ev["replay_model"] == "tiny-llama"
+    assert ev["replay_tokenizer_src"] == str(model)
+    argv = replay_command(ev)
+    assert argv[argv.index("--model") + 1] == "tiny-llama"
+    assert argv[argv.index("--tokenizer") + 1] == "/var/lib/kvoffload/models/tiny-llama"
+
+
+def test_a_model_path_that_is_no_model_folder_is_refused(tmp_path: Path) -> None:
+    inventory = yaml.safe_load(EXAMPLE.read_text())
+    inventory["all"]["vars"]["kvoffload_campaign"]["model"] = "/nonexistent/model"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    with pytest.raises(ConfigError) as info:
+        load_lab(inv)
+    assert str(info.value).startswith(f"{inv}: all.vars.kvoffload_campaign.model: '/nonexistent/model' is a path")

@@ -77,6 +77,8 @@ def test_offload_tiers_connect_to_the_one_lmcache_server() -> None:
     config = json.loads(args[args.index("--kv-transfer-config") + 1])
     assert config == {
         "kv_connector": "LMCacheMPConnector",
+        # vLLM imports this module, so a broken LMCache fails loudly (no fallback to vLLM's own copy)
+        "kv_connector_module_path": "lmcache.integration.vllm.lmcache_mp_connector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
             "lmcache.mp.host": "tcp://10.0.0.12",
@@ -88,13 +90,34 @@ def test_offload_tiers_connect_to_the_one_lmcache_server() -> None:
 
 
 def test_nvme_l2_adapter_points_at_the_mount() -> None:
-    args = r.lmcache_args(deployment(tier="nvme", nvme_mount="/srv/nvme/"))
-    assert json.loads(args[args.index("--l2-adapter") + 1]) == {
-        "type": "fs",
+    dep = deployment(tier="nvme", nvme_mount="/srv/nvme/")
+    # O_DIRECT files (fs_native), bounded with LRU eviction; the role adds max_capacity_gb from the mount
+    assert r.l2_adapter(dep) == {
+        "type": "fs_native",
         "base_path": "/srv/nvme/lmcache-l2",
+        "use_odirect": True,
+        "num_workers": 4,
+        "eviction": {"eviction_policy": "LRU"},
     }
-    assert "--l2-adapter" not in r.lmcache_args(deployment(tier="cpu"))
+    out = r.resolve(dep)
+    assert out["lmcache_server_l2_adapter"] == r.l2_adapter(dep)
+    assert out["lmcache_server_l2_capacity_fraction"] == 0.9
+    assert "--l2-adapter" not in r.lmcache_args(dep)
+    assert r.l2_adapter(deployment(tier="cpu")) is None
     assert r.lmcache_args(deployment(tier="gpu")) == []
+
+
+def test_lmcache_workers_cover_every_replica_and_metrics_are_on_the_http_port() -> None:
+    many = tuple(r.Replica("gpu1", "10.0.0.11", i, str(i)) for i in range(8))
+    dep = deployment(tier="cpu", replicas=many)
+    args = r.lmcache_args(dep)
+    assert args[args.index("--max-workers") + 1] == "8"  # LMCache: workers >= replicas served
+    assert "--prometheus-port" not in args  # `lmcache server` ignores it
+    assert args[args.index("--supported-transfer-mode") + 1] == "auto"
+    lmcache = next(t for t in r.metrics_targets(dep) if t["name"] == "lmcache")
+    assert lmcache["url"] == "http://10.0.0.12:8080/metrics"
+    two = r.lmcache_args(deployment(tier="cpu"))
+    assert two[two.index("--max-workers") + 1] == "4"  # the profile's floor
 
 
 def test_l1_override_and_kv_cache_size_flags() -> None:

@@ -8,6 +8,7 @@ unit must pass `systemd-analyze verify --man=no` with nothing on stderr, and eve
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -49,6 +50,8 @@ def variables(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") -> dict
     merged = role_defaults("node_exporter", "caddy", "lmcache_server", "vllm")
     merged.update(extravars(tier, engine))
     merged["kvoffload_venv"] = venv
+    # Facts of the node: a 512 MiB NVMe mount holds the L2 (the role sizes the adapter from it).
+    merged["ansible_facts"] = {"mounts": [{"mount": "/mnt/kvoffload-nvme", "size_total": 536870912}]}
     return merged
 
 
@@ -105,10 +108,14 @@ def test_goldens_carry_the_contract() -> None:
         == extravars("cpu", "sim")["vllm_engine_args"]
     )
     nvme_sim = rendered_files("nvme", "sim")
-    assert (
-        systemd_words(nvme_sim["lmcache.env"], "KVOFFLOAD_LMCACHE_ARGS")
-        == extravars("nvme", "sim")["lmcache_server_args"]
-    )
+    lm_words = systemd_words(nvme_sim["lmcache.env"], "KVOFFLOAD_LMCACHE_ARGS")
+    assert lm_words[:-2] == extravars("nvme", "sim")["lmcache_server_args"]
+    # The L2 adapter: the resolver's, plus 90% of the 512 MiB mount as its capacity
+    assert lm_words[-2] == "--l2-adapter"
+    assert json.loads(lm_words[-1]) == {
+        **extravars("nvme", "sim")["lmcache_server_l2_adapter"],
+        "max_capacity_gb": 0.45,
+    }
     assert "lb_policy least_conn" in cpu["Caddyfile"]
     assert "lb_policy header X-User-Id" in rendered_files("gpu", "vllm")["Caddyfile"]
     nvme = rendered_files("nvme", "vllm")
@@ -116,6 +123,14 @@ def test_goldens_carry_the_contract() -> None:
         "/opt/kvoffload/venv/bin/lmcache server $KVOFFLOAD_LMCACHE_ARGS" in nvme["kvoffload-lmcache.service"]
     )
     assert "ReadWritePaths=/mnt/kvoffload-nvme/lmcache-l2" in nvme["kvoffload-lmcache.service"]
+    assert "RequiresMountsFor=/mnt/kvoffload-nvme\n" in nvme["kvoffload-lmcache.service"]
+    # Real vLLM through its API server module (the CPU build's `vllm` CLI fails), telemetry opted out
+    unit = nvme["kvoffload-vllm@.service"]
+    assert "ExecStart=/opt/kvoffload/venv/bin/python -m vllm.entrypoints.openai.api_server --model " in unit
+    assert "VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 LMCACHE_TRACK_USAGE=false" in unit
+    assert "LMCACHE_TRACK_USAGE=false" in nvme["kvoffload-lmcache.service"]
+    # One user for replicas and server (CUDA IPC files are 0600)
+    assert "User=kvoffload-engine\n" in unit and "User=kvoffload-engine\n" in nvme["kvoffload-lmcache.service"]
     for files in (cpu, nvme):
         assert "Restart=on-failure" in files["kvoffload-vllm@.service"]
     telemetry = nvme["kvoffload-gpu-telemetry.service"]
@@ -151,7 +166,7 @@ def systemd_words(env_file: str, name: str) -> list[str]:
 def _stub_venv(root: Path) -> str:
     venv = root / "venv"
     (venv / "bin").mkdir(parents=True)
-    for name in ("vllm", "lmcache", "kvoffload-lab"):
+    for name in ("python", "lmcache", "kvoffload-lab"):
         stub = venv / "bin" / name
         stub.write_text("#!/bin/sh\nexit 0\n")
         stub.chmod(0o755)
