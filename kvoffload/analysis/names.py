@@ -22,14 +22,24 @@ VLLM_PREFILL_TIME = (r"vllm:request_prefill_time(_seconds)?",)
 VLLM_QUEUE_TIME = (r"vllm:request_queue_time(_seconds)?",)
 VLLM_ITL = (r"vllm:inter_token_latency(_seconds)?", r"vllm:time_per_output_token(_seconds)?")
 
-# LMCache MP server (docs/metrics.md "## LMCache").
+# LMCache MP server, as LMCache 0.5.6 exports them (docs/metrics.md "## LMCache"; the real capture is
+# tests/fixtures/lmcache-0.5.6-cpu/metric-names-types.txt). Its OpenTelemetry export puts the unit into
+# the name. No older spellings: 0.4.7 and 0.5.0 use the same names for every family read here (checked
+# on their wheels), and LMCache's earlier listener-based names (`lmcache_mp:...`) are not read.
 LMC_LOOKUP_REQUESTED = ("lmcache_mp_lookup_requested_tokens_total",)
 LMC_LOOKUP_HIT = ("lmcache_mp_lookup_hit_tokens_total",)
+# Per-tier split of LMC_LOOKUP_HIT (l1 + l2 == hit), new in 0.5.6.
+LMC_LOOKUP_HIT_L1 = ("lmcache_mp_lookup_hit_l1_tokens_total",)
+LMC_LOOKUP_HIT_L2 = ("lmcache_mp_lookup_hit_l2_tokens_total",)
 LMC_L1_USAGE_BYTES = ("lmcache_mp_l1_memory_usage_bytes",)
 LMC_L1_USAGE_RATIO = ("lmcache_mp_l1_usage_ratio",)
 LMC_L2_USAGE_BYTES = ("lmcache_mp_l2_usage_bytes",)
 LMC_L1_EVICTED = ("lmcache_mp_l1_evicted_chunks_total",)
-LMC_L2_EVICTED = ("lmcache_mp_l2_evicted_chunks_total",)
+LMC_L2_EVICTED = ("lmcache_mp_l2_evicted_objects_chunks_total",)
+LMC_L1_ALLOCATION_FAILED = ("lmcache_mp_l1_allocation_failure_chunks_total",)
+LMC_L2_STORED = ("lmcache_mp_l2_store_completed_objects_chunks_total",)
+LMC_L2_LOADED = ("lmcache_mp_l2_prefetch_load_completed_chunks_total",)
+LMC_L2_PREFETCH_FAILED = ("lmcache_mp_l2_prefetch_failure_chunks_total",)
 LMC_LOOP_TICKS = ("lmcache_mp_l1_eviction_loop_ticks_total",)
 LMC_LOOP_TRIGGERED = ("lmcache_mp_l1_eviction_loop_triggered_total",)
 LMC_CHUNKS_LOADED = ("lmcache_mp_num_chunks_loaded_total",)
@@ -37,6 +47,21 @@ LMC_L0_L1_STORE_TPUT = (r"lmcache_mp_l0_l1_store_throughput_\w+",)
 LMC_L0_L1_LOAD_TPUT = (r"lmcache_mp_l0_l1_load_throughput_\w+",)
 LMC_L2_STORE_TPUT = (r"lmcache_mp_l2_store_throughput_\w+",)
 LMC_L2_LOAD_TPUT = (r"lmcache_mp_l2_load_throughput_\w+",)
+# Names read above that the CPU-mode capture cannot show, with where LMCache 0.5.6 defines them
+# (lmcache/v1/mp_observability/subscribers/metrics/ in its wheel). tests/unit/analysis holds every
+# other lmcache_mp_ name here to the capture.
+LMC_NOT_IN_CPU_CAPTURE = {
+    "lmcache_mp_l2_evicted_objects_chunks_total": "l2.py: counted only once L2 evicts (needs an adapter "
+    "with max_capacity_gb and an eviction block; the capture's L2 never filled)",
+    "lmcache_mp_num_chunks_loaded_total": "engine.py: MP_RETRIEVE_END of the GPU transfer path",
+    LMC_L0_L1_STORE_TPUT[0]: "l0_l1_throughput.py: GPU (cupy stream) store events only",
+    LMC_L0_L1_LOAD_TPUT[0]: "l0_l1_throughput.py: GPU (cupy stream) retrieve events only",
+}
+# Emitted only by LMCache's GPU transfer path: absent on a CPU-mode server whatever it moved, so their
+# absence is "not measured", never 0 (kvoffload/analysis/lmcache.py).
+LMC_GPU_PATH_ONLY = frozenset(
+    {"lmcache_mp_num_chunks_loaded_total", LMC_L0_L1_STORE_TPUT[0], LMC_L0_L1_LOAD_TPUT[0]}
+)
 
 # node-exporter.
 NODE_CPU = ("node_cpu_seconds_total",)

@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--campaign",
         type=Path,
-        help=f"campaign file (default {DEMO_CAMPAIGNS['sim']}, or {DEMO_CAMPAIGNS['vllm']} with --engine vllm)",
+        help=f"campaign file (default {DEMO_CAMPAIGNS['sim']}; with --engine vllm {DEMO_CAMPAIGNS['vllm']})",
     )
     p.add_argument(
         "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"

@@ -114,6 +114,17 @@ OFFLOAD_COLUMNS: list[Column] = [
     ("lookup hit tok", _int("lmcache_lookup_hit_tokens")),
     ("lookup req tok", _int("lmcache_lookup_requested_tokens")),
     (
+        "hit tok L1/L2",
+        lambda r: f"{fmt_int(r.get('lmcache_l1_hit_tokens'))}/{fmt_int(r.get('lmcache_l2_hit_tokens'))}",
+    ),
+    (
+        "L2 chunks stored/loaded/failed",
+        lambda r: (
+            f"{fmt_int(r.get('lmcache_l2_stored_chunks'))}/{fmt_int(r.get('lmcache_l2_loaded_chunks'))}/"
+            f"{fmt_int(r.get('lmcache_l2_prefetch_failed_chunks'))}"
+        ),
+    ),
+    (
         "evicted L1/L2 chunks",
         lambda r: (
             f"{fmt_int(r.get('lmcache_l1_evicted_chunks'))}/{fmt_int(r.get('lmcache_l2_evicted_chunks'))}"

@@ -1,12 +1,14 @@
-"""Command line of the simulated cache server: `lmcache server`'s flags, spelled like LMCache does.
+"""Command line of the simulated cache server: `lmcache server`'s flags, spelled like LMCache 0.5.6.
 
 Modelled flags become `CacheArgs`; other flags of `lmcache server` are accepted and logged as ignored;
-unknown ones are rejected by argparse (exit status 2). Flag names and defaults follow
-`lmcache/v1/multiprocess/config.py` and `lmcache/v1/distributed/config.py` in LMCache; the fs adapter
-JSON follows `FSL2AdapterConfig` (`base_path`, `relative_tmp_dir`, `read_ahead_size`, `use_odirect`,
-`max_capacity_gb`, `recover_on_start`). Two flags are the simulator's own: `--sim-profile` (disk
-bandwidth) and `--sim-l2-scale` (how much smaller the files are than the KV they stand for).
-No IO.
+unknown ones are rejected by argparse (exit status 2). Flag names, choices and defaults follow
+`lmcache/v1/multiprocess/config.py` and `lmcache/v1/distributed/config.py` of the 0.5.6 wheel. The
+`--l2-adapter` JSON follows that wheel's adapter configs (`l2_adapters/config.py`,
+`fs_l2_adapter.py`, `fs_native_l2_adapter.py`): keys common to every adapter (`affinity_tag`,
+`shared`, `eviction`, `persist_enabled`) plus the type's own. LMCache ignores keys it does not know;
+the simulator refuses them, so that a typo fails on the simulator instead of being silently dropped.
+Two flags are the simulator's own: `--sim-profile` (disk bandwidth) and `--sim-l2-scale` (how much
+smaller the files are than the KV they stand for). No IO.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from kvoffload.errors import UserError
 from kvoffload.sim.ignored_flags import add_ignored_flags, log_ignored
@@ -23,18 +26,39 @@ from kvoffload.sim.profile import DEFAULT_PROFILE
 log = logging.getLogger(__name__)
 
 DEFAULT_L2_SCALE = 64
+EVICTION_POLICIES = ("LRU", "ARC", "IsolatedLRU", "noop")
+TRANSFER_MODES = ("lmcache_driven", "engine_driven", "auto")
 
 IGNORED_VALUE_FLAGS = (
     "--instance-id", "--max-workers", "--max-gpu-workers", "--max-cpu-workers", "--hash-algorithm",
-    "--engine-type", "--supported-transfer-mode", "--runtime-plugin-config", "--shm-name",
+    "--engine-type", "--runtime-plugin-config", "--shm-name",
     "--worker-reap-timeout-seconds", "--worker-registration-grace-seconds", "--l1-init-size-gb",
     "--l1-align-bytes", "--l1-write-ttl-seconds", "--l1-read-ttl-seconds", "--l2-store-policy",
     "--l2-prefetch-policy", "--l2-prefetch-max-in-flight", "--prometheus-port", "--coordinator-url",
-    "--trace-level", "--trace-output", "--log-level",
+    "--trace-level", "--trace-output",
 )  # fmt: skip
-IGNORED_BOOL_FLAGS = ("--l1-use-lazy", "--no-l1-use-lazy", "--disable-prometheus", "--separate-object-groups")
-_FS_KEYS = {"type", "base_path", "relative_tmp_dir", "read_ahead_size", "use_odirect", "max_capacity_gb",
-            "recover_on_start", "eviction", "num_workers"}  # fmt: skip
+IGNORED_BOOL_FLAGS = ("--l1-use-lazy", "--no-l1-use-lazy", "--separate-object-groups")
+
+# Keys every adapter type takes (parse_args_to_l2_adapters_config), then each modelled type's own.
+_COMMON_KEYS = {"type", "affinity_tag", "shared", "eviction", "persist_enabled"}
+_TYPE_KEYS = {
+    "fs": {"base_path", "relative_tmp_dir", "read_ahead_size", "use_odirect"},
+    "fs_native": {
+        "base_path", "num_workers", "relative_tmp_dir", "use_odirect", "read_ahead_size", "max_capacity_gb",
+    },
+}  # fmt: skip
+# What `GET /status` names each adapter type (report_status of the real adapters).
+STATUS_TYPE = {"fs": "FSL2Adapter", "fs_native": "FSNativeL2Adapter"}
+FS_NATIVE_DEFAULT_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class L2Eviction:
+    """The optional `"eviction": {...}` block of an adapter: without it LMCache never evicts from L2."""
+
+    eviction_policy: str
+    trigger_watermark: float
+    eviction_ratio: float
 
 
 @dataclass(frozen=True)
@@ -44,8 +68,13 @@ class FsAdapter:
     type_name: str
     base_path: str
     use_odirect: bool
+    # GiB; 0 = no capacity. Only fs_native has it, and only an `eviction` block makes it a bound.
     max_capacity_gb: float
-    recover_on_start: bool
+    num_workers: int | None
+    read_ahead_size: int | None
+    relative_tmp_dir: str
+    eviction: L2Eviction | None
+    persist_enabled: bool
 
 
 @dataclass(frozen=True)
@@ -62,6 +91,7 @@ class CacheArgs:
     l2_adapters: tuple[FsAdapter, ...]
     http_host: str
     http_port: int
+    supported_transfer_mode: str
     sim_profile: str
     sim_l2_scale: int
     ignored: tuple[str, ...]
@@ -91,12 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=5555)
     p.add_argument("--chunk-size", type=int, default=256)
     p.add_argument("--l1-size-gb", type=_positive_float, required=True)
-    p.add_argument("--eviction-policy", choices=["LRU", "IsolatedLRU", "noop"], required=True)
+    p.add_argument("--eviction-policy", choices=EVICTION_POLICIES, required=True)
     p.add_argument("--eviction-trigger-watermark", type=_fraction, default=0.8)
     p.add_argument("--eviction-ratio", type=_fraction, default=0.2)
     p.add_argument("--l2-adapter", action="append", default=[], help="L2 adapter JSON (repeatable)")
-    p.add_argument("--http-host", default="0.0.0.0")
+    p.add_argument("--http-host", default="127.0.0.1")
     p.add_argument("--http-port", type=int, default=8080)
+    # Accepted with LMCache's choices: the simulated engines' transfer path does not depend on it.
+    p.add_argument("--supported-transfer-mode", choices=TRANSFER_MODES, default="lmcache_driven")
     p.add_argument(
         "--sim-profile", default=DEFAULT_PROFILE, help="simulator only: cost profile (disk bandwidth)"
     )
@@ -110,6 +142,47 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _positive_int(spec: dict[str, Any], key: str) -> int | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"--l2-adapter: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _flag(spec: dict[str, Any], key: str, default: bool) -> bool:
+    value = spec.get(key, default)
+    if not isinstance(value, bool):
+        raise UserError(f"--l2-adapter: {key} must be a boolean, got {value!r}")
+    return value
+
+
+def _eviction(spec: dict[str, Any]) -> L2Eviction | None:
+    block = spec.get("eviction")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise UserError("--l2-adapter: eviction must be a JSON object")
+    unknown = set(block) - {"eviction_policy", "trigger_watermark", "eviction_ratio"}
+    if unknown:
+        raise UserError(f"--l2-adapter: unknown eviction key(s) {', '.join(sorted(unknown))}")
+    policy = block.get("eviction_policy")
+    if policy not in EVICTION_POLICIES:
+        raise UserError(
+            f"--l2-adapter: eviction.eviction_policy must be one of {', '.join(EVICTION_POLICIES)}, "
+            f"got {policy!r}"
+        )
+    try:
+        watermark = float(block.get("trigger_watermark", 0.8))
+        ratio = float(block.get("eviction_ratio", 0.2))
+    except (TypeError, ValueError) as exc:
+        raise UserError(
+            "--l2-adapter: eviction.trigger_watermark and eviction_ratio must be numbers"
+        ) from exc
+    return L2Eviction(str(policy), watermark, ratio)
+
+
 def _adapter(text: str) -> FsAdapter:
     try:
         spec = json.loads(text)
@@ -118,24 +191,49 @@ def _adapter(text: str) -> FsAdapter:
     if not isinstance(spec, dict):
         raise UserError(f"--l2-adapter {text!r}: must be a JSON object")
     kind = spec.get("type")
-    if kind not in ("fs", "fs_native"):
+    if kind not in _TYPE_KEYS:
         raise UserError(
             f"--l2-adapter: type {kind!r} is not modelled by the simulator; use 'fs' or 'fs_native'"
         )
-    unknown = set(spec) - _FS_KEYS
+    unknown = set(spec) - _COMMON_KEYS - _TYPE_KEYS[kind]
     if unknown:
-        raise UserError(f"--l2-adapter: unknown key(s) {', '.join(sorted(unknown))} for type {kind}")
+        raise UserError(
+            f"--l2-adapter: key(s) {', '.join(sorted(unknown))} are not keys of LMCache 0.5.6's {kind} "
+            f"adapter (it takes {', '.join(sorted(_TYPE_KEYS[kind] | _COMMON_KEYS))})"
+        )
     base = spec.get("base_path")
     if not isinstance(base, str) or not base:
         raise UserError("--l2-adapter: base_path must be a non-empty string")
     cap = spec.get("max_capacity_gb", 0)
     if isinstance(cap, bool) or not isinstance(cap, int | float) or cap < 0:
         raise UserError("--l2-adapter: max_capacity_gb must be a non-negative number")
-    odirect = spec.get("use_odirect", False)
-    recover = spec.get("recover_on_start", True)
-    if not isinstance(odirect, bool) or not isinstance(recover, bool):
-        raise UserError("--l2-adapter: use_odirect and recover_on_start must be booleans")
-    return FsAdapter(str(kind), base, odirect, float(cap), recover)
+    tmp = spec.get("relative_tmp_dir") or ""
+    if not isinstance(tmp, str):
+        raise UserError("--l2-adapter: relative_tmp_dir must be a string")
+    eviction = _eviction(spec)
+    workers = _positive_int(spec, "num_workers")
+    if kind == "fs_native":
+        workers = workers or FS_NATIVE_DEFAULT_WORKERS
+        if cap > 0 and eviction is None:
+            # LMCache 0.5.6 logs the same: the capacity is accounted, never enforced.
+            log.warning(
+                "fs_native: max_capacity_gb=%s is declared for %s but no 'eviction' block is configured, "
+                "so it is used for usage accounting only and will NOT bound disk usage. Add an eviction "
+                'block to enforce it, e.g. "eviction": {"eviction_policy": "LRU"}.',
+                cap,
+                base,
+            )
+    return FsAdapter(
+        type_name=str(kind),
+        base_path=base,
+        use_odirect=_flag(spec, "use_odirect", False),
+        max_capacity_gb=float(cap),
+        num_workers=workers,
+        read_ahead_size=_positive_int(spec, "read_ahead_size"),
+        relative_tmp_dir=tmp,
+        eviction=eviction,
+        persist_enabled=_flag(spec, "persist_enabled", True),
+    )
 
 
 def parse_cache_args(argv: list[str]) -> CacheArgs:
@@ -144,6 +242,8 @@ def parse_cache_args(argv: list[str]) -> CacheArgs:
         raise UserError(f"--chunk-size {ns.chunk_size}: must be a positive number of tokens")
     if ns.sim_l2_scale < 1:
         raise UserError(f"--sim-l2-scale {ns.sim_l2_scale}: must be >= 1")
+    if ns.eviction_policy in ("ARC", "IsolatedLRU"):
+        log.info("--eviction-policy %s is modelled as LRU", ns.eviction_policy)
     ignored = log_ignored(ns, log, "lmcache server")
     return CacheArgs(
         host=ns.host,
@@ -156,6 +256,7 @@ def parse_cache_args(argv: list[str]) -> CacheArgs:
         l2_adapters=tuple(_adapter(a) for a in ns.l2_adapter),
         http_host=ns.http_host,
         http_port=ns.http_port,
+        supported_transfer_mode=ns.supported_transfer_mode,
         sim_profile=ns.sim_profile,
         sim_l2_scale=ns.sim_l2_scale,
         ignored=ignored,

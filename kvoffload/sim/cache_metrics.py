@@ -1,105 +1,262 @@
 """The `lmcache_mp_*` metrics of the simulated cache server (docs/metrics.md, LMCache section).
 
-Names follow LMCache's MP observability reference as exported to Prometheus (counters with `_total`,
-throughput histograms with the `_GB_per_second` unit suffix). Instruments only; the server updates them.
+Every family, label set, help text and histogram bucket copies what real LMCache 0.5.6 exposes
+(`tests/fixtures/lmcache-0.5.6-cpu/`; `lmcache_mp_l2_evicted_objects_chunks_total`, absent from that
+capture because nothing was evicted from L2 there, from the wheel's `l2.py` metrics subscriber).
+LMCache exports through OpenTelemetry's Prometheus exporter, and the instruments here behave like
+OTel's: a counter or histogram has no series until its first update (a family the run never touched
+is absent, not 0), the unit is part of the name (`..._objects_chunks_total`, `..._GB_per_second`), and
+there is no `_created` series. Instruments only; the server updates them. No IO.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterable, Iterator
 
-GBPS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+# OpenTelemetry's default explicit bucket boundaries (what LMCache's GB/s histograms show).
+OTEL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0,
+                7500.0, 10000.0)  # fmt: skip
+L1_TAG = "_default"
+L1_BACKEND = "dram"
+
+_LabelKey = tuple[tuple[str, str], ...]
 
 
-class CacheMetrics:
-    """All cache-server instruments in their own registry."""
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def _key(labels: dict[str, str]) -> _LabelKey:
+    return tuple(sorted(labels.items()))
+
+
+class _Instrument:
+    def __init__(self, name: str, doc: str) -> None:
+        self.name = name
+        self.doc = doc
+
+    def metric(self) -> Metric | None:
+        raise NotImplementedError
+
+
+class OtelCounter(_Instrument):
+    """A monotonic counter; a label set appears at its first `add`, even of 0."""
+
+    def __init__(self, name: str, doc: str) -> None:
+        super().__init__(name, doc)
+        self.series: dict[_LabelKey, float] = {}
+
+    def add(self, value: float = 1.0, **labels: str) -> None:
+        if value < 0:
+            raise ValueError(f"{self.name}: a counter cannot decrease ({value})")
+        key = _key(labels)
+        self.series[key] = self.series.get(key, 0.0) + value
+
+    def total(self) -> float:
+        """The sum over label sets (for tests and logs)."""
+        return sum(self.series.values())
+
+    def metric(self) -> Metric | None:
+        if not self.series:
+            return None
+        m = Metric(self.name, self.doc, "counter")
+        for key, value in self.series.items():
+            m.add_sample(f"{self.name}_total", dict(key), value)
+        return m
+
+
+class OtelGauge(_Instrument):
+    """A gauge (LMCache's are observable gauges: present from start-up once the server sets them)."""
+
+    def __init__(self, name: str, doc: str) -> None:
+        super().__init__(name, doc)
+        self.series: dict[_LabelKey, float] = {}
+
+    def set(self, value: float, **labels: str) -> None:
+        self.series[_key(labels)] = float(value)
+
+    def add(self, delta: float, **labels: str) -> None:
+        key = _key(labels)
+        self.series[key] = self.series.get(key, 0.0) + delta
+
+    def metric(self) -> Metric | None:
+        if not self.series:
+            return None
+        m = Metric(self.name, self.doc, "gauge")
+        for key, value in self.series.items():
+            m.add_sample(self.name, dict(key), value)
+        return m
+
+
+class OtelHistogram(_Instrument):
+    """An explicit-bucket histogram; a label set appears at its first `record`."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...] = OTEL_BUCKETS) -> None:
+        super().__init__(name, doc)
+        self.bounds = buckets
+        # label set -> (per-bucket counts incl. +Inf, sum)
+        self.series: dict[_LabelKey, tuple[list[int], float]] = {}
+
+    def record(self, value: float, **labels: str) -> None:
+        key = _key(labels)
+        counts, total = self.series.get(key, ([0] * (len(self.bounds) + 1), 0.0))
+        idx = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        counts[idx] += 1
+        self.series[key] = (counts, total + value)
+
+    def metric(self) -> Metric | None:
+        if not self.series:
+            return None
+        m = Metric(self.name, self.doc, "histogram")
+        for key, (counts, total) in self.series.items():
+            labels = dict(key)
+            acc = 0
+            for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
+                acc += count
+                m.add_sample(f"{self.name}_bucket", {**labels, "le": _le(bound)}, float(acc))
+            m.add_sample(f"{self.name}_count", labels, float(acc))
+            m.add_sample(f"{self.name}_sum", labels, total)
+        return m
+
+
+class CacheMetrics(Collector):
+    """All cache-server instruments, collected from their own registry."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.lookup_requested = Counter(
-            "lmcache_mp_lookup_requested_tokens", "Tokens requested by lookups.", ["model_name"], registry=r
+        self._all: list[_Instrument] = []
+        c, g, h = self._counter, self._gauge, self._histogram
+        # L1 (lmcache/v1/mp_observability/subscribers/metrics/l1*.py)
+        self.l1_read = c("lmcache_mp_l1_read_chunks", "Total chunks read from L1")
+        self.l1_write = c("lmcache_mp_l1_write_chunks", "Total chunks written to L1")
+        self.l1_evicted = c("lmcache_mp_l1_evicted_chunks", "Total chunks evicted from L1")
+        self.l1_ticks = c("lmcache_mp_l1_eviction_loop_ticks", "L1 eviction-loop iterations (every cycle)")
+        self.l1_triggered = c(
+            "lmcache_mp_l1_eviction_loop_triggered", "L1 eviction-loop iterations where the policy ran"
         )
-        self.lookup_hit = Counter(
+        self.l1_alloc_fail = c(
+            "lmcache_mp_l1_allocation_failure_chunks",
+            "Count of L1 memory allocation failures (OOM) during reserve_write. Tagged by ``during`` = "
+            "l1_store | l2_prefetch and ``model_name``.",
+        )
+        self.l1_bytes = g("lmcache_mp_l1_memory_usage_bytes", "Bytes currently held in L1 cache")
+        self.l1_ratio = g("lmcache_mp_l1_usage_ratio", "L1 used/total ratio (0.0-1.0)")
+        # Lookups (lookup.py)
+        self.lookup_requested = c(
+            "lmcache_mp_lookup_requested_tokens",
+            "Total tokens submitted for lookup (denominator of the L1+L2 token-level hit rate). Only "
+            "chunk-aligned tokens are counted.",
+        )
+        self.lookup_hit = c(
             "lmcache_mp_lookup_hit_tokens",
-            "Tokens of lookups served from L1 or L2.",
-            ["model_name"],
-            registry=r,
+            "Total tokens found in L1+L2 during lookup (numerator of the L1+L2 token-level hit rate). "
+            "Counts the contiguous prefix hit only.",
         )
-        self.l1_bytes = Gauge("lmcache_mp_l1_memory_usage_bytes", "Bytes held in L1.", registry=r)
-        self.l1_ratio = Gauge("lmcache_mp_l1_usage_ratio", "L1 used / total.", registry=r)
-        self.l1_read = Counter("lmcache_mp_l1_read_chunks", "Chunks read from L1.", registry=r)
-        self.l1_write = Counter("lmcache_mp_l1_write_chunks", "Chunks written to L1.", registry=r)
-        self.l1_evicted = Counter("lmcache_mp_l1_evicted_chunks", "Chunks evicted from L1.", registry=r)
-        self.l1_ticks = Counter(
-            "lmcache_mp_l1_eviction_loop_ticks", "L1 eviction loop iterations.", registry=r
+        self.lookups = c(
+            "lmcache_mp_lookups_requests", "Completed lookups (denominator for lookup_early_exit)."
         )
-        self.l1_triggered = Counter(
-            "lmcache_mp_l1_eviction_loop_triggered", "L1 eviction loop iterations that evicted.", registry=r
+        self.lookup_hit_l1 = c(
+            "lmcache_mp_lookup_hit_l1_tokens",
+            "Of lookup_hit: tokens served from objects L1 already held (from the storage manager's "
+            "per-tier hit counts).",
         )
-        self.l1_alloc_fail = Counter(
-            "lmcache_mp_l1_allocation_failure_chunks", "Chunks not stored: L1 full.", ["during"], registry=r
+        self.lookup_hit_l2 = c(
+            "lmcache_mp_lookup_hit_l2_tokens",
+            "Of lookup_hit: tokens L2 added beyond the L1-servable prefix. lookup_hit_l1 + lookup_hit_l2 "
+            "== lookup_hit.",
         )
-        self.l2_usage = Gauge(
-            "lmcache_mp_l2_usage_bytes", "Bytes held per L2 adapter.", ["l2_name"], registry=r
+        self.lookup_hit_l1_keys = c(
+            "lmcache_mp_lookup_hit_l1_keys",
+            "Hit keys (one per object group, kv rank and chunk) that L1 already held.",
         )
-        self.l2_store_submitted = Counter(
-            "lmcache_mp_l2_store_submitted_requests", "L1->L2 store tasks submitted.", registry=r
+        self.lookup_hit_l2_keys = c("lmcache_mp_lookup_hit_l2_keys", "Hit keys loaded from L2 into L1.")
+        self.lookup_early_exit = c(
+            "lmcache_mp_lookup_early_exit_requests",
+            "Lookups that exited before a normal cache probe, labeled by reason (no_gpu_context, "
+            "empty_chunk_hashes, no_group_layout_descs).",
         )
-        self.l2_store_completed = Counter(
-            "lmcache_mp_l2_store_completed_requests", "L1->L2 store tasks completed.", ["l2_name"], registry=r
+        # L2 (l2.py, l2_failures.py, l2_throughput.py)
+        self.l2_usage = g(
+            "lmcache_mp_l2_usage_bytes",
+            "Bytes currently held in each L2 adapter, tagged by ``l2_name`` (one observation per adapter).",
         )
-        self.l2_store_chunks = Counter(
-            "lmcache_mp_l2_store_completed_objects_chunks", "Chunks written to L2.", registry=r
+        self.l2_store_submitted = c(
+            "lmcache_mp_l2_store_submitted_requests", "Total L2 store requests submitted"
         )
-        self.l2_lookup_requests = Counter(
-            "lmcache_mp_l2_prefetch_lookup_requests", "Lookups that consulted L2.", registry=r
+        self.l2_store_submitted_chunks = c(
+            "lmcache_mp_l2_store_submitted_objects_chunks", "Total chunks submitted for L2 store"
         )
-        self.l2_lookup_chunks = Counter(
-            "lmcache_mp_l2_prefetch_lookup_objects_chunks", "Chunks looked up in L2.", registry=r
+        self.l2_store_completed = c(
+            "lmcache_mp_l2_store_completed_requests", "Total L2 store requests completed"
         )
-        self.l2_hit_chunks = Counter("lmcache_mp_l2_prefetch_hit_chunks", "Chunks found in L2.", registry=r)
-        self.l2_loaded_chunks = Counter(
-            "lmcache_mp_l2_prefetch_load_completed_chunks", "Chunks read from L2 into L1.", registry=r
+        self.l2_store_completed_chunks = c(
+            "lmcache_mp_l2_store_completed_objects_chunks", "Total chunks successfully stored to L2"
         )
-        self.l2_load_completed = Counter(
-            "lmcache_mp_l2_load_completed_requests", "L2->L1 load tasks completed.", ["l2_name"], registry=r
+        self.l2_lookup_requests = c(
+            "lmcache_mp_l2_prefetch_lookup_requests", "Total L2 prefetch lookup requests submitted"
         )
-        self.l2_evicted = Counter("lmcache_mp_l2_evicted_chunks", "Chunks evicted from L2.", registry=r)
-        self.l0_l1_store = Histogram(
-            "lmcache_mp_l0_l1_store_throughput_GB_per_second",
-            "GPU->L1 store throughput per request, GB/s.",
-            ["engine_id", "model_name"],
-            buckets=GBPS_BUCKETS,
-            registry=r,
+        self.l2_lookup_chunks = c(
+            "lmcache_mp_l2_prefetch_lookup_objects_chunks", "Total chunks submitted for L2 prefetch lookup"
         )
-        self.l0_l1_load = Histogram(
-            "lmcache_mp_l0_l1_load_throughput_GB_per_second",
-            "L1->GPU load throughput per request, GB/s.",
-            ["engine_id", "model_name"],
-            buckets=GBPS_BUCKETS,
-            registry=r,
+        self.l2_load_submitted = c(
+            "lmcache_mp_l2_prefetch_load_submitted_requests",
+            "Total L2 prefetch load requests submitted (per-adapter)",
         )
-        self.l2_store_tp = Histogram(
+        self.l2_load_submitted_chunks = c(
+            "lmcache_mp_l2_prefetch_load_submitted_objects_chunks", "Total chunks submitted for L2 load"
+        )
+        self.l2_loaded_chunks = c(
+            "lmcache_mp_l2_prefetch_load_completed_chunks", "Total chunks successfully loaded from L2"
+        )
+        self.l2_load_completed = c(
+            "lmcache_mp_l2_load_completed_requests", "Total L2 load tasks completed (per-adapter)"
+        )
+        self.l2_prefetch_failure = c(
+            "lmcache_mp_l2_prefetch_failure_chunks",
+            "Count of keys that were expected in L2 but failed to load into L1. Tagged by ``reason`` = "
+            "l1_oom | l1_contended | not_found and ``model_name``.",
+        )
+        self.l2_evicted = c("lmcache_mp_l2_evicted_objects_chunks", "Total chunks evicted from L2")
+        self.l2_store_tp = h(
             "lmcache_mp_l2_store_throughput_GB_per_second",
-            "L1->L2 store throughput per task, GB/s.",
-            ["l2_name"],
-            buckets=GBPS_BUCKETS,
-            registry=r,
+            "Histogram of L1->L2 store throughput in GB/s, measured per task as total_bytes / "
+            "(completed_ts - submitted_ts).  Spans adapter queue + network/disk I/O, so this is "
+            "end-to-end latency-based throughput.",
         )
-        self.l2_load_tp = Histogram(
+        self.l2_load_tp = h(
             "lmcache_mp_l2_load_throughput_GB_per_second",
-            "L2->L1 load throughput per task, GB/s.",
-            ["l2_name"],
-            buckets=GBPS_BUCKETS,
-            registry=r,
+            "Histogram of L2->L1 load throughput in GB/s, measured per (request, adapter) pair as "
+            "total_bytes / (completed_ts - submitted_ts).  Spans adapter queue + network/disk I/O.",
         )
-        self.chunks_loaded = Counter(
-            "lmcache_mp_num_chunks_loaded",
-            "Chunks delivered to engine workers.",
-            ["worker_id", "model_name"],
-            registry=r,
-        )
-        self.active_prefetch = Gauge(
-            "lmcache_mp_active_prefetch_jobs", "L2 prefetches in flight.", registry=r
-        )
+        self.active_prefetch = g("lmcache_mp_active_prefetch_jobs", "Number of active prefetch jobs")
+        self.active_prefetch.set(0.0)
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+
+    def _counter(self, name: str, doc: str) -> OtelCounter:
+        inst = OtelCounter(name, doc)
+        self._all.append(inst)
+        return inst
+
+    def _gauge(self, name: str, doc: str) -> OtelGauge:
+        inst = OtelGauge(name, doc)
+        self._all.append(inst)
+        return inst
+
+    def _histogram(self, name: str, doc: str) -> OtelHistogram:
+        inst = OtelHistogram(name, doc)
+        self._all.append(inst)
+        return inst
+
+    def families(self) -> Iterable[str]:
+        """Every family name this server can expose (counters without `_total`)."""
+        return [i.name for i in self._all]
+
+    def collect(self) -> Iterator[Metric]:
+        for inst in self._all:
+            m = inst.metric()
+            if m is not None:
+                yield m

@@ -2,42 +2,47 @@
 
 - L1: host RAM pool of `--l1-size-gb` (GiB), chunks kept in LRU order. An eviction loop ticks once a
   second; when usage is at or above `--eviction-trigger-watermark` it evicts `--eviction-ratio` of the
-  used bytes, least recently used first. A store that does not fit is dropped and counted
+  chunks, least recently used first. A store that does not fit is dropped and counted
   (`l1_allocation_failure`), as in LMCache, which never evicts on the store path.
-- L2 (`--l2-adapter` fs/fs_native): every chunk stored in L1 is also written to L2 by a background
-  writer (write-through, as LMCache's default store policy); a lookup whose L1 prefix ends early goes on
-  in L2 and prefetches those chunks back into L1 before answering.
+- L2 (`--l2-adapter` fs/fs_native): every chunk newly stored in L1 is also written to L2 by a
+  background writer (write-through, LMCache's default store policy). Every lookup also probes L2
+  (LMCache's prefetch lookup); chunks past the L1 prefix that L2 holds are read back into L1 before
+  the answer, as far as L1 has room (the rest fail as `l1_oom`). An adapter with an `eviction` block
+  and a `max_capacity_gb` is checked once a second, like LMCache's L2 eviction controller: at or above
+  the block's watermark its ratio of chunks is deleted, least recently used first. Without the block
+  LMCache never evicts from L2, and neither does the simulator.
 - Time: L2 reads and writes take `bytes / disk bandwidth` from `--sim-profile`, queued on one read and
-  one write timeline (the drive is shared), and never less than the real file IO took. Engine-side
-  copies (GPU <-> L1) are timed by the engines, which report them.
-The engine protocol is `kvoffload.sim.protocol` on `--host:--port`; `/metrics` and `/api/healthcheck`
-are served on `--http-host:--http-port`.
+  one write timeline (the drive is shared), and never less than the real file IO took.
+The engine protocol is `kvoffload.sim.protocol` on `--host:--port`. LMCache's HTTP API is served on
+`--http-host:--http-port`, as far as the simulator can fill it truthfully: `GET /healthcheck`,
+`GET /status` (a subset of the real keys), `POST /cache/clear` (L1 only) and `GET /metrics`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import time
 from collections import OrderedDict
 from typing import Any
 
-import prometheus_client
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvoffload import aio
 from kvoffload.errors import UserError
 from kvoffload.sim import protocol
-from kvoffload.sim.cache_args import CacheArgs
-from kvoffload.sim.cache_metrics import CacheMetrics
+from kvoffload.sim.cache_args import STATUS_TYPE, CacheArgs
+from kvoffload.sim.cache_metrics import L1_BACKEND, L1_TAG, CacheMetrics
 from kvoffload.sim.l2_fs import FsL2
 from kvoffload.sim.profile import Disk, load_profile
 
 log = logging.getLogger("kvoffload.sim.cache_server")
 
 EVICTION_INTERVAL_S = 1.0
+CLEAR_TIERS = ("l1", "l2", "all")  # LMCache's Tier values; /cache/clear supports l1 only
 
 
 class _Timeline:
@@ -53,7 +58,7 @@ class _Timeline:
 
 
 class CacheStore:
-    """L1 + L2 state and the operations the engines call."""
+    """L1 + L2 state and the operations the engines and the HTTP API call."""
 
     def __init__(self, args: CacheArgs, disk: Disk, metrics: CacheMetrics) -> None:
         self.args = args
@@ -62,46 +67,54 @@ class CacheStore:
         self.l1_capacity = int(args.l1_size_gb * 2**30)
         self.l1: OrderedDict[str, int] = OrderedDict()
         self.l1_used = 0
+        self.l1_reserved = 0  # bytes held for L2 prefetches in flight
         self.l2 = [FsL2(a, args.sim_l2_scale) for a in args.l2_adapters]
         self._reads = _Timeline()
         self._writes = _Timeline()
         self._l2_queue: asyncio.Queue[tuple[list[str], int, float]] = asyncio.Queue()
+        self._prefetches = 0
         for adapter in self.l2:
-            self.m.l2_usage.labels(l2_name=adapter.name).set(adapter.used)
+            self._publish_l2(adapter)
         self._publish()
 
     # ---- L1 -------------------------------------------------------------------------------------
     def _publish(self) -> None:
-        self.m.l1_bytes.set(self.l1_used)
-        self.m.l1_ratio.set(self.l1_used / self.l1_capacity)
+        labels = {"backend": L1_BACKEND, "l1_tag": L1_TAG}
+        used = self.l1_used + self.l1_reserved
+        self.m.l1_bytes.set(used, **labels)
+        self.m.l1_ratio.set(used / self.l1_capacity, **labels)
 
-    def _l1_put(self, key: str, nbytes: int, during: str) -> bool:
-        if key in self.l1:
-            self.l1.move_to_end(key)
-            return True
-        if self.l1_used + nbytes > self.l1_capacity:
-            self.m.l1_alloc_fail.labels(during=during).inc()
-            return False
+    def _publish_l2(self, adapter: FsL2) -> None:
+        self.m.l2_usage.set(adapter.used, l2_name=adapter.name)
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.l1_used + self.l1_reserved + nbytes <= self.l1_capacity
+
+    def _l1_insert(self, key: str, nbytes: int) -> None:
         self.l1[key] = nbytes
         self.l1_used += nbytes
-        self.m.l1_write.inc()
-        return True
 
     def eviction_tick(self) -> int:
-        """One pass of the eviction loop; the number of chunks evicted."""
-        self.m.l1_ticks.inc()
-        usage = self.l1_used / self.l1_capacity
-        if self.args.eviction_policy == "noop" or usage < self.args.eviction_trigger_watermark:
+        """One pass of the L1 eviction loop; the number of chunks evicted."""
+        self.m.l1_ticks.add(1)
+        usage = (self.l1_used + self.l1_reserved) / self.l1_capacity
+        if usage < self.args.eviction_trigger_watermark:
             return 0
-        self.m.l1_triggered.inc()
-        target = self.l1_used - int(self.l1_used * self.args.eviction_ratio)
+        self.m.l1_triggered.add(1)
+        if self.args.eviction_policy == "noop":
+            return 0
+        evicted = self._evict_l1(int(len(self.l1) * self.args.eviction_ratio))
+        self._publish()
+        return evicted
+
+    def _evict_l1(self, count: int) -> int:
         evicted = 0
-        while self.l1 and self.l1_used > target:
+        while self.l1 and evicted < count:
             _key, size = self.l1.popitem(last=False)
             self.l1_used -= size
             evicted += 1
-        self.m.l1_evicted.inc(evicted)
-        self._publish()
+        if evicted:
+            self.m.l1_evicted.add(evicted, l1_tag=L1_TAG)
         return evicted
 
     async def eviction_loop(self) -> None:
@@ -109,109 +122,261 @@ class CacheStore:
             await asyncio.sleep(EVICTION_INTERVAL_S)
             self.eviction_tick()
 
+    def clear(self, force: bool = False) -> int:
+        """Empty L1 (`POST /cache/clear`, the connector's CLEAR); L2 files stay. The chunks dropped.
+
+        Chunks being prefetched stay reserved either way: LMCache keeps locked objects unless `force`,
+        and the simulator has nothing else that a forced clear would also drop.
+        """
+        cleared = self._evict_l1(len(self.l1))
+        self._publish()
+        log.info("L1 cleared (%d chunks, force=%s)", cleared, force)
+        return cleared
+
+    # ---- L2 eviction ----------------------------------------------------------------------------
+    def l2_eviction_tick(self) -> int:
+        """One pass of the L2 eviction controller over every adapter; the chunks deleted."""
+        total = 0
+        for adapter in self.l2:
+            ev = adapter.cfg.eviction
+            usage = adapter.usage_fraction
+            if ev is None or ev.eviction_policy == "noop" or usage < 0 or usage < ev.trigger_watermark:
+                continue
+            evicted = adapter.evict(int(len(adapter.index) * ev.eviction_ratio))
+            if evicted:
+                log.info("L2 %s usage %.2f above watermark %.2f: evicted %d chunks", adapter.name, usage,
+                         ev.trigger_watermark, len(evicted))  # fmt: skip
+                self.m.l2_evicted.add(len(evicted))
+                self._publish_l2(adapter)
+            total += len(evicted)
+        return total
+
+    async def l2_eviction_loop(self) -> None:
+        while True:
+            await asyncio.sleep(EVICTION_INTERVAL_S)
+            self.l2_eviction_tick()
+
     # ---- engine operations ----------------------------------------------------------------------
     async def lookup(self, model: str, keys: list[str], chunk_bytes: int) -> tuple[int, int]:
-        hits = 0
+        """Leading chunks held (after reading L2-only ones back into L1), and how many came from L2."""
+        m = self.m
+        labels = {"cache_salt": "", "model_name": model}
+        cs = self.args.chunk_size
+        m.lookups.add(1, **labels)
+        if not keys:
+            m.lookup_early_exit.add(1, reason="empty_chunk_hashes", **labels)
+        l1_hits = 0
         for key in keys:
             if key not in self.l1:
                 break
             self.l1.move_to_end(key)
-            hits += 1
-        l2_hits = 0
-        if hits < len(keys) and self.l2:
-            self.m.l2_lookup_requests.inc()
-            rest = keys[hits:]
-            self.m.l2_lookup_chunks.inc(len(rest))
+            l1_hits += 1
+        loaded = 0
+        if keys and self.l2:
+            m.l2_lookup_requests.add(1)
+            m.l2_lookup_chunks.add(len(keys))
             run: list[tuple[FsL2, str]] = []
-            for key in rest:
+            for key in keys[l1_hits:]:
                 adapter = next((a for a in self.l2 if key in a), None)
                 if adapter is None:
                     break
                 run.append((adapter, key))
             if run:
-                self.m.l2_hit_chunks.inc(len(run))
-                l2_hits = await self._prefetch(run, chunk_bytes)
-                hits += l2_hits
-        cs = self.args.chunk_size
-        self.m.lookup_requested.labels(model_name=model).inc(len(keys) * cs)
-        self.m.lookup_hit.labels(model_name=model).inc(hits * cs)
-        return hits, l2_hits
+                loaded = await self._prefetch(model, run, chunk_bytes)
+        hits = l1_hits + loaded
+        if hits:
+            m.l1_read.add(hits, l1_tag=L1_TAG)  # the hit chunks are read out of L1 for the engine
+        m.lookup_requested.add(len(keys) * cs, **labels)
+        m.lookup_hit.add(hits * cs, **labels)
+        m.lookup_hit_l1.add(l1_hits * cs, **labels)
+        m.lookup_hit_l2.add(loaded * cs, **labels)
+        m.lookup_hit_l1_keys.add(l1_hits, **labels)
+        m.lookup_hit_l2_keys.add(loaded, **labels)
+        return hits, loaded
 
-    async def _prefetch(self, run: list[tuple[FsL2, str]], chunk_bytes: int) -> int:
-        """Read a run of L2 chunks back into L1; how many made it (a missing file ends the run)."""
-        self.m.active_prefetch.inc()
+    async def _prefetch(self, model: str, run: list[tuple[FsL2, str]], chunk_bytes: int) -> int:
+        """Read a run of L2 chunks back into L1 as far as L1 has room; how many made it."""
+        m = self.m
+        room = max(0, (self.l1_capacity - self.l1_used - self.l1_reserved) // chunk_bytes)
+        fit = run[:room]
+        if len(fit) < len(run):
+            m.l2_prefetch_failure.add(len(run) - len(fit), model_name=model, reason="l1_oom")
+        if not fit:
+            return 0
+        reserved = len(fit) * chunk_bytes
+        self.l1_reserved += reserved
+        self._prefetches += 1
+        m.active_prefetch.set(self._prefetches)
+        m.l2_load_submitted.add(len({a.name for a, _ in fit}))
+        m.l2_load_submitted_chunks.add(len(fit))
         submitted = time.monotonic()
+        loaded = 0
+        nbytes: dict[str, int] = {}
         try:
-            done_at = self._reads.reserve(self.disk.read_s(sum(a.index[k] for a, k in run)))
-            loaded = 0
-            nbytes = 0
-            for adapter, key in run:
+            done_at = self._reads.reserve(self.disk.read_s(sum(a.index[k] for a, k in fit)))
+            for adapter, key in fit:
                 try:
-                    nbytes += await adapter.read(key)
+                    nbytes[adapter.name] = nbytes.get(adapter.name, 0) + await adapter.read(key)
                 except FileNotFoundError:
+                    m.l2_prefetch_failure.add(len(fit) - loaded, model_name=model, reason="not_found")
                     break
                 loaded += 1
             delay = done_at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            for _adapter, key in run[:loaded]:
-                self._l1_put(key, chunk_bytes, "l2_prefetch")
-            self.m.l2_loaded_chunks.inc(loaded)
-            for name in {a.name for a, _ in run[:loaded]}:
-                self.m.l2_load_completed.labels(l2_name=name).inc()
-                elapsed = max(time.monotonic() - submitted, 1e-9)
-                self.m.l2_load_tp.labels(l2_name=name).observe(nbytes / elapsed / 1e9)
-            self._publish()
-            return loaded
         finally:
-            self.m.active_prefetch.dec()
-
-    def retrieved(self, model: str, engine_id: str, chunks: int, chunk_bytes: int, seconds: float) -> None:
-        self.m.l1_read.inc(chunks)
-        self.m.chunks_loaded.labels(worker_id=engine_id, model_name=model).inc(chunks)
-        if seconds > 0:
-            self.m.l0_l1_load.labels(engine_id=engine_id, model_name=model).observe(
-                chunks * chunk_bytes / seconds / 1e9
-            )
-
-    def store(self, model: str, engine_id: str, keys: list[str], chunk_bytes: int, seconds: float) -> int:
-        stored = [k for k in keys if self._l1_put(k, chunk_bytes, "l1_store")]
-        if seconds > 0 and keys:
-            self.m.l0_l1_store.labels(engine_id=engine_id, model_name=model).observe(
-                len(keys) * chunk_bytes / seconds / 1e9
-            )
-        if self.l2:
-            fresh = [k for k in stored if not any(k in a for a in self.l2)]
-            if fresh:
-                self.m.l2_store_submitted.inc()
-                self._l2_queue.put_nowait((fresh, chunk_bytes, time.monotonic()))
+            self.l1_reserved -= reserved
+            self._prefetches -= 1
+            m.active_prefetch.set(self._prefetches)
+        inserted = 0
+        for _adapter, key in fit[:loaded]:
+            if key in self.l1:  # an engine stored it meanwhile
+                self.l1.move_to_end(key)
+            else:
+                self._l1_insert(key, chunk_bytes)
+                inserted += 1
+        if inserted:
+            m.l1_write.add(inserted, l1_tag=L1_TAG)
+        if loaded:
+            m.l2_loaded_chunks.add(loaded)
+        elapsed = max(time.monotonic() - submitted, 1e-9)
+        for name, total in nbytes.items():
+            m.l2_load_completed.add(1, l2_name=name)
+            m.l2_load_tp.record(total / elapsed / 1e9, l2_name=name)
         self._publish()
-        return len(stored)
+        return loaded
+
+    def store(self, model: str, keys: list[str], chunk_bytes: int) -> int:
+        """Chunks an engine computed: into L1 where they fit (then on to L2); how many were new to L1."""
+        new: list[str] = []
+        failed = 0
+        for key in keys:
+            if key in self.l1:
+                self.l1.move_to_end(key)
+            elif self._fits(chunk_bytes):
+                self._l1_insert(key, chunk_bytes)
+                new.append(key)
+            else:
+                failed += 1
+        if failed:
+            self.m.l1_alloc_fail.add(failed, during="l1_store", model_name=model)
+        if new:
+            self.m.l1_write.add(len(new), l1_tag=L1_TAG)
+            if self.l2:
+                # LMCache submits every chunk new to L1, also one L2 already holds (it is rewritten).
+                self.m.l2_store_submitted.add(1)
+                self.m.l2_store_submitted_chunks.add(len(new))
+                self._l2_queue.put_nowait((new, chunk_bytes, time.monotonic()))
+        self._publish()
+        return len(new)
 
     async def l2_writer(self) -> None:
         """Write-through to every L2 adapter, one task at a time, at the modelled write bandwidth."""
         while True:
             keys, chunk_bytes, submitted = await self._l2_queue.get()
+            self.m.l1_read.add(len(keys), l1_tag=L1_TAG)  # read out of L1 once for all adapters
             for adapter in self.l2:
                 total = len(keys) * chunk_bytes
                 done_at = self._writes.reserve(self.disk.write_s(total))
                 for key in keys:
                     await adapter.write(key, chunk_bytes)
-                    self.m.l1_read.inc()
                 delay = done_at - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                self.m.l2_store_completed.labels(l2_name=adapter.name).inc()
-                self.m.l2_store_chunks.inc(len(keys))
+                self.m.l2_store_completed.add(1, l2_name=adapter.name)
+                self.m.l2_store_completed_chunks.add(len(keys))
                 elapsed = max(time.monotonic() - submitted, 1e-9)
-                self.m.l2_store_tp.labels(l2_name=adapter.name).observe(total / elapsed / 1e9)
-                evicted = adapter.evict_over_capacity()
-                self.m.l2_evicted.inc(len(evicted))
-                self.m.l2_usage.labels(l2_name=adapter.name).set(adapter.used)
+                self.m.l2_store_tp.record(total / elapsed / 1e9, l2_name=adapter.name)
+                self._publish_l2(adapter)
+
+    # ---- GET /status ----------------------------------------------------------------------------
+    def status(self, loops_alive: bool) -> dict[str, Any]:
+        """The keys of LMCache's `GET /status` that the simulator can fill truthfully, same names."""
+        cap = self.l1_capacity
+        used = self.l1_used + self.l1_reserved
+        l1 = {
+            "is_healthy": True,
+            "total_object_count": len(self.l1),
+            "memory_used_bytes": used,
+            "memory_total_bytes": cap,
+            "memory_configured_bytes": cap,
+            "capacity_bytes_by_backend": {L1_BACKEND: cap},
+            "memory_usage_ratio": used / cap,
+        }
+        l1_eviction = {
+            "is_healthy": loops_alive,
+            "thread_alive": loops_alive,
+            "eviction_policy": self.args.eviction_policy,
+            "trigger_watermark": self.args.eviction_trigger_watermark,
+            "eviction_ratio": self.args.eviction_ratio,
+        }
+        adapters = [_adapter_status(a) for a in self.l2]
+        l2_eviction = {
+            "is_healthy": loops_alive,
+            "thread_alive": loops_alive,
+            "adapters": [
+                {
+                    "eviction_policy": a.cfg.eviction.eviction_policy,
+                    "trigger_watermark": a.cfg.eviction.trigger_watermark,
+                    "eviction_ratio": a.cfg.eviction.eviction_ratio,
+                    "current_usage": a.usage_fraction,
+                    "total_bytes_used": a.used,
+                    "total_capacity_bytes": a.capacity_bytes,
+                }
+                for a in self.l2
+                if a.cfg.eviction is not None
+            ],
+        }
+        storage = {
+            "is_healthy": loops_alive,
+            "l1_managers": {L1_TAG: l1},
+            "l1_eviction_controllers": {L1_TAG: l1_eviction},
+            "l2_eviction_controller": l2_eviction,
+            "l2_adapters": adapters,
+            "num_l2_adapters": len(adapters),
+            "l1_usage": [used, cap],
+            "l1_capacity_bytes_by_backend": {L1_BACKEND: cap},
+            "l1_manager": l1,
+            "l1_eviction_controller": l1_eviction,
+        }
+        return {
+            "is_healthy": loops_alive,
+            "engine_type": "MPCacheServer",
+            "chunk_size": self.args.chunk_size,
+            "storage_manager": storage,
+            "active_prefetch_jobs": self._prefetches,
+        }
+
+    def close(self) -> None:
+        for adapter in self.l2:
+            adapter.close()
+
+
+def _adapter_status(adapter: FsL2) -> dict[str, Any]:
+    cfg = adapter.cfg
+    out: dict[str, Any] = {
+        "is_healthy": True,
+        "type": STATUS_TYPE[cfg.type_name],
+        "base_path": cfg.base_path,
+        "use_odirect": cfg.use_odirect,
+    }
+    if cfg.type_name == "fs_native":
+        out |= {
+            "num_workers": cfg.num_workers,
+            "read_ahead_size": cfg.read_ahead_size,
+            "pad_buffers_to_alignment": cfg.use_odirect,
+        }
+    return out
+
+
+def _validation_error(loc: list[str | int], msg: str, value: Any) -> web.Response:
+    """A 422 shaped like FastAPI's request validation errors."""
+    detail = [{"type": "value_error", "loc": loc, "msg": msg, "input": value}]
+    return web.json_response({"detail": detail}, status=422)
 
 
 class CacheServer:
-    """The two aiohttp applications: engine protocol and HTTP (metrics, health)."""
+    """The two aiohttp applications: engine protocol and LMCache's HTTP API."""
 
     def __init__(self, args: CacheArgs, store: CacheStore, metrics: CacheMetrics) -> None:
         self.args = args
@@ -223,16 +388,20 @@ class CacheServer:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_get(protocol.PING, self.ping)
         app.router.add_post(protocol.LOOKUP, self.lookup)
-        app.router.add_post(protocol.RETRIEVE, self.retrieve)
         app.router.add_post(protocol.STORE, self.store_chunks)
+        app.router.add_post(protocol.CLEAR, self.engine_clear)
         return app
 
     def http_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[_json_errors])
+        app.router.add_get("/", self.root)
+        app.router.add_get("/healthcheck", self.health)
+        app.router.add_get("/status", self.status)
+        app.router.add_post("/cache/clear", self.cache_clear)
         app.router.add_get("/metrics", self.metrics_endpoint)
-        app.router.add_get("/api/healthcheck", self.health)
         return app
 
+    # ---- engine protocol ------------------------------------------------------------------------
     async def ping(self, _request: web.Request) -> web.Response:
         return web.json_response({"chunk_size": self.args.chunk_size})
 
@@ -241,43 +410,82 @@ class CacheServer:
         hits, l2 = await self.store.lookup(str(body["model"]), list(body["keys"]), int(body["chunk_bytes"]))
         return web.json_response({"hit_chunks": hits, "l2_chunks": l2})
 
-    async def retrieve(self, request: web.Request) -> web.Response:
-        b: dict[str, Any] = await request.json()
-        self.store.retrieved(
-            str(b["model"]), str(b["engine_id"]), int(b["chunks"]), int(b["chunk_bytes"]), float(b["seconds"])
-        )
-        return web.json_response({})
-
     async def store_chunks(self, request: web.Request) -> web.Response:
         b: dict[str, Any] = await request.json()
-        n = self.store.store(
-            str(b["model"]), str(b["engine_id"]), list(b["keys"]), int(b["chunk_bytes"]), float(b["seconds"])
-        )
+        n = self.store.store(str(b["model"]), list(b["keys"]), int(b["chunk_bytes"]))
         return web.json_response({"stored": n})
+
+    async def engine_clear(self, request: web.Request) -> web.Response:
+        b: dict[str, Any] = await request.json()
+        return web.json_response({"cleared": self.store.clear(bool(b.get("force", False)))})
+
+    # ---- HTTP API -------------------------------------------------------------------------------
+    async def root(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "service": "LMCache HTTP API"})
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "healthy"})
+
+    async def status(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.store.status(self.loops_alive()))
+
+    async def cache_clear(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        body: Any = {}
+        if raw.strip():
+            try:
+                body = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                return _validation_error(["body", exc.pos], "JSON decode error", raw.decode(errors="replace"))
+            if not isinstance(body, dict):
+                return _validation_error(["body"], "Input should be a valid dictionary", body)
+        tier = body.get("tier", "l1")
+        force = body.get("force", False)
+        if tier not in CLEAR_TIERS:
+            return _validation_error(["body", "tier"], "Input should be 'l1', 'l2' or 'all'", tier)
+        if not isinstance(force, bool):
+            return _validation_error(["body", "force"], "Input should be a valid boolean", force)
+        if tier != "l1":
+            return web.json_response({"detail": f"tier {tier!r} not supported; only 'l1'"}, status=400)
+        self.store.clear(force)
+        return web.json_response({"status": "ok", "cleared": {"tier": "l1"}})
 
     async def metrics_endpoint(self, _request: web.Request) -> web.Response:
         return web.Response(
             body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
-    async def health(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "healthy"})
-
+    # ---- background -----------------------------------------------------------------------------
     def start_background(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.store.eviction_loop()))
         if self.store.l2:
             self._tasks.append(loop.create_task(self.store.l2_writer()))
+            self._tasks.append(loop.create_task(self.store.l2_eviction_loop()))
+
+    def loops_alive(self) -> bool:
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
 
     def stop_background(self) -> None:
         for task in self._tasks:
             task.cancel()
 
 
+@web.middleware
+async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Unknown paths and methods answer as FastAPI does (`{"detail": ...}`), not aiohttp's text."""
+    try:
+        resp: web.StreamResponse = await handler(request)
+    except web.HTTPNotFound:
+        return web.json_response({"detail": "Not Found"}, status=404)
+    except web.HTTPMethodNotAllowed:
+        return web.json_response({"detail": "Method Not Allowed"}, status=405)
+    return resp
+
+
 def serve_cache(args: CacheArgs) -> int:
     """Run the cache server until SIGTERM/SIGINT."""
     profile = load_profile(args.sim_profile)
-    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the real server's OTel exporter emits no _created
     log.info(
         "simulated LMCache MP server: L1 %.2f GiB (%s, watermark %.2f, ratio %.2f), chunk %d tokens, L2 %s",
         args.l1_size_gb,
@@ -325,3 +533,4 @@ async def _run(args: CacheArgs, disk: Disk) -> None:
         server.stop_background()
         await engine_runner.cleanup()
         await http_runner.cleanup()
+        store.close()

@@ -1,8 +1,7 @@
-"""The engine's side of the LMCacheMPConnector stand-in: lookup, retrieve and store calls.
+"""The engine's side of the LMCacheMPConnector stand-in: lookup, store and clear calls.
 
 Used by the simulated engine only. It reaches the cache server at `lmcache.mp.host:port` with
-aiohttp and knows nothing about timing: the engine charges transfer time from its cost profile and
-tells the server how long the copies took (for the server's throughput histograms).
+aiohttp and knows nothing about timing: the engine charges transfer time from its cost profile.
 """
 
 from __future__ import annotations
@@ -27,10 +26,9 @@ class CacheServerUnavailable(RuntimeError):
 class CacheClient:
     """One keep-alive HTTP session to the cache server."""
 
-    def __init__(self, cfg: ConnectorConfig, model: str, engine_id: str) -> None:
+    def __init__(self, cfg: ConnectorConfig, model: str) -> None:
         self.cfg = cfg
         self.model = model
-        self.engine_id = engine_id
         self.base = f"http://{cfg.host}:{cfg.port}"
         self.chunk_size = 256
         self._session: aiohttp.ClientSession | None = None
@@ -81,12 +79,23 @@ class CacheClient:
             ) from exc
 
     async def lookup(self, keys: list[bytes], chunk_bytes: int) -> tuple[int, int]:
-        """Leading chunks the server holds (after prefetching any from L2), and how many came from L2."""
-        if not keys:
-            return 0, 0
-        body = {"model": self.model, "engine_id": self.engine_id, "keys": [k.hex() for k in keys]}
-        data = await self._post(protocol.LOOKUP, {**body, "chunk_bytes": chunk_bytes})
+        """Leading chunks the server holds (after prefetching any from L2), and how many came from L2.
+
+        Sent for every request, also one without a full chunk, as the real connector does (LMCache
+        counts those as early exits).
+        """
+        body = {"model": self.model, "keys": [k.hex() for k in keys], "chunk_bytes": chunk_bytes}
+        data = await self._post(protocol.LOOKUP, body)
         return int(data["hit_chunks"]), int(data["l2_chunks"])
+
+    async def clear(self) -> bool:
+        """Ask the server to drop its L1 (non-forced CLEAR); False when it did not answer."""
+        try:
+            await self._post(protocol.CLEAR, {"force": False})
+        except CacheServerUnavailable as exc:
+            log.warning("%s", exc)
+            return False
+        return True
 
     def _fire(self, path: str, body: dict[str, Any]) -> None:
         async def send() -> None:
@@ -99,14 +108,8 @@ class CacheClient:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def retrieved(self, chunks: int, chunk_bytes: int, seconds: float) -> None:
-        """Tell the server the engine loaded `chunks` chunks (fire and forget)."""
-        if chunks > 0:
-            body = {"model": self.model, "engine_id": self.engine_id, "chunks": chunks}
-            self._fire(protocol.RETRIEVE, {**body, "chunk_bytes": chunk_bytes, "seconds": seconds})
-
-    def store(self, keys: list[bytes], chunk_bytes: int, seconds: float) -> None:
+    def store(self, keys: list[bytes], chunk_bytes: int) -> None:
         """Send newly computed chunks to the server (fire and forget, as the copy already happened)."""
         if keys:
-            body = {"model": self.model, "engine_id": self.engine_id, "keys": [k.hex() for k in keys]}
-            self._fire(protocol.STORE, {**body, "chunk_bytes": chunk_bytes, "seconds": seconds})
+            body = {"model": self.model, "keys": [k.hex() for k in keys], "chunk_bytes": chunk_bytes}
+            self._fire(protocol.STORE, body)

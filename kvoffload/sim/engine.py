@@ -315,7 +315,6 @@ class Engine:
                 load_s = chunks * self.profile.transfer.per_chunk_overhead_s + (
                     nbytes / (self.profile.transfer.host_to_device_gbps * 1e9)
                 )
-                self.cache.retrieved(chunks, self.chunk_bytes, load_s)
         return load_s
 
     def _store_plan(self, req: Request) -> tuple[list[bytes], float]:
@@ -370,8 +369,8 @@ class Engine:
             if e == req.prefill_target and req.alloc is not None and not req.finished:
                 self._register(req, t)
         if self.cache is not None:
-            for keys, seconds in step.stores:
-                self.cache.store(keys, self.chunk_bytes, seconds)
+            for keys, _seconds in step.stores:
+                self.cache.store(keys, self.chunk_bytes)
         produced = 0
         if step.decodes:
             m.itl.observe_n(step.duration, len(step.decodes))

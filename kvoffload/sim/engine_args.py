@@ -104,6 +104,8 @@ IGNORED_BOOL_FLAGS = (
 
 _BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 _CONNECTORS = ("LMCacheMPConnector",)
+# Where vLLM 0.32 loads LMCacheMPConnector from (its log: "Using external LMCacheMPConnector from ...").
+LMCACHE_MP_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
 _KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 
 
@@ -184,6 +186,7 @@ class ConnectorConfig:
     port: int
     mq_timeout_s: float
     kv_role: str
+    module_path: str
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,12 @@ def _connector(cfg: dict[str, Any] | None) -> ConnectorConfig | None:
             f"--kv-transfer-config: kv_connector {name!r} is not modelled by the simulator; "
             f"use one of {', '.join(_CONNECTORS)} or drop the flag"
         )
+    module = cfg.get("kv_connector_module_path", LMCACHE_MP_MODULE)
+    if module != LMCACHE_MP_MODULE:
+        raise UserError(
+            f"--kv-transfer-config: kv_connector_module_path {module!r} is not modelled by the simulator; "
+            f"{name} comes from {LMCACHE_MP_MODULE} (or leave the key out)"
+        )
     role = cfg.get("kv_role", "kv_both")
     if role not in _KV_ROLES:
         raise UserError(f"--kv-transfer-config: kv_role {role!r} must be one of {', '.join(_KV_ROLES)}")
@@ -233,7 +242,8 @@ def _connector(cfg: dict[str, Any] | None) -> ConnectorConfig | None:
         raise UserError(
             "--kv-transfer-config: lmcache.mp.port must be an int and lmcache.mp.mq_timeout a number"
         ) from exc
-    return ConnectorConfig(host=host, port=port, mq_timeout_s=timeout, kv_role=str(role))
+    log.info("Using external %s from %s", name, module)
+    return ConnectorConfig(host=host, port=port, mq_timeout_s=timeout, kv_role=str(role), module_path=module)
 
 
 def parse_engine_args(argv: list[str]) -> EngineArgs:

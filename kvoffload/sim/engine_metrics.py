@@ -90,7 +90,9 @@ class BatchHistogram(Collector):
 class EngineMetrics:
     """All engine instruments, in their own registry, pre-labelled for one model and engine 0."""
 
-    def __init__(self, model_name: str, max_model_len: int, cache_info: dict[str, str]) -> None:
+    def __init__(
+        self, model_name: str, max_model_len: int, cache_info: dict[str, str], lmcache_mp: bool = False
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         ln = ["model_name", "engine"]
@@ -219,6 +221,16 @@ class EngineMetrics:
             "Histogram of time spent in DECODE phase for request.",
             LATENCY_BUCKETS,
         )
+        # Registered by LMCache's connector inside vLLM (lmcache/integration/vllm/lmcache_mp_metrics.py):
+        # the lookup round trip as vLLM sees it, prometheus-client's default buckets.
+        self.lmcache_lookup: Histogram | None = None
+        if lmcache_mp:
+            self.lmcache_lookup = Histogram(
+                "vllm:lmcache_mp_lookup_duration_seconds",
+                "LMCache MP lookup latency observed by vLLM.",
+                ln,
+                registry=r,
+            ).labels(**lv)
         info = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",

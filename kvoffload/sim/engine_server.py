@@ -2,9 +2,10 @@
 
 Serves `POST /v1/chat/completions` (SSE streaming and not), `GET /v1/models`, `/health`, `/ping`,
 `/load`, `/version`, `/metrics`, and `POST /reset_prefix_cache` (only with VLLM_SERVER_DEV_MODE=1, as
-in vLLM). Response bodies, SSE events, usage and error shapes copy real vLLM 0.32
-(`tests/fixtures/vllm-0.32-cpu/`). Every response carries `x-kvoffload-replica: <host>:<port>` so
-the replay client can record which replica answered. The wire format lives here; tokenizing and
+in vLLM; `?reset_external=true` also has the connector clear the cache server's L1). Response bodies,
+SSE events, usage and error shapes copy real vLLM 0.32 (`tests/fixtures/vllm-0.32-cpu/`). Every
+response carries `x-kvoffload-replica: <host>:<port>` so the replay client can record which replica
+answered. The wire format lives here; tokenizing and
 hashing in `kvoffload.sim.prep` (a worker process); scheduling and timing in `kvoffload.sim.engine`.
 """
 
@@ -46,6 +47,19 @@ DEFAULT_MAX_TOKENS = 128
 _WORDS = (" the", " cache", " token", " block", " of", " and", " to", " prefix", " a", " is")
 
 
+_BOOL_MSG = "Input should be a valid boolean, unable to interpret input"
+
+
+def _query_bool(raw: str) -> bool | None:
+    """A query flag as FastAPI (pydantic) reads a bool; None when it is not one."""
+    text = raw.strip().lower()
+    if text in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if text in ("0", "false", "f", "no", "n", "off"):
+        return False
+    return None
+
+
 def _error(status: int, message: str, err_type: str, param: str | None = None) -> web.Response:
     body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
     return web.json_response(body, status=status)
@@ -79,11 +93,14 @@ class EngineServer:
             "prefix_caching_hash_algo": "sha256",
             "num_cpu_blocks": "None",
         }
-        self.metrics = EngineMetrics(self.model_name, capacity.max_model_len, cache_info)
+        self.metrics = EngineMetrics(
+            self.model_name, capacity.max_model_len, cache_info, lmcache_mp=args.connector is not None
+        )
         self.kv = KVCache(capacity.num_gpu_blocks, args.block_size, args.enable_prefix_caching)
         self.cache: CacheClient | None = None
         if args.connector is not None:
-            self.cache = CacheClient(args.connector, self.model_name, self.replica)
+            # LMCache labels its lookup counters with vLLM's model (the path), not the served name.
+            self.cache = CacheClient(args.connector, args.model)
         self.engine = Engine(
             profile,
             self.kv,
@@ -174,8 +191,24 @@ class EngineServer:
             body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
-    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
-        return web.json_response({"success": self.kv.reset()})
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's dev endpoint; `reset_external=true` also has the connector clear the cache server's L1.
+
+        `reset_running_requests` is accepted; the simulator never preempts for it, so a reset while
+        requests hold blocks answers `{"success": false}` either way.
+        """
+        flags: dict[str, bool] = {}
+        for name in ("reset_running_requests", "reset_external"):
+            raw = request.query.get(name, "false")
+            value = _query_bool(raw)
+            if value is None:
+                detail = [{"type": "bool_parsing", "loc": ["query", name], "msg": _BOOL_MSG, "input": raw}]
+                return web.json_response({"detail": detail}, status=422)
+            flags[name] = value
+        success = self.kv.reset()
+        if flags["reset_external"] and self.cache is not None:
+            success = await self.cache.clear() and success
+        return web.json_response({"success": success})
 
     async def models(self, _request: web.Request) -> web.Response:
         data = [
@@ -280,7 +313,10 @@ class EngineServer:
         )
         if self.cache is not None:
             try:
+                started = time.perf_counter()
                 hit_chunks, _l2 = await self.cache.lookup(req.chunk_keys, self.engine.chunk_bytes)
+                if self.metrics.lmcache_lookup is not None:
+                    self.metrics.lmcache_lookup.observe(time.perf_counter() - started)
             except CacheServerUnavailable as exc:
                 log.error("%s", exc)
                 self.engine.fail(req, str(exc))

@@ -1,4 +1,4 @@
-"""The simulated `fs` L2 adapter: one real file per KV chunk under `base_path`, scaled down.
+"""The simulated `fs` / `fs_native` L2 adapter: one real file per KV chunk under `base_path`, scaled down.
 
 A chunk of `n` modelled bytes is written as a file of `ceil(n / scale / 4096) * 4096` bytes (at least
 4 KiB) of random data, fsync'ed, then dropped from the page cache, so the drive really sees the writes
@@ -6,10 +6,13 @@ and later reads (node-exporter's disk counters for that device move) while a CI 
 with the default scale of 64, an 8B-model chunk (32 MiB) becomes a 512 KiB file. Reads use O_DIRECT
 when the filesystem allows it (tmpfs does not), otherwise a plain read after dropping the page cache,
 whatever `use_odirect` says: a read served from the page cache would hide the disk from the metrics.
-Usage, capacity (`max_capacity_gb`) and metrics count the modelled bytes, not the file sizes.
+Usage, capacity (`max_capacity_gb`, GiB as in LMCache) and metrics count the modelled bytes, not the
+file sizes. Files already under `base_path` at start-up are indexed (LMCache's lookups find chunks on
+disk that an earlier run left); with `persist_enabled: false` the adapter deletes its files when the
+server stops, as LMCache does.
 
-Blocking file IO runs in worker threads; callers await it. Timing (the modelled disk bandwidth) is
-the cache server's business, not this module's.
+Blocking file IO runs in worker threads; callers await it. Timing (the modelled disk bandwidth) and
+when to evict (the eviction block's watermark) are the cache server's business, not this module's.
 """
 
 from __future__ import annotations
@@ -39,8 +42,7 @@ def _drop_cache(fd: int) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _write(path: Path, size: int) -> None:
-    tmp = path.with_suffix(".tmp")
+def _write(path: Path, tmp: Path, size: int) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         left = size
@@ -94,7 +96,7 @@ def _read(path: Path, size: int, direct: bool) -> int:
 
 
 class FsL2:
-    """Index + files of one fs adapter (see module docstring)."""
+    """Index + files of one fs / fs_native adapter (see module docstring)."""
 
     def __init__(self, cfg: FsAdapter, scale: int) -> None:
         self.cfg = cfg
@@ -102,12 +104,13 @@ class FsL2:
         self.scale = scale
         self.base = Path(cfg.base_path)
         self.base.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = self.base / cfg.relative_tmp_dir if cfg.relative_tmp_dir else self.base
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.capacity_bytes = int(cfg.max_capacity_gb * 2**30)
         # key -> modelled bytes, least recently used first
         self.index: OrderedDict[str, int] = OrderedDict()
         self.used = 0
-        if cfg.recover_on_start:
-            self._recover()
+        self._recover()
 
     def _recover(self) -> None:
         for path in sorted(self.base.glob(f"*{_EXT}")):
@@ -122,14 +125,25 @@ class FsL2:
     def __contains__(self, key: str) -> bool:
         return key in self.index
 
+    @property
+    def usage_fraction(self) -> float:
+        """used / capacity, or -1 without a capacity (LMCache's "no eviction signal")."""
+        return self.used / self.capacity_bytes if self.capacity_bytes > 0 else -1.0
+
     async def write(self, key: str, nbytes: int) -> None:
-        await asyncio.to_thread(_write, self.path(key), scaled_size(nbytes, self.scale))
+        tmp = self.tmp_dir / f"kvsim@{key}.tmp"
+        await asyncio.to_thread(_write, self.path(key), tmp, scaled_size(nbytes, self.scale))
         if key not in self.index:
             self.used += nbytes
+        else:
+            self.used += nbytes - self.index[key]
         self.index[key] = nbytes
         self.index.move_to_end(key)
 
     async def read(self, key: str) -> int:
+        """Read one chunk back; FileNotFoundError when it is gone (evicted meanwhile, or deleted)."""
+        if key not in self.index:
+            raise FileNotFoundError(self.path(key))
         nbytes = self.index[key]
         self.index.move_to_end(key)
         path = self.path(key)
@@ -145,15 +159,18 @@ class FsL2:
         if size is not None:
             self.used -= size
 
-    def evict_over_capacity(self) -> list[str]:
-        """Delete least recently used files until usage fits `max_capacity_gb` (0 = unbounded)."""
+    def evict(self, count: int) -> list[str]:
+        """Delete the `count` least recently used chunks (stored or loaded); the keys deleted."""
         evicted: list[str] = []
-        if self.capacity_bytes <= 0:
-            return evicted
-        while self.used > self.capacity_bytes and self.index:
+        while self.index and len(evicted) < count:
             key, size = self.index.popitem(last=False)
             self.used -= size
             with contextlib.suppress(FileNotFoundError):
                 self.path(key).unlink()
             evicted.append(key)
         return evicted
+
+    def close(self) -> None:
+        """At shutdown: keep the files (persist_enabled, the default) or delete them."""
+        if not self.cfg.persist_enabled:
+            self.evict(len(self.index))

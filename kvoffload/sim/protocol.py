@@ -7,18 +7,20 @@ sides agree. Chunk keys are hex strings of `kvoffload.sim.hashing.chain_hashes` 
 Sizes are the modelled KV bytes of a chunk (`chunk_size * kv_bytes_per_token`).
 
     GET  /sim/ping                                   -> {"chunk_size": int}
-    POST /sim/lookup   {model, engine_id, keys, chunk_bytes}
+    POST /sim/lookup   {model, keys, chunk_bytes}
                        -> {"hit_chunks": n, "l2_chunks": m}   (leading keys found; m of them came
-                          from L2 and were prefetched into L1 before the answer)
-    POST /sim/retrieve {model, engine_id, chunks, chunk_bytes, seconds}
-                       -> {}   (the engine loaded `chunks` leading chunks in `seconds`)
-    POST /sim/store    {model, engine_id, keys, chunk_bytes, seconds}
-                       -> {"stored": n}   (the engine copied these chunks out in `seconds`)
+                          from L2 and were prefetched into L1 before the answer; `keys` may be empty:
+                          a prompt shorter than one chunk, which LMCache counts as an early exit)
+    POST /sim/store    {model, keys, chunk_bytes}
+                       -> {"stored": n}   (the engine copied these chunks out; n were new to L1)
+    POST /sim/clear    {force}
+                       -> {"cleared": n}  (the connector's CLEAR: empty L1, L2 stays; what
+                          vLLM's `POST /reset_prefix_cache?reset_external=true` sends)
 """
 
 from __future__ import annotations
 
 PING = "/sim/ping"
 LOOKUP = "/sim/lookup"
-RETRIEVE = "/sim/retrieve"
 STORE = "/sim/store"
+CLEAR = "/sim/clear"

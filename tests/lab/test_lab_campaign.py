@@ -1,4 +1,4 @@
-"""A whole campaign on the virtual lab (client + one node): every tier, resume after a killed controller, idempotence.
+"""A whole campaign on the virtual lab (a client, one node): every tier, resume after a kill, idempotence.
 
 Real systemd hosts (nspawn), real Ansible over ssh, real Caddy and node-exporter, the simulator for
 vLLM and lmcache-server. Asserts on the results the campaign produced, not on "it ran".

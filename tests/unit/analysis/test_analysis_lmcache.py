@@ -1,13 +1,19 @@
-"""LMCache MP figures from hand-made before/after and run samples."""
+"""LMCache MP figures from hand-made samples and from real LMCache 0.5.6 scrapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from kvoffload.analysis.lmcache import lmcache_figures
+from kvoffload.analysis.summary import relevant
+from kvoffload.metrics.samples import parse_exposition, up_sample
 from tests.unit.analysis.analysis_frames import Row, counter, samples_frame
 
 TIMES = [15.0 * i for i in range(5)]  # 0 .. 60 s
+LMCACHE = Path(__file__).resolve().parents[2] / "fixtures" / "lmcache-0.5.6-cpu"
 
 
 def test_lmcache_figures() -> None:
@@ -17,7 +23,7 @@ def test_lmcache_figures() -> None:
     )
     rows += counter("lmcache_mp_lookup_hit_tokens_total", lambda t: 10 * t, TIMES, "lmcache", model_name="m")
     rows += counter("lmcache_mp_l1_evicted_chunks_total", lambda t: 2 * t, TIMES, "lmcache")
-    rows += counter("lmcache_mp_l2_evicted_chunks_total", lambda t: t, TIMES, "lmcache")
+    rows += counter("lmcache_mp_l2_evicted_objects_chunks_total", lambda t: t, TIMES, "lmcache")
     rows += counter("lmcache_mp_l1_eviction_loop_ticks_total", lambda t: t, TIMES, "lmcache")
     rows += counter("lmcache_mp_l1_eviction_loop_triggered_total", lambda t: t // 30, TIMES, "lmcache")
     rows += counter("lmcache_mp_num_chunks_loaded_total", lambda t: 3 * t, TIMES, "lmcache", worker_id="0")
@@ -32,7 +38,7 @@ def test_lmcache_figures() -> None:
     ]
     for base, s, c in (
         ("lmcache_mp_l2_store_throughput_GB_per_second", 6.0, 4.0),
-        ("lmcache_mp_l0_l1_load_throughput_GBs", 30.0, 3.0),  # older unit spelling
+        ("lmcache_mp_l0_l1_load_throughput_GB_per_second", 30.0, 3.0),
     ):
         rows += [
             ("before", -1, "lmcache", f"{base}_sum", {}, 0.0),
@@ -64,3 +70,71 @@ def test_lmcache_figures() -> None:
 def test_gpu_tier_has_no_lmcache_figures() -> None:
     f = lmcache_figures(samples_frame([]))
     assert all(v is None for v in f.values())
+
+
+def _scrape(name: str, target: str, ts: float, phase: str) -> list[Row]:
+    """One real capture file as sampler rows (the sampler's own parser), tagged with a phase."""
+    samples = parse_exposition((LMCACHE / name).read_text(), target, ts)
+    return [(phase, s.ts, s.target, s.name, s.labels, s.value) for s in samples]
+
+
+def _real(before: list[Row], after_file: str) -> dict[str, object]:
+    rows = [*before, *_scrape(after_file, "lmcache", 200.0, "after")]
+    return lmcache_figures(relevant(samples_frame(rows)))
+
+
+def test_real_lmcache_scrape_from_a_fresh_server() -> None:
+    # The server started with the cell: its before snapshot held only the sampler's `up` (every
+    # lmcache_mp_ counter appears at its first update), so the after scrape's values are the increases.
+    up = up_sample("lmcache", 100.0, None)
+    before = [("before", up.ts, up.target, up.name, up.labels, up.value)]
+    f = _real(before, "metrics-fs_native-after-l2-loads.txt")
+    assert f["lmcache_lookup_requested_tokens"] == 589312.0
+    assert f["lmcache_lookup_hit_tokens"] == 550400.0
+    assert f["lmcache_hit_rate"] == pytest.approx(550400 / 589312)
+    assert f["lmcache_hit_rate_source"] == "snapshots"
+    assert f["lmcache_l1_hit_tokens"] == 516864.0
+    assert f["lmcache_l2_hit_tokens"] == 33536.0
+    assert f["lmcache_l1_evicted_chunks"] == 189.0
+    # L2 never filled: LMCache never created the counter, and on a scraped server that means none
+    assert f["lmcache_l2_evicted_chunks"] == 0.0
+    assert f["lmcache_evicted_chunks"] == 189.0
+    assert f["lmcache_l2_stored_chunks"] == 115.0
+    assert f["lmcache_l2_loaded_chunks"] == 131.0
+    assert f["lmcache_l2_prefetch_failed_chunks"] == 17.0  # reason="l1_oom"
+    assert f["lmcache_l1_allocation_failed_chunks"] == 1.0
+    assert f["lmcache_eviction_loop_ticks"] == 110.0
+    assert f["lmcache_eviction_loop_triggered"] == 4.0
+    assert f["lmcache_usage_bytes_last"] == 7208960.0 + 12845056.0
+    assert f["lmcache_l1_usage_mean_pct"] == pytest.approx(67.13867337566629)
+    assert f["lmcache_l2_store_gbps"] == pytest.approx(14.83690590299792 / 43)
+    assert f["lmcache_l2_load_gbps"] == pytest.approx(20.435943826974317 / 41)
+    # GPU transfer path only (the capture ran LMCache's non-GPU copy path).
+    # GPU transfer path only: not measured on a CPU-mode server, so not 0 either
+    assert f["lmcache_chunks_loaded"] is None
+    assert f["lmcache_l0_l1_store_gbps"] is None and f["lmcache_l0_l1_load_gbps"] is None
+
+
+def test_real_lmcache_scrapes_between_two_replays() -> None:
+    # Before: after the first replica's replay; after: once the second replica replayed the same users.
+    before = _scrape("metrics-fs_native-after-replay.txt", "lmcache", 100.0, "before")
+    f = _real(before, "metrics-fs_native-after-l2-loads.txt")
+    assert f["lmcache_lookup_requested_tokens"] == 589312.0 - 294656.0
+    assert f["lmcache_lookup_hit_tokens"] == 550400.0 - 260352.0
+    assert f["lmcache_l1_hit_tokens"] == 516864.0 - 260352.0
+    assert f["lmcache_l2_hit_tokens"] == 33536.0
+    assert f["lmcache_l1_evicted_chunks"] == 189.0 - 32.0
+    assert f["lmcache_l2_stored_chunks"] == 115.0 - 97.0
+    assert f["lmcache_l2_loaded_chunks"] == 131.0  # first seen after the before snapshot: from 0
+    assert f["lmcache_l2_prefetch_failed_chunks"] == 17.0
+    assert f["lmcache_eviction_loop_ticks"] == 110.0 - 61.0
+    assert f["lmcache_l2_store_gbps"] == pytest.approx((14.83690590299792 - 14.741096245645533) / (43 - 42))
+
+
+def test_a_tier_without_lmcache_has_no_lmcache_figure() -> None:
+    samples = pd.DataFrame(
+        {"ts": [1.0], "target": ["vllm-0"], "name": ["vllm:prefix_cache_hits_total"], "labels": ["{}"],
+         "value": [3.0], "phase": ["after"]}
+    )  # fmt: skip
+    f = lmcache_figures(samples)
+    assert f["lmcache_l1_evicted_chunks"] is None and f["lmcache_l2_stored_chunks"] is None

@@ -105,4 +105,6 @@ def test_a_model_path_that_is_no_model_folder_is_refused(tmp_path: Path) -> None
     inv.write_text(yaml.safe_dump(inventory))
     with pytest.raises(ConfigError) as info:
         load_lab(inv)
-    assert str(info.value).startswith(f"{inv}: all.vars.kvoffload_campaign.model: '/nonexistent/model' is a path")
+    assert str(info.value).startswith(
+        f"{inv}: all.vars.kvoffload_campaign.model: '/nonexistent/model' is a path"
+    )

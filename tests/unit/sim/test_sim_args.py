@@ -8,7 +8,7 @@ import pytest
 
 from kvoffload.errors import UserError
 from kvoffload.sim.cache_args import parse_cache_args
-from kvoffload.sim.engine_args import derive_capacity, parse_engine_args
+from kvoffload.sim.engine_args import LMCACHE_MP_MODULE, derive_capacity, parse_engine_args
 from kvoffload.sim.profile import load_profile
 
 LMCACHE = {
@@ -57,6 +57,16 @@ def test_profile_flags_are_parsed_with_vllm_spelling() -> None:
     assert args.connector is not None
     assert (args.connector.host, args.connector.port, args.connector.mq_timeout_s) == ("10.0.0.5", 5566, 30.0)
     assert set(args.ignored) == {"--dtype", "--enforce-eager"}
+    assert args.connector.module_path == LMCACHE_MP_MODULE
+
+
+def test_kv_connector_module_path_is_the_lmcache_module_or_refused() -> None:
+    cfg = {**LMCACHE, "kv_connector_module_path": "lmcache.integration.vllm.lmcache_mp_connector"}
+    args = parse_engine_args(["m", "--kv-transfer-config", json.dumps(cfg)])
+    assert args.connector is not None and args.connector.module_path == LMCACHE_MP_MODULE
+    other = {**LMCACHE, "kv_connector_module_path": "my.own.connector"}
+    with pytest.raises(UserError, match=r"kv_connector_module_path 'my\.own\.connector'"):
+        parse_engine_args(["m", "--kv-transfer-config", json.dumps(other)])
 
 
 @pytest.mark.parametrize(
@@ -104,6 +114,34 @@ def test_capacity_must_hold_one_max_len_request() -> None:
         )
 
 
+# The lmcache-0.5.6-cpu capture's server command line (tests/fixtures/lmcache-0.5.6-cpu/README.md).
+REAL_SERVER = [
+    "--host", "127.0.0.1", "--port", "5555", "--http-host", "127.0.0.1", "--http-port", "8080",
+    "--l1-size-gb", "0.01", "--eviction-policy", "LRU", "--chunk-size", "256",
+    "--supported-transfer-mode", "auto",
+    "--l2-adapter", '{"type":"fs_native","base_path":"/tmp/lmc/l2","num_workers":2,"use_odirect":true}',
+]  # fmt: skip
+
+
+def test_the_real_servers_command_line_is_accepted() -> None:
+    args = parse_cache_args(REAL_SERVER)
+    assert (args.l1_size_gb, args.chunk_size, args.supported_transfer_mode) == (0.01, 256, "auto")
+    (l2,) = args.l2_adapters
+    assert (l2.type_name, l2.base_path, l2.num_workers) == ("fs_native", "/tmp/lmc/l2", 2)
+    assert l2.use_odirect
+    assert (l2.max_capacity_gb, l2.eviction, l2.persist_enabled) == (0.0, None, True)
+    assert args.ignored == ()
+
+
+def test_cache_server_defaults_follow_lmcache() -> None:
+    args = parse_cache_args(["--l1-size-gb", "1", "--eviction-policy", "ARC"])
+    assert (args.host, args.port, args.http_host, args.http_port) == ("localhost", 5555, "127.0.0.1", 8080)
+    assert (args.eviction_trigger_watermark, args.eviction_ratio) == (0.8, 0.2)
+    assert args.supported_transfer_mode == "lmcache_driven"
+    with pytest.raises(SystemExit):
+        parse_cache_args(["--l1-size-gb", "1", "--eviction-policy", "LRU", "--supported-transfer-mode", "x"])
+
+
 def test_cache_server_flags_and_fs_adapter() -> None:
     flags = [
         "--host",
@@ -125,11 +163,26 @@ def test_cache_server_flags_and_fs_adapter() -> None:
         "--max-workers",
         "4",
     ]
-    fs_spec = '{"type": "fs", "base_path": "/mnt/nvme/l2", "max_capacity_gb": 100, "use_odirect": true}'
-    args = parse_cache_args([*flags, "--l2-adapter", fs_spec])
+    spec = {
+        "type": "fs_native",
+        "base_path": "/mnt/nvme/l2",
+        "max_capacity_gb": 100,
+        "use_odirect": True,
+        "num_workers": 4,
+        "eviction": {"eviction_policy": "LRU"},
+    }
+    args = parse_cache_args([*flags, "--l2-adapter", json.dumps(spec)])
     assert args.l1_size_gb == 8 and args.eviction_trigger_watermark == 0.9
-    (fs,) = args.l2_adapters
-    assert (fs.base_path, fs.max_capacity_gb, fs.use_odirect) == ("/mnt/nvme/l2", 100.0, True)
+    (l2,) = args.l2_adapters
+    assert (l2.base_path, l2.max_capacity_gb, l2.num_workers) == ("/mnt/nvme/l2", 100.0, 4)
+    assert l2.eviction is not None
+    assert (l2.eviction.eviction_policy, l2.eviction.trigger_watermark, l2.eviction.eviction_ratio) == (
+        "LRU",
+        0.8,
+        0.2,
+    )
+    fs = parse_cache_args([*flags, "--l2-adapter", '{"type": "fs", "base_path": "/x"}']).l2_adapters[0]
+    assert (fs.type_name, fs.num_workers, fs.max_capacity_gb) == ("fs", None, 0.0)
     assert args.ignored == ("--max-workers",)
 
 
@@ -140,7 +193,16 @@ def test_cache_server_requires_l1_size_and_policy() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    ['{"type": "s3", "base_path": "x"}', '{"type": "fs"}', '{"type": "fs", "base_path": "x", "bogus": 1}'],
+    [
+        '{"type": "s3", "base_path": "x"}',
+        '{"type": "fs"}',
+        '{"type": "fs", "base_path": "x", "bogus": 1}',
+        # fs has no capacity in LMCache 0.5.6, and recover_on_start is no key of either adapter
+        '{"type": "fs", "base_path": "x", "max_capacity_gb": 1}',
+        '{"type": "fs_native", "base_path": "x", "recover_on_start": true}',
+        '{"type": "fs_native", "base_path": "x", "num_workers": 0}',
+        '{"type": "fs_native", "base_path": "x", "eviction": {"eviction_policy": "FIFO"}}',
+    ],
 )
 def test_bad_l2_adapter_is_refused(spec: str) -> None:
     with pytest.raises(UserError, match="--l2-adapter"):
