@@ -124,7 +124,7 @@ def test_every_tier_runs_on_the_real_stack(real_run: tuple[Path, float]) -> None
         assert record["status"] == "done", (tier, record.get("error"))
         counts = json.loads((cell / "sessions.json").read_text())
         assert counts["failed_requests"] == 0, (tier, counts)
-        assert counts["complete"] == counts["achieved_sessions"] == 8, (tier, counts)
+        assert counts["complete"] == counts["achieved_sessions"] == 24, (tier, counts)
         # The cold-start check read the real servers' counters: every replica, and lmcache off gpu.
         cold = record["cold_start"]
         assert cold["cold"] is True, (tier, cold)
@@ -167,6 +167,7 @@ def test_nvme_tier_loads_from_l2_files_on_the_loop_device(real_run: tuple[Path, 
     cell = _cells(results)["nvme"]
     assert _total(cell, "lmcache", "lmcache_mp_l2_store_completed_objects_chunks_total") > 0
     assert _total(cell, "lmcache", "lmcache_mp_lookup_hit_l2_tokens_total") > 0
+    assert _total(cell, "lmcache", "lmcache_mp_l2_prefetch_load_completed_chunks_total") > 0
     record = json.loads((cell / "cell.json").read_text())
     device = record["l2_device"]
     assert device and device.startswith("loop"), record.get("l2_device")
