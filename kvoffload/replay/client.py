@@ -120,6 +120,20 @@ async def _drain(resp: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
             await task
 
 
+async def _chunked(body: bytes) -> AsyncIterator[bytes]:
+    """The request body as one chunk of a chunked body (`Transfer-Encoding: chunked`, not Content-Length).
+
+    Through Caddy 2.6.2 (Go 1.19 net/http) a Content-Length body races on a kept-alive connection: the
+    proxy's transport reads the body once more after its last byte, and if the upstream has answered by
+    then, the server has already consumed and closed that body (it does so when the response headers
+    go out), the read fails, the upstream connection is torn down and Caddy ends the stream cleanly
+    after its headers: a 200 with no token (golang/go#40747, docs/contracts.md). A chunked body ends
+    with its terminator, which the proxy forwards only after its last read: the upstream cannot answer
+    before it.
+    """
+    yield body
+
+
 async def stream_chat(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float
 ) -> StreamResult:
@@ -139,7 +153,7 @@ async def stream_chat(
     request = client.build_request(
         "POST",
         url,
-        content=json.dumps(payload).encode(),
+        content=_chunked(json.dumps(payload).encode()),
         headers={**headers, "content-type": "application/json"},
         extensions={"trace": trace},
     )

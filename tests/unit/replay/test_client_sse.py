@@ -45,6 +45,40 @@ def test_parses_real_vllm_stream_usage_and_first_token() -> None:
     asyncio.run(scenario())
 
 
+def test_request_body_is_sent_chunked() -> None:
+    """No Content-Length: behind Caddy 2.6.2 such a body can lose its whole stream (docs/contracts.md)."""
+    seen: dict[str, object] = {}
+    payload = {"model": "m", "messages": [{"role": "user", "content": "x" * 50_000}]}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.update(te=request.headers.get("Transfer-Encoding"), cl=request.headers.get("Content-Length"))
+        seen["body"] = await request.json()
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(FIXTURE.read_bytes())
+        await resp.write_eof()
+        return resp
+
+    async def scenario() -> StreamResult:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            async with httpx.AsyncClient() as client:
+                return await stream_chat(client, url, payload, {}, 10.0)
+        finally:
+            await runner.cleanup()
+
+    r = asyncio.run(scenario())
+    assert r.status == "ok", r.error
+    assert seen == {"te": "chunked", "cl": None, "body": payload}
+
+
 def test_unreachable_server_is_an_error_record() -> None:
     async def scenario() -> None:
         async with httpx.AsyncClient() as client:
