@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,19 +22,12 @@ import pytest
 import yaml
 
 import kvoffload
+from tests.support.lab import kvlab, lab_marks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.timeout(2400),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (nspawn, bridge, loop device)"),
-    pytest.mark.skipif(
-        shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None,
-        reason="systemd-nspawn or debootstrap missing (apt-get install systemd-container debootstrap)",
-    ),
-]
+pytestmark = lab_marks(2400)
 
 
 def _campaign(name: str, tiers: list[str]) -> dict[str, Any]:
@@ -58,30 +50,18 @@ def _campaign(name: str, tiers: list[str]) -> dict[str, Any]:
     }
 
 
-def _kvlab(env: dict[str, str], *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvoffload.cli.main", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     base = tmp_path_factory.mktemp("lab")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     inventory = base / "hosts.yml"
-    up = _kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabe0", "--prefix", "kve",
+    up = kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabe0", "--prefix", "kve",
                 "--subnet", "10.213.7.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         yield inventory, env
     finally:
-        down = _kvlab(env, "lab", "down", timeout=300)
+        down = kvlab(env, "lab", "down", timeout=300)
         assert down.returncode == 0, down.stderr[-2000:]
 
 
@@ -125,7 +105,7 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     inventory, env = lab
     groups = _groups(inventory)
     campaign = _write_campaign(tmp_path / "campaign.yml", _campaign("labtest", ["gpu", "cpu", "nvme"]))
-    run = _kvlab(
+    run = kvlab(
         env, "run", str(inventory), "--campaign", str(campaign), "--results", str(tmp_path / "results")
     )
     assert run.returncode == 0, run.stderr[-4000:]
@@ -174,7 +154,7 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     assert (results / "report" / "index.html").is_file() and (results / "report" / "report.md").is_file()
 
     # re-provisioning the running lab changes nothing
-    again = _kvlab(env, "provision", str(inventory), "--campaign", str(campaign))
+    again = kvlab(env, "provision", str(inventory), "--campaign", str(campaign))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "provisioned: 0 changed" in again.stdout
 
@@ -211,7 +191,7 @@ def test_resume_after_the_controller_is_killed(lab: tuple[Path, dict[str, str]],
         proc.wait()
     assert first is not None, "the first cell never finished"
     before = _digest(first)
-    again = _kvlab(env, *argv[3:])
+    again = kvlab(env, *argv[3:])
     assert again.returncode == 0, again.stderr[-4000:]
     assert len(list(results.glob("cells/*/DONE"))) == 2
     assert _digest(first) == before

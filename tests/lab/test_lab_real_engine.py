@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,30 +21,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.support.lab import kvlab, lab_marks
+
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.timeout(2400),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (nspawn, bridge, loop device)"),
-    pytest.mark.skipif(
-        shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None,
-        reason="systemd-nspawn or debootstrap missing (apt-get install systemd-container debootstrap)",
-    ),
-]
-
-
-def _kvlab(env: dict[str, str], *args: str, timeout: float = 2000) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvoffload.cli.main", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+pytestmark = lab_marks(2400)
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +34,19 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     """Lab up, the shipped real-engine campaign (with a model built here), lab down; the results."""
     base = tmp_path_factory.mktemp("real")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
-    model = _kvlab(env, "lab", "tiny-model", str(base / "tiny-llama"), timeout=300)
+    model = kvlab(env, "lab", "tiny-model", str(base / "tiny-llama"), timeout=300)
     assert model.returncode == 0, model.stderr[-2000:]
     campaign = yaml.safe_load(CAMPAIGN.read_text())
     campaign["model"] = str(base / "tiny-llama")
     campaign["dataset"]["path"] = str(ROOT / "data" / "tau2-bench")
     (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
     inventory = base / "hosts.yml"
-    up = _kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabr0", "--prefix", "kvr",
+    up = kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabr0", "--prefix", "kvr",
                 "--subnet", "10.213.8.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         started = time.monotonic()
-        run = _kvlab(
+        run = kvlab(
             env,
             "run",
             str(inventory),
@@ -79,7 +58,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
         assert run.returncode == 0, run.stderr[-6000:]
         yield base / "results" / campaign["name"], time.monotonic() - started
     finally:
-        down = _kvlab(env, "lab", "down", timeout=300)
+        down = kvlab(env, "lab", "down", timeout=300)
         assert down.returncode == 0, down.stderr[-2000:]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,16 +17,9 @@ from pathlib import Path
 import pytest
 
 from kvoffload.config import load_inventory
+from tests.support.lab import lab_marks
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (nspawn, bridge, loop device)"),
-    pytest.mark.skipif(
-        shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None,
-        reason="systemd-nspawn or debootstrap missing (apt-get install systemd-container debootstrap)",
-    ),
-]
+pytestmark = lab_marks(600)
 
 BRIDGE = "kvlabt0"
 PREFIX = "kvt"

@@ -46,33 +46,21 @@ BASE_INVENTORY: dict[str, Any] = {
 }
 
 
-# Two GPU hosts with one replica each: the inventory model itself is layout-free (that a cpu/nvme run
-# is node-local is a rule of load_lab, tested there).
-MULTI_HOST_INVENTORY: dict[str, Any] = {
-    "all": {
-        "vars": {"ansible_user": "root"},
-        "hosts": {
-            "h1": {"ansible_host": "10.0.0.1"},
-            "h2": {
-                "ansible_host": "10.0.0.2",
-                "vllm_replicas": [{"index": 0, "gpus": "0"}],
-                "nvme_storage_devices": [{"device": "/dev/loop0", "mount": "/mnt/kvoffload-nvme"}],
-            },
-            "h3": {"ansible_host": "10.0.0.3", "vllm_replicas": [{"index": 0, "gpus": "0"}]},
-        },
-        "children": {
-            "vllm": {"hosts": {"h2": None, "h3": None}},
-            "lmcache": {"hosts": {"h2": None}},
-            "lb": {"hosts": {"h1": None}},
-            "client": {"hosts": {"h1": None}},
-        },
-    }
-}
+def _multi_host() -> dict[str, Any]:
+    """Two GPU hosts with one replica each and Caddy on the client: the inventory model itself is
+    layout-free (that a cpu/nvme run is node-local is a rule of load_lab, tested there)."""
+    inventory = copy.deepcopy(BASE_INVENTORY)
+    hosts, children = inventory["all"]["hosts"], inventory["all"]["children"]
+    hosts["h2"]["vllm_replicas"] = [{"index": 0, "gpus": "0"}]
+    hosts["h3"] = {"ansible_host": "10.0.0.3", "vllm_replicas": [{"index": 0, "gpus": "0"}]}
+    children["vllm"]["hosts"]["h3"] = None
+    children["lb"] = {"hosts": {"h1": None}}
+    return inventory
 
 
 @pytest.fixture
 def multi_host_inventory() -> dict[str, Any]:
-    return copy.deepcopy(MULTI_HOST_INVENTORY)
+    return _multi_host()
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,49 +17,19 @@ from kvoffload.replay.client import StreamResult, stream_chat
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures/vllm-0.32-cpu/sse-stream.txt"
 
 
-def test_parses_real_vllm_stream_usage_and_first_token() -> None:
-    raw = FIXTURE.read_bytes()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(raw)
-        await resp.write_eof()
-        return resp
-
-    async def scenario() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            async with httpx.AsyncClient() as client:
-                r = await stream_chat(client, f"http://127.0.0.1:{port}/v1/chat/completions", {}, {}, 10.0)
-        finally:
-            await runner.cleanup()
-        assert r.status == "ok", r.error
-        assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (294, 32, 224)
-        assert r.ttft_s is not None and r.latency_s is not None and r.ttft_s <= r.latency_s
-
-    asyncio.run(scenario())
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def test_request_body_is_sent_chunked() -> None:
-    """No Content-Length: behind Caddy 2.6.2 such a body can lose its whole stream (docs/contracts.md)."""
-    seen: dict[str, object] = {}
-    payload = {"model": "m", "messages": [{"role": "user", "content": "x" * 50_000}]}
+async def _replay_fixture(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(FIXTURE.read_bytes())
+    await resp.write_eof()
+    return resp
 
-    async def handler(request: web.Request) -> web.StreamResponse:
-        seen.update(te=request.headers.get("Transfer-Encoding"), cl=request.headers.get("Content-Length"))
-        seen["body"] = await request.json()
-        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(FIXTURE.read_bytes())
-        await resp.write_eof()
-        return resp
+
+def _stream_from(handler: Handler, payload: dict[str, Any]) -> StreamResult:
+    """One stream_chat call against `handler` served by aiohttp on a loopback port."""
 
     async def scenario() -> StreamResult:
         app = web.Application()
@@ -74,7 +46,27 @@ def test_request_body_is_sent_chunked() -> None:
         finally:
             await runner.cleanup()
 
-    r = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_parses_real_vllm_stream_usage_and_first_token() -> None:
+    r = _stream_from(_replay_fixture, {})
+    assert r.status == "ok", r.error
+    assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (294, 32, 224)
+    assert r.ttft_s is not None and r.latency_s is not None and r.ttft_s <= r.latency_s
+
+
+def test_request_body_is_sent_chunked() -> None:
+    """No Content-Length: behind Caddy 2.6.2 such a body can lose its whole stream (docs/contracts.md)."""
+    seen: dict[str, object] = {}
+    payload = {"model": "m", "messages": [{"role": "user", "content": "x" * 50_000}]}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.update(te=request.headers.get("Transfer-Encoding"), cl=request.headers.get("Content-Length"))
+        seen["body"] = await request.json()
+        return await _replay_fixture(request)
+
+    r = _stream_from(handler, payload)
     assert r.status == "ok", r.error
     assert seen == {"te": "chunked", "cl": None, "body": payload}
 
