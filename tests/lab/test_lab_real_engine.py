@@ -124,6 +124,23 @@ def test_every_tier_runs_on_the_real_stack(real_run: tuple[Path, float]) -> None
         assert all(r["cached_tokens"] is not None for r in records)  # --enable-prompt-tokens-details
 
 
+def _replicas_by_user(cell: Path) -> dict[str, set[str]]:
+    """user -> the replicas that served it (Caddy's X-Kvoffload-Upstream header)."""
+    out: dict[str, set[str]] = {}
+    for line in (cell / "requests.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out.setdefault(record["user_id"], set()).add(record["replica"])
+    return out
+
+
+def test_caddy_routes_sticky_on_gpu_and_least_conn_on_offload(real_run: tuple[Path, float]) -> None:
+    cells = _cells(real_run[0])
+    gpu = _replicas_by_user(cells["gpu"])
+    assert all(len(r) == 1 and None not in r for r in gpu.values()), gpu  # sticky on x-user-id
+    for tier in ("cpu", "nvme"):
+        assert len(set().union(*_replicas_by_user(cells[tier]).values())) == 2, tier
+
+
 def test_gpu_tier_hits_its_own_prefix_cache_and_has_no_connector(real_run: tuple[Path, float]) -> None:
     cell = _cells(real_run[0])["gpu"]
     assert _total(cell, "vllm", "vllm:prefix_cache_hits_total") > 0
