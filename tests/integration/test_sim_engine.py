@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvoffload.datasets import Session, load_dataset
 from kvoffload.tokenizer import FallbackTokenizer, render_chat
+from tests.support.metrics import families
 from tests.support.procs import stop_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -413,20 +414,10 @@ CACHE_FAMILIES = {
 CACHE_SOURCE_ONLY = {"lmcache_mp_l2_evicted_objects_chunks": ("counter", frozenset[str]())}
 
 
-def _families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
-    """Family -> (type, label names), as prometheus-client's parser reads an exposition."""
-    out: dict[str, tuple[str, frozenset[str]]] = {}
-    for f in text_string_to_metric_families(text):
-        labels = frozenset(k for s in f.samples for k in s.labels if k != "le")
-        kind, known = out.get(f.name, (f.type, frozenset()))
-        out[f.name] = (kind, known | labels)
-    return out
-
-
-def _real_families(files: list[Path], prefix: str) -> dict[str, tuple[str, frozenset[str]]]:
+def _realfamilies(files: list[Path], prefix: str) -> dict[str, tuple[str, frozenset[str]]]:
     real: dict[str, tuple[str, frozenset[str]]] = {}
     for path in files:
-        for name, (kind, labels) in _families(path.read_text()).items():
+        for name, (kind, labels) in families(path.read_text()).items():
             if name.startswith(prefix):
                 assert real.get(name, (kind,))[0] == kind, name
                 real[name] = (kind, real.get(name, (kind, frozenset()))[1] | labels)
@@ -470,18 +461,18 @@ def test_metric_exposition_is_a_subset_of_real_vllm_and_lmcache(
         engine_text = HTTP.get(f"{e.url}/metrics")
         cache_text = HTTP.get(f"{cache.url}/metrics").text
     assert engine_text.headers["content-type"].startswith("text/plain; version=")
-    ours = _families(engine_text.text)
+    ours = families(engine_text.text)
     vllm_files = [*sorted(FIXTURES.glob("metrics-*.txt")), *sorted(LMCACHE.glob("vllm-*-metrics.txt"))]
-    real = _real_families(vllm_files, "vllm:")
+    real = _realfamilies(vllm_files, "vllm:")
     _assert_subset({k: v for k, v in ours.items() if k.startswith("vllm:")}, real)
     for name, kind in ENGINE_FAMILIES.items():
         assert ours[name][0] == kind, name
         if name != "vllm:cache_config_info":
             assert ours[name][1] == real[name][1] == {"engine", "model_name"}, name
     assert {"block_size", "num_gpu_blocks", "kv_cache_size_tokens"} <= ours["vllm:cache_config_info"][1]
-    cache_families = _families(cache_text)
+    cache_families = families(cache_text)
     assert cache_families, "the cache server exposed nothing"
-    real_cache = _real_families(sorted(LMCACHE.glob("metrics-*.txt")), "lmcache_mp_") | CACHE_SOURCE_ONLY
+    real_cache = _realfamilies(sorted(LMCACHE.glob("metrics-*.txt")), "lmcache_mp_") | CACHE_SOURCE_ONLY
     _assert_subset(cache_families, real_cache)
     for name, (_kind, labels) in cache_families.items():
         assert labels == real_cache[name][1], name  # the same label names as LMCache's

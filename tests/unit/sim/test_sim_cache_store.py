@@ -18,6 +18,7 @@ from kvoffload.sim.cache_metrics import CacheMetrics
 from kvoffload.sim.cache_server import CacheStore
 from kvoffload.sim.l2_fs import scaled_size
 from kvoffload.sim.profile import load_profile
+from tests.support.metrics import families
 
 MIB = 2**20
 LMCACHE = Path(__file__).resolve().parents[2] / "fixtures" / "lmcache-0.5.6-cpu"
@@ -44,16 +45,6 @@ def _values(metrics: CacheMetrics) -> dict[str, float]:
         for s in family.samples:
             if "le" not in s.labels:
                 out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
-
-
-def _families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
-    """Family name -> (type, label names) as prometheus-client's parser reads the exposition."""
-    out: dict[str, tuple[str, frozenset[str]]] = {}
-    for f in text_string_to_metric_families(text):
-        labels = frozenset(k for s in f.samples for k in s.labels if k != "le")
-        kind, known = out.get(f.name, (f.type, frozenset()))
-        out[f.name] = (kind, known | labels)
     return out
 
 
@@ -263,10 +254,10 @@ def test_status_is_a_subset_of_the_real_status_with_the_same_types(tmp_path: Pat
     ]
 
 
-def _real_families() -> dict[str, tuple[str, frozenset[str]]]:
+def _realfamilies() -> dict[str, tuple[str, frozenset[str]]]:
     real: dict[str, tuple[str, frozenset[str]]] = {}
     for path in sorted(LMCACHE.glob("metrics-*.txt")):
-        for name, (kind, labels) in _families(path.read_text()).items():
+        for name, (kind, labels) in families(path.read_text()).items():
             if name.startswith("lmcache_mp_"):
                 real[name] = (kind, real.get(name, (kind, frozenset()))[1] | labels)
     return real
@@ -274,7 +265,7 @@ def _real_families() -> dict[str, tuple[str, frozenset[str]]]:
 
 def test_the_capture_file_lists_what_the_captures_show() -> None:
     listed = dict(line.split() for line in (LMCACHE / "metric-names-types.txt").read_text().splitlines())
-    shown = {f"{n}_total" if k == "counter" else n: k for n, (k, _l) in _real_families().items()}
+    shown = {f"{n}_total" if k == "counter" else n: k for n, (k, _l) in _realfamilies().items()}
     assert listed == shown
 
 
@@ -293,9 +284,9 @@ def test_every_family_the_store_exposes_is_real_lmcache_with_its_type_and_labels
         await store.lookup("m", ["k7", "k6", "k5"], MIB)  # held by L2 only; L1 has room for one
 
     _with_l2_writer(store, body)
-    ours = _families(generate_latest(metrics.registry).decode())
+    ours = families(generate_latest(metrics.registry).decode())
     assert set(ours) == set(metrics.families())
-    real = _real_families()
+    real = _realfamilies()
     source_only = {"lmcache_mp_l2_evicted_objects_chunks": ("counter", frozenset())}
     assert {f"{n}_total" for n in source_only} <= set(LMC_NOT_IN_CPU_CAPTURE)
     for name, (kind, labels) in ours.items():

@@ -1,0 +1,15 @@
+"""Reading a Prometheus exposition the way the simulator-fidelity tests compare it with real captures."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """Family name -> (type, label names), as prometheus-client's parser reads an exposition."""
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for f in text_string_to_metric_families(text):
+        labels = frozenset(k for s in f.samples for k in s.labels if k != "le")
+        kind, known = out.get(f.name, (f.type, frozenset()))
+        out[f.name] = (kind, known | labels)
+    return out
