@@ -121,6 +121,7 @@ def cell_extravars(lab: LabConfig, cell: Cell, local_cell_dir: Path, wheels: Whe
     """Every extravar of the deploy, replay, collect and teardown playbooks for one cell."""
     dep = deployment(lab, cell)
     resolved = resolve(dep)
+    models = model_extravars(lab)
     campaign = lab.campaign
     spec = ReplaySpec(
         base_url=str(resolved["replay_base_url"]),
@@ -134,12 +135,12 @@ def cell_extravars(lab: LabConfig, cell: Cell, local_cell_dir: Path, wheels: Whe
         osl=str(cell.osl),
         max_sessions=campaign.max_sessions,
         duration_s=campaign.duration_s,
-        tokenizer=str(model_extravars(lab)["replay_tokenizer"]),
+        tokenizer=str(models["replay_tokenizer"]),
     )
     extra = fixed_flags(spec) + (["--honor-gaps"] if campaign.honor_gaps else [])
     return {
         **resolved,
-        **model_extravars(lab),
+        **models,
         "replay_model": lab.served_model_name,
         "kvoffload_campaign_name": campaign.name,
         "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,
