@@ -1,7 +1,9 @@
 """Comparison rules and validity warnings (DESIGN.md sections 6 and 7), over summary rows.
 
 A tier comparison holds model, concurrency, num_rounds, ISL, OSL and repeat fixed (GROUP_KEYS).
-Cells of a group whose achieved session counts differ are flagged not comparable; an offload tier
+Cells of a group whose session counts (achieved, complete, error, incomplete) differ, or any of which
+had a failed request or a fault (cell.json `valid: false`: a replica or lmcache-server that went
+down mid-replay), make the group not comparable; an offload tier
 cell whose KV usage never came near full (< NEAR_FULL_PCT), with no LMCache eviction and no external
 prefix-cache hit, is flagged "offload never exercised". Cell warnings cover concurrency above the
 virtual-user ceiling, zero virtual users, unfinished cells, failed requests, scrape gaps, absent
@@ -85,6 +87,9 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
                 "its figures cover a partial run",
             )
         )
+    if not _valid(row):
+        reasons = row.get("invalid_reasons") or "no reason recorded"
+        out.append(_w("cell", cid, grp, "cell_faulted", f"not valid: {reasons}"))
     failed = row.get("failed_requests")
     if failed is not None and not pd.isna(failed) and int(failed) > 0:
         msg = f"{int(failed)} requests failed (error or timeout)"
@@ -129,17 +134,59 @@ def offload_exercised(row: pd.Series) -> bool | None:
     return bool(near_full or not _is_zero_or_none(ev) or not _is_zero_or_none(ext))
 
 
+def session_outcomes(group: pd.DataFrame) -> dict[str, str]:
+    """tier -> "100 achieved, 98 complete, 2 error" for each cell of a group (known counts only)."""
+    cols = {
+        "achieved_sessions": "achieved",
+        "sessions_complete": "complete",
+        "sessions_error": "error",
+        "sessions_incomplete": "incomplete",
+    }
+    out: dict[str, str] = {}
+    for i, (_, row) in enumerate(group.iterrows()):
+        known = [(word, row.get(col)) for col, word in cols.items()]
+        text = ", ".join(f"{int(v)} {word}" for word, v in known if v is not None and not pd.isna(v))
+        if text:
+            out[str(row["tier"]) if row["tier"] not in out else f"{row['tier']} #{i}"] = text
+    return out
+
+
+def _valid(row: pd.Series) -> bool:
+    """False only for a cell that cell.json marks invalid (a fault); unknown counts as valid."""
+    value = row.get("valid")
+    return value is None or bool(pd.isna(value)) or bool(value)
+
+
+def _clean(group: pd.DataFrame) -> list[bool]:
+    """Per cell: valid (no fault) and no failed request."""
+    out = []
+    for _, row in group.iterrows():
+        failed = row.get("failed_requests")
+        has_failed = failed is not None and not pd.isna(failed) and int(failed) > 0
+        out.append(_valid(row) and not has_failed)
+    return out
+
+
 def group_warnings(group: pd.DataFrame) -> list[dict[str, Any]]:
     """Warnings about one comparison group (session counts, offload exercise)."""
     out = []
     grp = group_label(group.iloc[0])
-    sessions = group["achieved_sessions"] if "achieved_sessions" in group else pd.Series(dtype=float)
-    known = sessions.dropna()
-    if len(group) > 1 and len(set(known.tolist())) > 1:
-        pairs = zip(group["tier"], sessions, strict=True)
-        detail = ", ".join(f"{t}={int(s)}" for t, s in pairs if not pd.isna(s))
+    outcomes = session_outcomes(group)
+    if len(group) > 1 and len(set(outcomes.values())) > 1:
+        detail = "; ".join(f"{t}: {o}" for t, o in outcomes.items())
         out.append(
-            _w("group", None, grp, "sessions_differ", f"not comparable: achieved sessions differ ({detail})")
+            _w("group", None, grp, "sessions_differ", f"not comparable: session counts differ ({detail})")
+        )
+    faulty = [str(t) for t, ok in zip(group["tier"], _clean(group), strict=True) if not ok]
+    if len(group) > 1 and faulty:
+        out.append(
+            _w(
+                "group",
+                None,
+                grp,
+                "cells_not_clean",
+                f"not comparable: the {', '.join(faulty)} cell(s) had failed requests or a fault",
+            )
         )
     for _, row in group[group["tier"].isin(OFFLOAD_TIERS)].iterrows():
         exercised = offload_exercised(row)
@@ -230,9 +277,9 @@ def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None)
                 g[f"ttft_{q}_vs_gpu_pct"] = float("nan")
             else:
                 g[f"ttft_{q}_vs_gpu_pct"] = 100.0 * (g[col].astype(float) / float(ref) - 1.0)
-        counts = g["achieved_sessions"].dropna() if "achieved_sessions" in g else pd.Series(dtype=float)
+        same_sessions = len(set(session_outcomes(g).values())) <= 1
         same_software = software is None or version_splits(software, g["cell_id"].astype(str)).empty
-        g["comparable"] = len(set(counts.tolist())) <= 1 and same_software
+        g["comparable"] = same_sessions and same_software and (len(g) == 1 or all(_clean(g)))
         parts.append(g)
     return pd.concat(parts, ignore_index=True)
 

@@ -27,6 +27,8 @@ CONFIG_COLUMNS = [
     "repeat",
     "status",
     "done",
+    "valid",
+    "invalid_reasons",
 ]
 # sessions.json key -> summary column.
 SESSION_COLUMNS = {

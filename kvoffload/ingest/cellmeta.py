@@ -56,6 +56,10 @@ class CellMeta(_Lenient):
         default_factory=dict,
         description="host name -> software that ran there (collect role: groups, packages, python, gpu)",
     )
+    valid: bool = Field(default=True, description="false when a replica or lmcache-server faulted")
+    invalid_reasons: list[str] = Field(
+        default_factory=list, description="each fault of the cell: what, when and why"
+    )
 
 
 class SessionCounts(_Lenient):

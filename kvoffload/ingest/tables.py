@@ -29,8 +29,8 @@ from kvoffload.ingest.layout import CampaignPaths, CellPaths
 
 log = logging.getLogger(__name__)
 
-# 2: cells gained `software`.
-TABLES_SCHEMA_VERSION = 2
+# 2: cells gained `software`; 3: cells gained `valid` and `invalid_reasons`.
+TABLES_SCHEMA_VERSION = 3
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 CELLS_SCHEMA = pa.schema(
@@ -54,6 +54,8 @@ CELLS_SCHEMA = pa.schema(
         ("timings", pa.string()),
         ("versions", pa.string()),
         ("software", pa.string()),
+        ("valid", pa.bool_()),
+        ("invalid_reasons", pa.string()),
     ]
 )
 SESSIONS_SCHEMA = pa.schema(
@@ -117,6 +119,8 @@ def _cell_row(cell: CellPaths) -> dict[str, Any]:
         "timings": json.dumps(meta.timings, sort_keys=True),
         "versions": json.dumps(meta.versions, sort_keys=True),
         "software": json.dumps(meta.software, sort_keys=True),
+        "valid": meta.valid,
+        "invalid_reasons": "; ".join(meta.invalid_reasons),
     }
 
 

@@ -28,11 +28,13 @@ import kvoffload
 from kvoffload.config import Cell, LabConfig
 from kvoffload.orchestrate.deployment import (
     cell_extravars,
+    cell_units,
     deployment,
     l2_device,
     replay_command,
     target_hosts,
 )
+from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
 from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON, Wheels, build_wheels
@@ -311,6 +313,7 @@ class CampaignRunner:
 
         t_cell = time.monotonic()
         status = "done"
+        watched: list[Fault] = []  # outages the TargetWatch saw during the replay
         try:
             phase(
                 "deploy",
@@ -327,11 +330,17 @@ class CampaignRunner:
                 raise RuntimeError("cell did not start cold: " + "; ".join(cold.problems))
             expected = self.expected_requests(cell) if self.expected_requests else 0
 
+            targets = extravars["replay_metrics_targets"]
+
             def replay() -> PlaybookResult:
-                with ReplayWatcher(
-                    extravars["replay_metrics_targets"], lambda n: self.progress.replay(n, expected)
+                with (
+                    ReplayWatcher(targets, lambda n: self.progress.replay(n, expected)),
+                    TargetWatch(targets) as watch,
                 ):
-                    return self.playbooks.run("replay.yml", extravars, ident=self._ident("replay", cell))
+                    try:
+                        return self.playbooks.run("replay.yml", extravars, ident=self._ident("replay", cell))
+                    finally:
+                        watched.extend(watch.faults())
 
             phase("replay", replay)
             phase(
@@ -352,6 +361,7 @@ class CampaignRunner:
         self._teardown_cell(cell, extravars, record, timings)
         record["units"] = _unit_states(cell_dir)
         record["software"] = host_software(cell_dir / "software")
+        self._record_faults(record, watched, cell_units(self.lab, cell), cell_dir)
         record["finished_at"] = time.time()
         timings["total"] = round(time.monotonic() - t_cell, 3)
         if status == "done":
@@ -367,6 +377,26 @@ class CampaignRunner:
             self.results.mark_done(cell)
         self.progress.cell_done(cell, status, timings["total"])
         return status
+
+    @staticmethod
+    def _record_faults(
+        record: dict[str, Any], watched: list[Fault], units: list[str], cell_dir: Path
+    ) -> None:
+        """`faults` (each with its reason and time), `valid`, and what the engines did after a fault.
+
+        Unit states exist only when collect ran; a cell that failed before it is judged on what the
+        watch saw (and is not done anyway).
+        """
+        faults = list(watched)
+        if record["units"]:
+            faults += unit_faults(record["units"], units)
+        record["faults"] = [f.to_json() for f in faults]
+        record["valid"] = not faults
+        if faults:
+            record["invalid_reasons"] = [f.reason() for f in faults]
+            record["fault_effects"] = fault_effects(cell_dir / "requests.jsonl", faults)
+            for f in faults:
+                log.warning("cell %s: %s", record["cell_id"], f.reason())
 
     def _teardown_cell(
         self, cell: Cell, extravars: dict[str, Any], record: dict[str, Any], timings: dict[str, float]

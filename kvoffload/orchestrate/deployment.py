@@ -89,6 +89,17 @@ def target_hosts(
     }
 
 
+def cell_units(lab: LabConfig, cell: Cell) -> list[str]:
+    """`<host>--<unit>` of every engine unit the cell runs (the keys of the collected `units/`)."""
+    dep = deployment(lab, cell)
+    units = [f"{r.host}--kvoffload-vllm@{r.index}.service" for r in dep.replicas]
+    if dep.lmcache_address is not None and lab.lmcache_host is not None:
+        units.append(f"{lab.lmcache_host.name}--kvoffload-lmcache.service")
+    if len(dep.replicas) >= 2 and lab.lb_host is not None:
+        units.append(f"{lab.lb_host.name}--kvoffload-caddy.service")
+    return units
+
+
 def _l1_size(lab: LabConfig, cell: Cell) -> float | None:
     sizes = lab.campaign.lmcache_l1_size_gb
     if sizes is None or cell.tier == "gpu":

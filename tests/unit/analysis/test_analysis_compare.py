@@ -42,7 +42,8 @@ def _row(cell_id: str, tier: str, **over: Any) -> dict[str, Any]:
 
 
 def _kinds(w: pd.DataFrame) -> list[tuple[str, str | None]]:
-    return sorted((k, c) for k, c in zip(w["kind"], w["cell_id"], strict=True))
+    pairs = [(k, None if pd.isna(c) else c) for k, c in zip(w["kind"], w["cell_id"], strict=True)]
+    return sorted(pairs, key=lambda p: (p[0], p[1] or ""))
 
 
 def test_clean_group_has_no_warnings() -> None:
@@ -69,8 +70,45 @@ def test_session_counts_that_differ_make_a_group_not_comparable() -> None:
     s = pd.DataFrame([_row("g", "gpu"), _row("c", "cpu", achieved_sessions=97), _row("n", "nvme")])
     w = warnings_table(s)
     assert _kinds(w) == [("sessions_differ", None)]
-    assert "gpu=100, cpu=97, nvme=100" in w["message"].iloc[0]
+    assert "gpu: 100 achieved; cpu: 97 achieved; nvme: 100 achieved" in w["message"].iloc[0]
     assert not tier_comparison(s)["comparable"].any()
+
+
+def test_sessions_that_ended_in_error_make_a_group_not_comparable() -> None:
+    """The demo's old case: every tier started 32 sessions, but 6 of gpu's ended in error."""
+    ok = {"achieved_sessions": 32, "sessions_complete": 32, "sessions_error": 0}
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu", achieved_sessions=32, sessions_complete=26, sessions_error=6, failed_requests=6),
+            _row("c", "cpu", **ok),
+            _row("n", "nvme", **ok),
+        ]
+    )
+    w = warnings_table(s)
+    assert _kinds(w) == [("cells_not_clean", None), ("failed_requests", "g"), ("sessions_differ", None)]
+    assert (
+        "gpu: 32 achieved, 26 complete, 6 error" in w.loc[w["kind"] == "sessions_differ", "message"].iloc[0]
+    )
+    assert "the gpu cell(s)" in w.loc[w["kind"] == "cells_not_clean", "message"].iloc[0]
+    assert not tier_comparison(s)["comparable"].any()
+
+
+def test_a_faulted_cell_is_named_and_breaks_its_group() -> None:
+    reason = "vllm-kve2-1 unreachable at 12:00:03 for 20.0 s: ConnectError"
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu"),
+            _row("c", "cpu", valid=False, invalid_reasons=reason),
+            _row("n", "nvme", valid=True),
+        ]
+    )
+    w = warnings_table(s)
+    assert _kinds(w) == [("cell_faulted", "c"), ("cells_not_clean", None)]
+    assert reason in w["message"].iloc[0]
+    assert not tier_comparison(s)["comparable"].any()
+    # the same group without the fault is comparable
+    s.loc[1, "valid"] = True
+    assert tier_comparison(s)["comparable"].all()
 
 
 def test_offload_never_exercised() -> None:
