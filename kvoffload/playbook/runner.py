@@ -1,23 +1,48 @@
 """Typed facade over `ansible_runner.run` (see package docstring).
 
 Artifacts (job events, stdout) are kept under the campaign's results folder, one `ident` per call, so a
-failed deploy can be read after the fact. Extra variables are passed on the command line, never written
-to the runner's env/ folder (`suppress_env_files`), since they may carry secrets.
+failed deploy can be read after the fact.
+
+Secrets. Extra variables and environment variables are NOT secret channels: extra variables go on
+ansible-playbook's command line (which any local user reads with `ps`), and ansible-runner records that
+command line AND the whole environment it gives ansible-playbook (its own environment included) in
+`artifacts/<ident>/command`. So `run` refuses secret-named extra variables, and the environment handed
+to ansible-runner never holds the Hugging Face token: HF_TOKEN (and its older name) are blanked there.
+The one secret, the Hugging Face token, reaches the vllm role either from the inventory (ansible-vault,
+`vllm_hf_token`, which ansible itself reads) or, when the controller's HF_TOKEN is set, through an
+in-memory file (Linux memfd) of this process that lives only while the playbook runs: its path, not
+the token, goes in $KVOFFLOAD_HF_TOKEN_FILE, and the role's download task reads it inside `no_log`.
+Nothing of the token is written to a disk on the controller. `suppress_env_files` stays on for
+another reason too: ansible-runner writes env/extravars once and would feed that stale file to every
+later run of the same folder.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kvoffload
+from kvoffload.errors import UserError
+
+# The controller's variables that hold a Hugging Face token (huggingface_hub reads both names). Blanked
+# in the environment of every playbook run: ansible-runner would record them in artifacts/<ident>/command
+# and a host reached with a local connection would cache them in its `ansible_env` fact.
+HF_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+# Environment variable of ansible-playbook naming the in-memory file that holds the controller's HF_TOKEN
+# (a /proc/<pid>/fd path, not the token); roles/vllm reads it as vllm_hf_token_file.
+HF_TOKEN_FILE_VAR = "KVOFFLOAD_HF_TOKEN_FILE"
+# Extra variables that look like secrets (`vllm_hf_token`, `*_password`, ...): refused, see the docstring.
+SECRET_NAME = re.compile(r"(^|_)(token|password|passwd|secret|api_key)(_|$)", re.IGNORECASE)
 
 
 def ansible_dir() -> Path:
@@ -79,7 +104,22 @@ class PlaybookFailed(RuntimeError):
         for f in result.failures:
             kind = "unreachable" if f.unreachable else "failed"
             lines.append(f"  {f.host}: {kind} at task '{f.task}': {f.message}")
+        if not result.failures:
+            # No task failed: ansible-playbook itself stopped (a YAML error in a role, a bad option).
+            lines += [f"  {line}" for line in _playbook_errors(result.artifacts / "stdout")]
         super().__init__("\n".join(lines))
+
+
+def _playbook_errors(stdout: Path, limit: int = 8) -> list[str]:
+    """The `[ERROR]` line of ansible-playbook's output and the lines after it, up to `limit`."""
+    try:
+        text = stdout.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    start = next((i for i, line in enumerate(text) if line.startswith(("[ERROR]", "ERROR!"))), None)
+    if start is None:
+        return []
+    return [line.rstrip() for line in text[start : start + limit] if line.strip()]
 
 
 EventCallback = Callable[[str, str], None]  # (host or "", task name) when a task starts on the run
@@ -119,6 +159,44 @@ def _kill_leftovers(artifact_dir: Path) -> int:
     return killed
 
 
+@contextmanager
+def memory_file(text: str) -> Iterator[str | None]:
+    """A path that reads back `text` while the block runs (None for an empty text).
+
+    The file is a memfd of this process: it lives in memory only, never in a file system on a disk, and
+    is gone when the block ends or the process dies. Its path, /proc/<pid>/fd/<n>, opens for processes
+    of the same user (ansible-playbook and its workers, children of this process), not for others.
+    """
+    if not text:
+        yield None
+        return
+    if not hasattr(os, "memfd_create"):
+        raise UserError(
+            "HF_TOKEN is set, but this controller has no memfd (Linux) to hand it to ansible without "
+            "writing it to a file: put the token in the inventory with ansible-vault as vllm_hf_token "
+            "and unset HF_TOKEN"
+        )
+    fd = os.memfd_create("kvoffload-hf-token", os.MFD_CLOEXEC)
+    try:
+        with open(fd, "wb", closefd=False) as handle:
+            handle.write(text.encode())
+        yield f"/proc/{os.getpid()}/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _refuse_secrets(extravars: Mapping[str, Any], envvars: Mapping[str, str]) -> None:
+    names = sorted(k for k in extravars if SECRET_NAME.search(k))
+    names += sorted(k for k in envvars if k in HF_TOKEN_VARS)
+    if names:
+        raise ValueError(
+            f"refusing to pass {', '.join(names)} to a playbook as an extra or environment variable: "
+            "ansible-runner records both in artifacts/<ident>/command and extra variables show in ps; a "
+            "secret comes from the inventory (ansible-vault) or, for the Hugging Face token, the "
+            "controller's HF_TOKEN (see kvoffload/playbook/runner.py)"
+        )
+
+
 class PlaybookRunner:
     """Runs phase playbooks of this repository against one inventory."""
 
@@ -133,6 +211,7 @@ class PlaybookRunner:
         self.artifacts = artifacts.resolve()
         self.on_task = on_task
         self.envvars = dict(envvars or {})
+        _refuse_secrets({}, self.envvars)
 
     def run(
         self,
@@ -147,6 +226,8 @@ class PlaybookRunner:
         """Run `playbooks/<playbook>`; raise `PlaybookFailed` unless it succeeds."""
         import ansible_runner  # only this module imports it
 
+        variables = dict(extravars or {})
+        _refuse_secrets(variables, {})
         base = ansible_dir()
         path = base / "playbooks" / playbook
         if not path.is_file():
@@ -178,6 +259,7 @@ class PlaybookRunner:
                     facts[str(data.get("host"))] = set_facts["kvoffload_host_facts"]
             return True  # keep the event in the artifacts
 
+        # --diff with --check: what would change, file by file; tasks that handle a secret set diff: false
         cmdline = "--check --diff" if check else None
         bindir = Path(sys.executable).parent  # the ansible of this environment, whatever PATH says
         env = {
@@ -186,27 +268,32 @@ class PlaybookRunner:
             "ANSIBLE_ROLES_PATH": str(base / "roles"),
             "ANSIBLE_NOCOLOR": "1",
             **self.envvars,
+            # ansible-runner starts from this process's environment: blank the token there (docstring)
+            **dict.fromkeys(HF_TOKEN_VARS, ""),
         }
         t0 = time.monotonic()
         _STOP.clear()
         _RUNNING.set()
         try:
-            runner = ansible_runner.run(
-                private_data_dir=str(self.artifacts),
-                project_dir=str(base / "playbooks"),
-                playbook=str(path),
-                inventory=str(self.inventory),
-                extravars=dict(extravars or {}),
-                limit=limit,
-                tags=",".join(tags) if tags else None,
-                cmdline=cmdline,
-                envvars=env,
-                ident=ident,
-                quiet=True,
-                suppress_env_files=True,
-                event_handler=handler,
-                cancel_callback=_STOP.is_set,
-            )
+            with memory_file(os.environ.get("HF_TOKEN", "").strip()) as token_file:
+                if token_file is not None:
+                    env[HF_TOKEN_FILE_VAR] = token_file
+                runner = ansible_runner.run(
+                    private_data_dir=str(self.artifacts),
+                    project_dir=str(base / "playbooks"),
+                    playbook=str(path),
+                    inventory=str(self.inventory),
+                    extravars=variables,  # on the command line: never secret (docstring)
+                    limit=limit,
+                    tags=",".join(tags) if tags else None,
+                    cmdline=cmdline,
+                    envvars=env,
+                    ident=ident,
+                    quiet=True,
+                    suppress_env_files=True,
+                    event_handler=handler,
+                    cancel_callback=_STOP.is_set,
+                )
         finally:
             _RUNNING.clear()
         if runner.status == "canceled":

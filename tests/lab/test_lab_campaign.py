@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
 
 pytestmark = lab_marks(2400)
+# Canary Hugging Face tokens, as a user would give them: ansible-vault (vllm_hf_token) and HF_TOKEN.
+CANARIES = {"vllm_hf_token": "kvoffload-canary-7f3c9a", "HF_TOKEN": "kvoffload-canary-env-5d21e8"}
 
 
 def _campaign(name: str, tiers: list[str]) -> dict[str, Any]:
@@ -59,10 +62,41 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
                 "--subnet", "10.213.7.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]
+        _plant_canaries(inventory, env)
         yield inventory, env
     finally:
         down = kvlab(env, "lab", "down", timeout=300)
         assert down.returncode == 0, down.stderr[-2000:]
+
+
+def _plant_canaries(inventory: Path, env: dict[str, str]) -> None:
+    doc = yaml.safe_load(inventory.read_text())
+    doc["all"]["vars"]["vllm_hf_token"] = CANARIES["vllm_hf_token"]
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env["HF_TOKEN"] = CANARIES["HF_TOKEN"]
+
+
+def _canary_leaks(inventory: Path, folder: Path, *outputs: str) -> list[str]:
+    """Where a canary token shows: files under `folder` (results, ansible artifacts), the CLI's output,
+    each lab host's journal (every field, the command lines of logging processes included) and its files
+    under /etc /var /root /tmp /opt /home (grep gets the canaries on stdin, never on its command line)."""
+    canaries = [c.encode() for c in CANARIES.values()]
+    found = [str(p) for p in folder.rglob("*") if p.is_file() and any(c in p.read_bytes() for c in canaries)]
+    found += [f"CLI output: {c!r}" for c in canaries for out in outputs if c in out.encode()]
+    inv = yaml.safe_load(inventory.read_text())["all"]
+    key, ssh_args = inv["vars"]["ansible_ssh_private_key_file"], inv["vars"]["ansible_ssh_common_args"]
+    for name, hostvars in inv["hosts"].items():
+        ssh = ["ssh", "-i", key, *shlex.split(ssh_args), f"root@{hostvars['ansible_host']}"]
+        journal = subprocess.run([*ssh, "journalctl", "--no-pager", "-o", "export"], capture_output=True,
+                                 timeout=300, check=True)  # fmt: skip
+        found += [f"{name}: journal: {c!r}" for c in canaries if c in journal.stdout]
+        roots = ["/etc", "/var", "/root", "/tmp", "/opt", "/home"]
+        files = subprocess.run([*ssh, "grep", "-rlF", "-D", "skip", "-f", "-", *roots],
+                               input=b"\n".join(canaries), capture_output=True, timeout=600,
+                               check=False)  # fmt: skip
+        assert files.returncode in (0, 1), files.stderr[-2000:]  # 1: no match
+        found += [f"{name}: {line}" for line in files.stdout.decode().splitlines()]
+    return found
 
 
 def _write_campaign(path: Path, campaign: dict[str, Any]) -> Path:
@@ -157,6 +191,9 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     again = kvlab(env, "provision", str(inventory), "--campaign", str(campaign))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "provisioned: 0 changed" in again.stdout
+
+    # the canary tokens (inventory and HF_TOKEN) were written, logged or cached nowhere
+    assert _canary_leaks(inventory, tmp_path, run.stdout, run.stderr, again.stdout, again.stderr) == []
 
 
 def _digest(folder: Path) -> dict[str, str]:

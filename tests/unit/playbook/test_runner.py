@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import subprocess
 import threading
 import time
@@ -9,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from kvoffload.config import load_lab
+from kvoffload.orchestrate.deployment import cell_extravars
+from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookCanceled, PlaybookFailed, PlaybookRunner, request_stop
+from kvoffload.playbook.runner import HF_TOKEN_FILE_VAR, SECRET_NAME
+
+CANARY = "kvoffload-canary-7f3c9a"
+EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
 
 PLAYS = {
     "ok.yml": """
@@ -31,6 +41,32 @@ PLAYS = {
     - name: Sleep
       ansible.builtin.command: sleep 120
       changed_when: false
+""",
+    # What the vllm role's download task does with the controller's HF_TOKEN, inside no_log
+    "token.yml": """
+- name: Read the token the controller handed over
+  hosts: all
+  gather_facts: true
+  tasks:
+    - name: Compare the token with its digest
+      ansible.builtin.copy:
+        content: "{{ {'digest_matches': lookup('ansible.builtin.file', _file) | hash('sha256')
+                                          == expected_digest,
+                      'file': _file, 'hf_token_env': lookup('ansible.builtin.env', 'HF_TOKEN')} | to_json }}"
+        dest: "{{ marker_path }}"
+        mode: "0600"
+      vars:
+        _file: "{{ lookup('ansible.builtin.env', 'KVOFFLOAD_HF_TOKEN_FILE') }}"
+      no_log: true
+      diff: false
+""",
+    "broken.yml": """
+- name: A play with a YAML error
+  hosts: all
+  tasks:
+    - name: Say: hello
+      ansible.builtin.debug:
+        msg: hi
 """,
     "fail.yml": """
 - name: Fail on purpose
@@ -83,6 +119,9 @@ def test_check_mode_changes_nothing(ansible_home: Path, tmp_path: Path) -> None:
     result = runner.run("ok.yml", {"marker_text": "x", "marker_path": str(marker)}, check=True)
     assert result.total_changed == 1
     assert not marker.exists()
+    # --check always comes with --diff (tasks that handle a secret set diff: false)
+    argv = json.loads((result.artifacts / "command").read_text())["command"]
+    assert "--check" in argv and "--diff" in argv
 
 
 def test_failure_names_host_and_task(ansible_home: Path, tmp_path: Path) -> None:
@@ -92,6 +131,15 @@ def test_failure_names_host_and_task(ansible_home: Path, tmp_path: Path) -> None
     text = str(err.value)
     assert "box1: failed at task 'Refuse the device': refusing /dev/loop9: it holds a filesystem" in text
     assert err.value.result.rc != 0
+
+
+def test_a_playbook_that_does_not_parse_says_why(ansible_home: Path, tmp_path: Path) -> None:
+    runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
+    with pytest.raises(PlaybookFailed) as err:
+        runner.run("broken.yml")
+    assert not err.value.result.failures
+    text = str(err.value)
+    assert "YAML" in text and "broken.yml" in text, text
 
 
 def test_stop_request_kills_ansible_playbook(ansible_home: Path, tmp_path: Path) -> None:
@@ -120,3 +168,67 @@ def test_stop_request_kills_ansible_playbook(ansible_home: Path, tmp_path: Path)
         time.sleep(0.5)
     subprocess.run(["pkill", "-f", "sleep 120"], check=False)
     assert left.stdout.strip() == "", "ansible-playbook or one of its workers outlived the canceled run"
+
+
+def files_holding(root: Path, secret: str) -> list[str]:
+    """Every file under `root` whose name or bytes hold `secret`."""
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and (secret in str(p) or secret.encode() in p.read_bytes())
+    )
+
+
+def test_secret_named_extravars_and_envvars_are_refused(ansible_home: Path, tmp_path: Path) -> None:
+    runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
+    with pytest.raises(ValueError, match="refusing to pass vllm_hf_token"):
+        runner.run("ok.yml", {"vllm_hf_token": CANARY, "marker_path": str(tmp_path / "m")})
+    assert not (tmp_path / "art" / "artifacts").exists()  # refused before anything ran or was written
+    with pytest.raises(ValueError, match="refusing to pass HF_TOKEN"):
+        PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art", envvars={"HF_TOKEN": CANARY})
+
+
+def test_the_secret_name_rule_passes_every_extravar_of_the_campaign(tmp_path: Path) -> None:
+    lab = load_lab(EXAMPLE)
+    names = set()
+    for cell in lab.cells:
+        names |= set(cell_extravars(lab, cell, tmp_path, Wheels(tmp_path / "k.whl", None)))
+    assert "replay_tokenizer" in names  # a token*izer* is no token
+    assert sorted(n for n in names if SECRET_NAME.search(n)) == []
+    assert all(SECRET_NAME.search(n) for n in ("vllm_hf_token", "ansible_become_password", "api_key"))
+
+
+def test_the_controller_hf_token_reaches_the_play_through_memory_only(
+    ansible_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", CANARY)
+    runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
+    marker = tmp_path / "seen.json"
+    digest = hashlib.sha256(CANARY.encode()).hexdigest()
+    result = runner.run("token.yml", {"marker_path": str(marker), "expected_digest": digest}, ident="tok")
+    seen = json.loads(marker.read_text())
+    # the play read the token (the right one), from a file that was this process's memory
+    assert seen["digest_matches"] is True
+    assert seen["file"].startswith(f"/proc/{os.getpid()}/fd/")
+    assert not Path(seen["file"]).exists()  # closed with the run
+    assert seen["hf_token_env"] == ""  # blanked in ansible-playbook's environment
+    # ansible-runner recorded the environment and the facts: the path is there, never the token
+    command = json.loads((result.artifacts / "command").read_text())
+    assert command["env"][HF_TOKEN_FILE_VAR] == seen["file"]
+    assert command["env"]["HF_TOKEN"] == command["env"]["HUGGING_FACE_HUB_TOKEN"] == ""
+    assert list((result.artifacts / "fact_cache").iterdir()), "facts (ansible_env) were cached"
+    assert files_holding(tmp_path / "art", CANARY) == []
+    assert not (tmp_path / "art" / "env").exists() or not list((tmp_path / "art" / "env").iterdir())
+    # the search itself finds a planted copy
+    (tmp_path / "art" / "planted").write_text(f"x{CANARY}y")
+    assert files_holding(tmp_path / "art", CANARY) == ["planted"]
+
+
+def test_without_hf_token_no_file_is_handed_over(
+    ansible_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
+    result = runner.run("ok.yml", {"marker_text": "x", "marker_path": str(tmp_path / "m")}, ident="none")
+    assert HF_TOKEN_FILE_VAR not in json.loads((result.artifacts / "command").read_text())["env"]
