@@ -1,67 +1,277 @@
-"""`kvoffload-lab replay`: replay a dataset against a server and write requests.jsonl + sessions.json."""
+"""`kvoffload-lab replay`: replay a dataset against a server and write requests.jsonl + sessions.json.
+
+Every flag is checked while the command line is parsed (exit 2, argparse's message naming the flag),
+before the dataset is read or the server contacted. Flags that are also campaign keys are checked with
+the campaign model's own constraints and messages (kvoffload/config/campaign.py), so one definition
+drives both; the replay-only flags are defined here. Exit codes come from kvoffload/replay/outcome.py.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import math
+import os
 import signal
 import statistics
 import sys
+import textwrap
 import time
+import types
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from kvoffload import aio
 from kvoffload.errors import UserError
+from kvoffload.replay.outcome import MEANING
 
 log = logging.getLogger("kvoffload.replay")
 
+_WHERE = "kvoffload-lab replay"
+# Warm-ups go out all at once, one connection each: a few are enough to open the path (DESIGN: 4).
+MAX_WARMUP = 1024
+DEFAULT_STALL_TIMEOUT_S = 300.0
 
-def _osl(value: str) -> str:
-    if value != "recorded" and not (value.isdigit() and int(value) > 0):
-        raise argparse.ArgumentTypeError("must be 'recorded' or a positive integer")
-    return value
+
+def _problem(exc: Any, model: Any) -> str:
+    """The campaign loader's wording of the first problem of a pydantic ValidationError, without its key."""
+    from kvoffload.config.errors import format_validation_error, key_path
+
+    line = format_validation_error(exc, _WHERE, "", model).problems[0]
+    return line.removeprefix(f"{_WHERE}: {key_path('', exc.errors()[0]['loc'])}: ")
 
 
-def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
-    return int(value)
+def _as_number(text: str) -> object:
+    """The value a YAML campaign would hold for `text` (3 -> int, 1.5 -> float, else the string)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _constrained(annotation: Any, name: str) -> Callable[[str], Any]:
+    """An argparse type checking one value against `annotation`, a pydantic-constrained type."""
+    base = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+    numeric = base in (int, float)
+
+    def parse(text: str) -> Any:
+        from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+        from kvoffload.config.campaign import Campaign
+
+        try:
+            adapter: TypeAdapter[Any] = TypeAdapter(annotation, config=ConfigDict(strict=True))
+            return adapter.validate_python(_as_number(text) if numeric else text)
+        except ValidationError as exc:
+            raise argparse.ArgumentTypeError(_problem(exc, Campaign)) from None
+
+    parse.__name__ = name  # argparse names the type in its fallback message
+    return parse
+
+
+def _campaign(key: str) -> Callable[[str], Any]:
+    """An argparse type for a flag that is also campaign key `key`: the key's own constraint.
+
+    A list key constrains each item (the field's own metadata, such as `min_length`, is the list's);
+    an optional key its value.
+    """
+
+    def parse(text: str) -> Any:
+        from kvoffload.config.campaign import Campaign
+
+        info = Campaign.model_fields[key]
+        annotation = info.annotation
+        if typing.get_origin(annotation) is list:
+            item = typing.get_args(annotation)[0]
+        else:
+            if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+                annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+            item = Annotated[(annotation, *info.metadata)] if info.metadata else annotation
+        return _constrained(item, key)(text)
+
+    parse.__name__ = key
+    return parse
+
+
+def _osl(text: str) -> int | str:
+    from kvoffload.config.campaign import osl_problem
+
+    value = _as_number(text)
+    problem = osl_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text if value == "recorded" else int(text)
+
+
+def _dataset_code(text: str) -> str:
+    from pydantic import ValidationError
+
+    from kvoffload.config.campaign import DatasetSpec
+
+    try:
+        return DatasetSpec.model_validate({"code": text, "path": "."}).code
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(_problem(exc, DatasetSpec)) from None
+
+
+def _seconds(allow_zero: bool) -> Callable[[str], float]:
+    what = "0 (off) or a positive number of seconds" if allow_zero else "a positive number of seconds"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def _base_url(text: str) -> str:
+    import httpx
+
+    example = "e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1"
+    try:
+        url = httpx.URL(text)
+        port = url.port
+    except httpx.InvalidURL as exc:
+        raise argparse.ArgumentTypeError(f"not a valid URL ({exc}), got {text!r}; {example}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise argparse.ArgumentTypeError(
+            f"must be an http:// or https:// URL with a host, got {text!r}; {example}"
+        )
+    if port is not None and not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range 1-65535, got {text!r}")
+    if url.query or url.fragment:
+        raise argparse.ArgumentTypeError(f"must not carry a query or a fragment, got {text!r}; {example}")
+    return text
+
+
+def _dataset_path(text: str) -> Path:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        raise argparse.ArgumentTypeError(f"{text}: not readable (permission denied)")
+    return path
+
+
+def _output_folder(text: str) -> Path:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    records = path / "requests.jsonl"
+    if records.is_file() and records.stat().st_size > 0:
+        raise argparse.ArgumentTypeError(
+            f"{records} already holds records; give a new folder (results are never overwritten)"
+        )
+    return path
+
+
+def _epilog() -> str:
+    lines = [
+        textwrap.fill(meaning, 100, initial_indent=f"  {int(code):<4} ", subsequent_indent=" " * 7)
+        for code, meaning in MEANING.items()
+    ]
+    return "exit status:\n" + "\n".join(lines)
 
 
 def register(sub: Any) -> None:
+    from pydantic import Field, PositiveInt
+
+    description = (
+        "Closed-loop replay: CONCURRENCY slots each replay one virtual user (a chunk of exactly "
+        "NUM_ROUNDS consecutive recorded calls, teacher-forced history) and then take the next, until "
+        "the pool, --max-sessions or --duration is exhausted. Writes OUTPUT/requests.jsonl (one line per "
+        "request) and OUTPUT/sessions.json (session counts). A stall (requests in flight and nothing "
+        "arriving for --stall-timeout seconds) stops the run; Ctrl-C stops cleanly, keeping every "
+        "finished record."
+    )
     p = sub.add_parser(
         "replay",
         help="replay recorded multi-turn conversations against an OpenAI-compatible server",
-        description=(
-            "Closed-loop replay: CONCURRENCY slots each replay one virtual user (a chunk of exactly "
-            "NUM_ROUNDS consecutive recorded calls, teacher-forced history) and then take the next, until "
-            "the pool, --max-sessions or --duration is exhausted. Writes OUTPUT/requests.jsonl (one line per "
-            "request) and OUTPUT/sessions.json (session counts). Ctrl-C stops cleanly, keeping every "
-            "finished record."
-        ),
+        description=textwrap.fill(description, 100),
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from kvoffload.datasets import DATASET_CODES
 
-    p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000 (or .../v1)")
-    p.add_argument("--model", required=True, help="served model name; also the default tokenizer path")
-    p.add_argument("--dataset-code", required=True, choices=DATASET_CODES, help="dataset loader")
-    p.add_argument("--dataset", required=True, type=Path, help="dataset file or folder")
-    p.add_argument("--concurrency", required=True, type=_positive, help="number of concurrent users (slots)")
-    p.add_argument("--num-rounds", required=True, type=_positive, help="calls per virtual user")
-    p.add_argument("--output", required=True, type=Path, help="folder for requests.jsonl and sessions.json")
-    p.add_argument("--isl", type=_positive, help="drop users whose deepest context exceeds this many tokens")
+    positive = _constrained(PositiveInt, "positive integer")
+    p.add_argument(
+        "--base-url",
+        required=True,
+        type=_base_url,
+        help="server root, e.g. http://127.0.0.1:8000 (or .../v1)",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        type=_campaign("model"),
+        help="served model name; also the default tokenizer path",
+    )
+    p.add_argument(
+        "--dataset-code",
+        required=True,
+        type=_dataset_code,
+        metavar="{" + ",".join(DATASET_CODES) + "}",
+        help="dataset loader",
+    )
+    p.add_argument("--dataset", required=True, type=_dataset_path, help="dataset file or folder")
+    p.add_argument(
+        "--concurrency",
+        required=True,
+        type=_campaign("concurrency"),
+        help="number of concurrent users (slots)",
+    )
+    p.add_argument("--num-rounds", required=True, type=_campaign("num_rounds"), help="calls per virtual user")
+    p.add_argument(
+        "--output", required=True, type=_output_folder, help="folder for requests.jsonl and sessions.json"
+    )
+    p.add_argument(
+        "--isl", type=_campaign("isl"), help="drop users whose deepest context exceeds this many tokens"
+    )
     p.add_argument("--osl", type=_osl, default="recorded", help="max_tokens: 'recorded' (default) or an int")
-    p.add_argument("--max-sessions", type=_positive, help="replay at most this many virtual users")
-    p.add_argument("--duration", type=float, help="stop starting new rounds after this many seconds")
+    p.add_argument(
+        "--max-sessions", type=_campaign("max_sessions"), help="replay at most this many virtual users"
+    )
+    p.add_argument(
+        "--duration", type=_campaign("duration_s"), help="stop starting new rounds after this many seconds"
+    )
     p.add_argument(
         "--tokenizer", help="local tokenizer folder for --isl (default: --model; fallback if absent)"
     )
-    p.add_argument("--min-chunk-rounds", type=int, help="chunk floor (default: 5, sammshen: none)")
-    p.add_argument("--warmup", type=int, default=4, help="throwaway requests before timing (default 4)")
+    p.add_argument("--min-chunk-rounds", type=positive, help="chunk floor (default: 5, sammshen: none)")
     p.add_argument(
-        "--request-timeout", type=float, default=64800.0, help="seconds per request (default 64800)"
+        "--warmup",
+        type=_constrained(Annotated[int, Field(ge=0, le=MAX_WARMUP)], "warm-up count"),
+        default=4,
+        help=f"throwaway requests before timing (default 4, at most {MAX_WARMUP})",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=_seconds(allow_zero=False),
+        default=64800.0,
+        help="seconds per request (default 64800)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=_seconds(allow_zero=True),
+        default=DEFAULT_STALL_TIMEOUT_S,
+        help="stop the run when requests are in flight and no byte arrived on any of them for this many "
+        "seconds; time with nothing in flight (recorded gaps) never counts "
+        f"(default {DEFAULT_STALL_TIMEOUT_S:g}, 0: off)",
     )
     p.add_argument("--honor-gaps", action="store_true", help="sleep the recorded pre_gap before each round")
     p.add_argument("--agentic-traces", action="store_true", help="accepted for parity; always on")
@@ -70,7 +280,7 @@ def register(sub: Any) -> None:
     g.add_argument("--enable-agentic-tools", action="store_true", help="declare the tools the history calls")
     g.add_argument("--ask-mode", action="store_true", help="tool_choice auto with declared tools")
     g.add_argument("--sanitize-harmony-tokens", action="store_true", help="strip harmony tokens from history")
-    g.add_argument("--agentic-max-attempts", type=_positive, default=1, help="attempts per request")
+    g.add_argument("--agentic-max-attempts", type=positive, default=1, help="attempts per request")
     p.set_defaults(func=run)
 
 
@@ -120,15 +330,25 @@ class _Display:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvoffload.config.campaign import rounds_problem
     from kvoffload.datasets import chunk_floor, load_dataset
-    from kvoffload.replay.records import SessionCounts
+    from kvoffload.replay.outcome import exit_code, verdict
+    from kvoffload.replay.records import ResultsUnwritable, SessionCounts
     from kvoffload.replay.requests import RequestOptions
     from kvoffload.replay.runner import ReplayConfig, ReplayRunner
     from kvoffload.replay.users import select_users
     from kvoffload.tokenizer import load_tokenizer
 
-    sessions = load_dataset(args.dataset_code, args.dataset)
     floor = args.min_chunk_rounds if args.min_chunk_rounds is not None else chunk_floor(args.dataset_code)
+    code = (
+        args.dataset_code
+        if args.min_chunk_rounds is None
+        else f"{args.dataset_code} with --min-chunk-rounds {floor}"
+    )
+    problem = rounds_problem(args.num_rounds, code, floor, code_key="--dataset-code")
+    if problem is not None:
+        raise UserError(f"argument --num-rounds: {problem}")
+    sessions = load_dataset(args.dataset_code, args.dataset)
     tokenizer = load_tokenizer(args.tokenizer or args.model) if args.isl else None
     pool = select_users(
         sessions,
@@ -178,6 +398,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         honor_gaps=args.honor_gaps,
         max_attempts=args.agentic_max_attempts,
+        stall_timeout_s=args.stall_timeout,
     )
     counts = SessionCounts(
         requested_concurrency=args.concurrency,
@@ -194,11 +415,18 @@ def run(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, runner.stop)
             await runner.run()
 
-        aio.run(main())
+        try:
+            aio.run(main())
+        except ResultsUnwritable as exc:  # sessions.json itself could not be written
+            counts.stopped_by, counts.stop_reason = "results", str(exc.strerror)
     print(
         f"replay: {counts.achieved_sessions} sessions ({counts.complete} complete, {counts.incomplete} "
         f"incomplete, {counts.error} error), {counts.requests} requests, {counts.failed_requests} failed, "
         f"{counts.duration_s:.1f} s -> {args.output}",
         file=sys.stderr,
     )
-    return 130 if counts.interrupted else 0
+    status = exit_code(counts)
+    message = verdict(counts)
+    if message is not None:  # the last line: what the replay role and the campaign show
+        print(f"kvoffload-lab: {message} (exit {int(status)})", file=sys.stderr)
+    return int(status)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +29,7 @@ from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.metrics.gpu import GpuTool, parse_gpu_output, run_gpu_tool
 from kvoffload.metrics.samples import Sample
 
@@ -102,24 +101,9 @@ def render_textfile(poll: Poll) -> str:
 
 
 def write_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `text` atomically: a hidden temporary file in the same folder, fsync, rename.
-
-    The temporary name starts with a dot and does not end in `.prom`, so the textfile collector never
-    reads it; a failure removes it and raises OSError.
-    """
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), mode)  # mkstemp creates 0600; node-exporter runs as another user
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    """Replace `path` with `text` atomically (kvoffload.atomic). The temporary name starts with a dot
+    and does not end in `.prom`, so the textfile collector never reads it."""
+    write_text_atomic(path, text, mode)
 
 
 def poll_gpu(

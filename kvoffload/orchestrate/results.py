@@ -15,16 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.config import Cell
 
 DONE = "DONE"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    """Write JSON whole or not at all (kvoffload.atomic), so a reader never sees half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 class CampaignResults:

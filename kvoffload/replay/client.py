@@ -28,6 +28,7 @@ import httpx
 
 from kvoffload.replay.netstamp import StampedStream
 from kvoffload.replay.records import Status
+from kvoffload.replay.watchdog import Activity
 
 # How long to wait for the end of a response body after `[DONE]` before giving up on its connection.
 DRAIN_S = 1.0
@@ -135,12 +136,19 @@ async def _chunked(body: bytes) -> AsyncIterator[bytes]:
 
 
 async def stream_chat(
-    client: httpx.AsyncClient, url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float
+    client: httpx.AsyncClient,
+    url: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    timeout_s: float,
+    activity: Activity | None = None,
 ) -> StreamResult:
     """POST a streaming chat completion and time it; never raises for server or network failures.
 
     The body is encoded and the request built before the clock starts, so TTFT does not include our own
-    JSON encoding of a long history; raw bytes are split into SSE lines without text decoding.
+    JSON encoding of a long history; raw bytes are split into SSE lines without text decoding. With an
+    `activity` (the stall watchdog's), the request reports every chunk it reads, and a watchdog abort
+    ends it as a `timeout` whose error is the abort's reason.
     """
     marks: dict[str, float] = {}
 
@@ -168,54 +176,65 @@ async def stream_chat(
     error: str | None = None
     replica: str | None = None
     try:
-        async with asyncio.timeout(timeout_s):
-            resp = await client.send(request, stream=True)
-            t0 = marks.get("t0", t0)
+        async with asyncio.timeout(timeout_s) as deadline:
+            if activity is not None:
+                activity.begin(deadline)
             try:
-                http_status = resp.status_code
-                replica = next((resp.headers[h] for h in REPLICA_HEADERS if h in resp.headers), None)
-                if resp.status_code != 200:
-                    return StreamResult(
-                        t_wall, None, time.perf_counter() - t0, None, None, None, None, "error",
-                        resp.status_code, _error_text(await resp.aread()), replica,
-                    )  # fmt: skip
-                # The read that produced a chunk is the stream's latest read: httpcore reads again
-                # only when asked for the next chunk.
-                stream = resp.extensions.get("network_stream")
-                stamped = stream if isinstance(stream, StampedStream) else None
-                buffer = b""
-                done = False
-                chunks = resp.aiter_raw()
-                async for raw in chunks:
-                    now = stamped.last_rx if stamped is not None else time.perf_counter()
-                    buffer += raw
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            done, t_end = True, now
+                resp = await client.send(request, stream=True)
+                t0 = marks.get("t0", t0)
+                if activity is not None:
+                    activity.touch()
+                try:
+                    http_status = resp.status_code
+                    replica = next((resp.headers[h] for h in REPLICA_HEADERS if h in resp.headers), None)
+                    if resp.status_code != 200:
+                        return StreamResult(
+                            t_wall, None, time.perf_counter() - t0, None, None, None, None, "error",
+                            resp.status_code, _error_text(await resp.aread()), replica,
+                        )  # fmt: skip
+                    # The read that produced a chunk is the stream's latest read: httpcore reads again
+                    # only when asked for the next chunk.
+                    stream = resp.extensions.get("network_stream")
+                    stamped = stream if isinstance(stream, StampedStream) else None
+                    buffer = b""
+                    done = False
+                    chunks = resp.aiter_raw()
+                    async for raw in chunks:
+                        now = stamped.last_rx if stamped is not None else time.perf_counter()
+                        if activity is not None:
+                            activity.touch()
+                        buffer += raw
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            if not line.startswith(b"data:"):
+                                continue
+                            data = line[5:].strip()
+                            if data == b"[DONE]":
+                                done, t_end = True, now
+                                break
+                            if b'"usage"' in data:
+                                found = _usage(data)
+                                if found is not None:
+                                    usage = found
+                                if b'"choices":[]' in data.replace(b" ", b""):
+                                    continue  # the usage-only chunk carries no token
+                            if t_first is None:
+                                if _has_token(data):
+                                    t_first = t_last = now
+                            else:
+                                t_last = now
+                        if done:
                             break
-                        if b'"usage"' in data:
-                            found = _usage(data)
-                            if found is not None:
-                                usage = found
-                            if b'"choices":[]' in data.replace(b" ", b""):
-                                continue  # the usage-only chunk carries no token
-                        if t_first is None:
-                            if _has_token(data):
-                                t_first = t_last = now
-                        else:
-                            t_last = now
                     if done:
-                        break
-                if done:
-                    await _drain(resp, chunks)
+                        await _drain(resp, chunks)
+                finally:
+                    await resp.aclose()
             finally:
-                await resp.aclose()
+                if activity is not None:
+                    activity.end(deadline)
     except TimeoutError:
-        status, error = "timeout", f"no complete answer within {timeout_s:g} s"
+        aborted = activity.abort_reason if activity is not None else None
+        status, error = "timeout", aborted or f"no complete answer within {timeout_s:g} s"
     except httpx.HTTPError as exc:
         status, error = "error", f"{type(exc).__name__}: {exc}"[:500]
     # The answer ends at `[DONE]`'s arrival (what follows is the body's framing, drained above).

@@ -35,7 +35,7 @@ class ReplaySpec:
     isl: int | None = None
     osl: str = "recorded"
     max_sessions: int | None = None
-    duration_s: float | None = None
+    duration_s: int | None = None  # whole seconds, as the campaign's duration_s
     tokenizer: str | None = None
     min_chunk_rounds: int = 5
 
@@ -51,7 +51,7 @@ def fixed_flags(spec: ReplaySpec) -> list[str]:
     if spec.dataset_code != "sammshen":
         flags += ["--min-chunk-rounds", str(spec.min_chunk_rounds)]
     if spec.duration_s is not None:
-        flags += ["--duration", f"{spec.duration_s:g}"]
+        flags += ["--duration", str(spec.duration_s)]
     if is_gpt_oss(spec.model):
         flags += list(GPT_OSS_FLAGS)
     return flags

@@ -1,14 +1,20 @@
 """The closed-loop replay: `concurrency` slots, each replaying one virtual user's rounds in order, then
-taking the next user, until the pool, `--duration` or a stop request ends it (DESIGN.md section 6).
+taking the next user, until the pool, `--duration`, the stall watchdog or a stop request ends it
+(DESIGN.md section 6).
 
 Records are appended to requests.jsonl as each request finishes (flushed), so an interrupted run keeps
-every finished record; sessions.json is written at the end, also after an interruption. The runner does
-no printing: it reports progress through a callback that the CLI renders.
+every finished record; sessions.json is written at the end, also after an interruption, a stall or
+failed warm-ups. Nothing fails silently: a user whose replay raises is logged with its traceback and
+counted as an error session while its slot goes on with the next user; a run whose in-flight requests
+all go quiet is stopped by the watchdog (watchdog.py), those requests recorded as failed with the
+reason. `outcome.exit_code` turns the counts into the CLI's exit status. The runner does no printing:
+it reports progress through a callback that the CLI renders.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -16,16 +22,17 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 import httpx
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.datasets import VirtualUser
 from kvoffload.errors import UserError
-from kvoffload.replay.client import stream_chat
+from kvoffload.replay.client import StreamResult, stream_chat
 from kvoffload.replay.netstamp import stamped_client
-from kvoffload.replay.records import RequestRecord, SessionCounts
+from kvoffload.replay.records import RecordLog, RequestRecord, ResultsUnwritable, SessionCounts
 from kvoffload.replay.requests import RequestOptions, build_payload, warmup_payload
+from kvoffload.replay.watchdog import Activity, watch
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,7 @@ class ReplayConfig:
     duration_s: float | None = None
     honor_gaps: bool = False
     max_attempts: int = 1
+    stall_timeout_s: float = 300.0  # 0: no stall watchdog
 
 
 @dataclass
@@ -57,6 +65,11 @@ class Progress:
     elapsed_s: float = 0.0
     last_ttft_s: float | None = None
     ttfts: deque[float] = field(default_factory=lambda: deque(maxlen=200))  # recent, for the display
+
+
+def _failure(result: StreamResult) -> str:
+    http = f"HTTP {result.http_status}: " if result.http_status is not None else ""
+    return f"{http}{result.error}"
 
 
 def chat_url(base_url: str) -> str:
@@ -81,20 +94,57 @@ class ReplayRunner:
         self._on_progress = on_progress or (lambda _p: None)
         self._next = 0
         self._no_new_rounds = False
+        self._stopping = asyncio.Event()  # wakes users waiting out a recorded gap
         self._tasks: list[asyncio.Task[None]] = []
         self._t0 = 0.0
         self._url = chat_url(config.base_url)
+        self.activity = Activity()
+
+    def _halt(self) -> None:
+        """Start no new round (a round already sent runs to its end unless aborted or cancelled)."""
+        self._no_new_rounds = True
+        self._stopping.set()
 
     def stop(self) -> None:
         """Interrupt: cancel in-flight requests; finished records are already on disk."""
         self.counts.interrupted = True
         self.counts.stopped_by = "interrupt"
-        self._no_new_rounds = True
+        self._halt()
         for task in self._tasks:
             task.cancel()
 
+    def _on_stall(self, reason: str) -> None:
+        if self.counts.interrupted:
+            return
+        self.counts.stopped_by = "stall"
+        self.counts.stop_reason = reason
+        log.error(
+            "stall watchdog: %s; stopping the replay, in-flight requests are recorded as failed", reason
+        )
+        self._halt()
+        self.activity.abort(reason)
+
+    def _on_unwritable(self, exc: ResultsUnwritable) -> None:
+        """The results cannot be written: stop everything; what is on disk is whole records."""
+        if self.counts.stopped_by == "results":
+            return
+        self.counts.stopped_by = "results"
+        self.counts.stop_reason = exc.strerror
+        log.error("%s; stopping the replay", exc.strerror)
+        self._halt()
+        self.activity.abort(str(exc.strerror))
+
+    def _note_error(self, error: str) -> None:
+        if self.counts.first_error is None:
+            self.counts.first_error = error[:500]
+
     def _prepare_output(self) -> Path:
-        self.config.output.mkdir(parents=True, exist_ok=True)
+        try:
+            self.config.output.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(
+                f"--output {self.config.output}: cannot create the folder ({exc.strerror})"
+            ) from None
         path = self.config.output / "requests.jsonl"
         if path.exists() and path.stat().st_size > 0:
             raise UserError(
@@ -106,7 +156,8 @@ class ReplayRunner:
         self.progress.elapsed_s = time.monotonic() - self._t0
         self._on_progress(self.progress)
 
-    async def _warmup(self, client: httpx.AsyncClient) -> None:
+    async def _warmup(self, client: httpx.AsyncClient) -> bool:
+        """Send the warm-ups; False (with `counts` saying why) when the replay cannot go on."""
         nonce = uuid.uuid4().hex
         results = await asyncio.gather(
             *(
@@ -116,10 +167,13 @@ class ReplayRunner:
                     warmup_payload(self.config.request.model, i, nonce),
                     {"x-user-id": f"warmup-{nonce[:8]}-{i}"},
                     self.config.request_timeout_s,
+                    self.activity,
                 )
                 for i in range(self.config.warmup)
             )
         )
+        if self.counts.stopped_by == "stall":
+            return False
         failed = [r for r in results if r.status != "ok"]
         if failed and len(failed) < len(results):
             log.warning(
@@ -127,18 +181,28 @@ class ReplayRunner:
                 len(failed), len(results), failed[0].error,
             )  # fmt: skip
         elif failed:
-            first = failed[0]
-            raise UserError(
-                f"{self._url}: all {len(results)} warm-up requests failed "
-                f"(HTTP {first.http_status}: {first.error}); check --base-url and --model"
+            first = _failure(failed[0])
+            self._note_error(first)
+            self.counts.stopped_by = "warmup"
+            self.counts.stop_reason = (
+                f"{self._url}: all {len(results)} warm-up requests failed ({first}); "
+                "check --base-url and --model"
             )
+            log.error("%s; nothing was replayed", self.counts.stop_reason)
+            return False
+        return True
 
-    async def _send(self, client: httpx.AsyncClient, user: VirtualUser, rnd: int, out: TextIO) -> bool:
+    async def _send(self, client: httpx.AsyncClient, user: VirtualUser, rnd: int, out: RecordLog) -> bool:
         call = user.calls[rnd - 1]
         payload = build_payload(call, self.config.request)
         for attempt in range(1, self.config.max_attempts + 1):
             result = await stream_chat(
-                client, self._url, payload, {"x-user-id": user.user_id}, self.config.request_timeout_s
+                client,
+                self._url,
+                payload,
+                {"x-user-id": user.user_id},
+                self.config.request_timeout_s,
+                self.activity,
             )
             record = RequestRecord(
                 user_id=user.user_id,
@@ -148,8 +212,11 @@ class ReplayRunner:
                 request_id=uuid.uuid4().hex[:16],
                 **asdict(result),  # the measurements, field for field
             )
-            out.write(record.to_json() + "\n")
-            out.flush()
+            try:
+                out.append(record)
+            except ResultsUnwritable as exc:
+                self._on_unwritable(exc)
+                raise
             self.counts.requests += 1
             self.progress.requests += 1
             if result.status == "ok":
@@ -160,11 +227,19 @@ class ReplayRunner:
                 return True
             self.counts.failed_requests += 1
             self.progress.failed += 1
+            self._note_error(_failure(result))
             self._tick()
             log.warning("user %s round %d attempt %d failed: %s", user.user_id, rnd, attempt, result.error)
+            if self.activity.abort_reason is not None:
+                break  # stalled: no retry
         return False
 
-    async def _run_user(self, client: httpx.AsyncClient, user: VirtualUser, out: TextIO) -> None:
+    async def _pause(self, seconds: float) -> None:
+        """Wait a recorded gap, or less when the run stops meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _run_user(self, client: httpx.AsyncClient, user: VirtualUser, out: RecordLog) -> None:
         self.counts.achieved_sessions += 1
         self.progress.users_started += 1
         self.progress.active += 1
@@ -175,13 +250,28 @@ class ReplayRunner:
                     outcome = "incomplete"
                     return
                 if self.config.honor_gaps and rnd > 1 and user.calls[rnd - 1].pre_gap > 0:
-                    await asyncio.sleep(user.calls[rnd - 1].pre_gap)
+                    await self._pause(user.calls[rnd - 1].pre_gap)
+                    if self._no_new_rounds:
+                        outcome = "incomplete"
+                        return
                 if not await self._send(client, user, rnd, out):
                     outcome = "error"
                     return
         except asyncio.CancelledError:
             outcome = "incomplete"
             raise
+        except ResultsUnwritable:
+            outcome = "incomplete"  # cut by the stop; said once by _on_unwritable
+        except Exception as exc:
+            # A bug or an unexpected input in the client (the request could not even be built, a record
+            # could not be written): this user is an error session; the slot goes on with the next one.
+            outcome = "error"
+            self.counts.exceptions += 1
+            self._note_error(f"{type(exc).__name__}: {exc}")
+            log.exception(
+                "user %s: the replay client raised; counted as an error session, the run goes on",
+                user.user_id,
+            )
         finally:
             self.progress.active -= 1
             self.progress.users_done += 1
@@ -193,7 +283,7 @@ class ReplayRunner:
                 self.counts.incomplete += 1
             self._tick()
 
-    async def _slot(self, client: httpx.AsyncClient, out: TextIO) -> None:
+    async def _slot(self, client: httpx.AsyncClient, out: RecordLog) -> None:
         while not self._no_new_rounds and self._next < len(self.users):
             user = self.users[self._next]
             self._next += 1
@@ -202,35 +292,49 @@ class ReplayRunner:
     async def _deadline(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
         if not self._no_new_rounds:
-            self._no_new_rounds = True
             self.counts.stopped_by = "duration"
+            self._halt()
+
+    async def _replay(self, client: httpx.AsyncClient, out: RecordLog, slots: int) -> None:
+        self._t0 = time.monotonic()
+        self._tasks = [asyncio.create_task(self._slot(client, out)) for _ in range(slots)]
+        deadline = (
+            asyncio.create_task(self._deadline(self.config.duration_s)) if self.config.duration_s else None
+        )
+        try:
+            results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+        for result in results:
+            if isinstance(result, Exception):  # outside any user (users catch their own): still said
+                self._note_error(f"{type(result).__name__}: {result}")
+                log.error("a replay slot ended on an exception", exc_info=result)
 
     async def run(self) -> SessionCounts:
         path = self._prepare_output()
+        # Slots beyond the pool would add no load (the CLI warns about them): none is started.
+        slots = min(self.config.concurrency, len(self.users))
         limits = httpx.Limits(
-            max_connections=self.config.concurrency + self.config.warmup, max_keepalive_connections=None
+            max_connections=max(1, slots + self.config.warmup), max_keepalive_connections=None
         )
         timeout = httpx.Timeout(self.config.request_timeout_s, connect=30.0)
         self._t0 = time.monotonic()
-        async with stamped_client(limits=limits, timeout=timeout) as client:
-            if self.config.warmup:
-                await self._warmup(client)
-            self._t0 = time.monotonic()
-            with path.open("a", encoding="utf-8") as out:
-                self._tasks = [
-                    asyncio.create_task(self._slot(client, out)) for _ in range(self.config.concurrency)
-                ]
-                deadline = (
-                    asyncio.create_task(self._deadline(self.config.duration_s))
-                    if self.config.duration_s
-                    else None
-                )
-                try:
-                    await asyncio.gather(*self._tasks, return_exceptions=True)
-                finally:
-                    if deadline is not None:
-                        deadline.cancel()
-                    self.counts.duration_s = round(time.monotonic() - self._t0, 3)
-                    (self.config.output / "sessions.json").write_text(self.counts.to_json() + "\n")
-                    self._tick()
+        stall = self.config.stall_timeout_s
+        watchdog = asyncio.create_task(watch(self.activity, stall, self._on_stall)) if stall > 0 else None
+        try:
+            async with stamped_client(limits=limits, timeout=timeout) as client:
+                with RecordLog(path) as out:
+                    if not self.config.warmup or await self._warmup(client):
+                        await self._replay(client, out, slots)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            self.counts.duration_s = round(time.monotonic() - self._t0, 3)
+            sessions = self.config.output / "sessions.json"
+            try:
+                write_text_atomic(sessions, self.counts.to_json() + "\n")
+            except OSError as exc:
+                raise ResultsUnwritable(exc.errno, f"cannot write {sessions}: {exc.strerror}") from exc
+            self._tick()
         return self.counts

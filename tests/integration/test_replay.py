@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from kvoffload.cli.main import main
+from kvoffload.replay.outcome import ExitCode
 from tests.support.procs import ROOT, sse_server
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,7 @@ def test_failing_user_is_counted_as_error(tmp_path: Path) -> None:
     with sse_server("--ttft", "0.01", "--itl", "0.001", "--fail-user", "s1:") as url:
         rc = main(["replay", "--base-url", url, "--model", "tiny", "--dataset-code", "generic", "--dataset",
                    str(data), "--concurrency", "3", "--num-rounds", "5", "--output", str(out)])  # fmt: skip
-    assert rc == 0
+    assert rc == ExitCode.SOME_FAILED  # a completed replay whose failures are counted
     recs = _records(out)
     failed = [r for r in recs if r["status"] != "ok"]
     assert [(r["user_id"], r["round"], r["http_status"]) for r in failed] == [("s1:0", 1, 500)]
@@ -113,7 +114,7 @@ def test_isl_depth_filter_and_max_sessions(tmp_path: Path, capsys: pytest.Captur
         assert main([*base, "--max-sessions", "1", "--output", str(tmp_path / "b")]) == 0
         assert main([*base, "--num-rounds", "3", "--output", str(tmp_path / "c")]) == 2
     assert len(_records(tmp_path / "b")) == 5
-    assert "yields no virtual users" in capsys.readouterr().err
+    assert "argument --num-rounds: 3 is below the minimum chunk length 5" in capsys.readouterr().err
 
 
 def test_refuses_to_overwrite_and_bad_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,10 +124,14 @@ def test_refuses_to_overwrite_and_bad_server(tmp_path: Path, capsys: pytest.Capt
     (out / "requests.jsonl").write_text("{}\n")
     args = ["replay", "--model", "m", "--dataset-code", "generic", "--dataset", str(data),
             "--concurrency", "1", "--num-rounds", "5", "--output"]  # fmt: skip
-    assert main([*args, str(out), "--base-url", "http://127.0.0.1:9"]) == 2
-    assert "already holds records" in capsys.readouterr().err
-    assert main([*args, str(tmp_path / "new"), "--base-url", "http://127.0.0.1:9"]) == 2
-    assert "warm-up requests failed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # checked as the flags are parsed
+        main([*args, str(out), "--base-url", "http://127.0.0.1:9"])
+    assert refused.value.code == 2
+    assert "argument --output: " in capsys.readouterr().err
+    assert main([*args, str(tmp_path / "new"), "--base-url", "http://127.0.0.1:9"]) == ExitCode.ALL_FAILED
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "all 4 warm-up requests failed" in last and last.endswith("(exit 4)")
+    assert json.loads((tmp_path / "new" / "sessions.json").read_text())["stopped_by"] == "warmup"
 
 
 def test_ctrl_c_keeps_finished_records(tmp_path: Path) -> None:
@@ -162,12 +167,120 @@ def test_ctrl_c_keeps_finished_records(tmp_path: Path) -> None:
 def test_duration_stops_new_rounds(tmp_path: Path) -> None:
     data = _dataset(tmp_path, sessions=6, calls=10)
     out = tmp_path / "out"
+    # A round takes at least 0.17 s (first token after 0.1 s, 8 tokens 0.01 s apart): 10 take over 1 s.
     with sse_server("--ttft", "0.1", "--itl", "0.01") as url:
         rc = main(["replay", "--base-url", url, "--model", "m", "--dataset-code", "generic", "--dataset",
                    str(data), "--concurrency", "2", "--num-rounds", "10", "--output", str(out),
-                   "--duration", "0.5", "--warmup", "0"])  # fmt: skip
+                   "--duration", "1", "--warmup", "0"])  # fmt: skip
     assert rc == 0
     counts = json.loads((out / "sessions.json").read_text())
     assert counts["stopped_by"] == "duration"
     assert counts["incomplete"] == 2 and counts["complete"] == 0
     assert len(_records(out)) < 20
+
+
+def test_stalled_server_exits_5_with_its_reason_and_no_traceback(tmp_path: Path) -> None:
+    """The server sends the role chunk and then nothing: the watchdog, not the 18 h timeout, ends it."""
+    data = _dataset(tmp_path)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "3600") as url:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
+             "--dataset-code", "generic", "--dataset", str(data), "--concurrency", "2", "--num-rounds", "5",
+             "--output", str(out), "--stall-timeout", "1"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == ExitCode.STALLED, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("kvoffload-lab: replay stalled: no byte arrived on any of the 4 requests")
+    counts = json.loads((out / "sessions.json").read_text())
+    assert counts["stopped_by"] == "stall" and counts["requests"] == 0  # stalled in the warm-ups
+
+
+_ROLE_PLAYBOOK = """
+- name: Run the replay role's run tasks with a stand-in kvoffload-lab
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Replay, and say how it went
+      block:
+        - name: The role's run tasks
+          ansible.builtin.include_role:
+            name: replay
+            tasks_from: run
+        - name: Completed
+          ansible.builtin.copy:
+            content: completed
+            dest: "{{ outcome_file }}"
+            mode: "0644"
+      rescue:
+        - name: Failed
+          ansible.builtin.copy:
+            content: "{{ ansible_failed_task.name }}\\n{{ ansible_failed_result.msg }}"
+            dest: "{{ outcome_file }}"
+            mode: "0644"
+"""
+
+
+def test_replay_role_completes_on_some_failed_and_fails_with_the_verdict_otherwise(tmp_path: Path) -> None:
+    """roles/replay/tasks/run.yml against a stand-in replay exiting 0, 3, 4 and 5 (async, polled)."""
+    hosts: dict[str, dict[str, object]] = {}
+    for rc in (0, 3, 4, 5):
+        venv = tmp_path / f"venv{rc}"
+        (venv / "bin").mkdir(parents=True)
+        fake = venv / "bin" / "kvoffload-lab"
+        fake.write_text(
+            "#!/bin/sh\n"
+            f'printf "%s\\n" "$@" > {tmp_path}/argv{rc}\n'
+            'echo "INFO a log line" >&2\n'
+            f'[ {rc} -eq 0 ] || echo "kvoffload-lab: the verdict of exit {rc}" >&2\n'
+            f"exit {rc}\n"
+        )
+        fake.chmod(0o755)
+        hosts[f"rc{rc}"] = {
+            "kvoffload_venv": str(venv),
+            "outcome_file": str(tmp_path / f"outcome{rc}"),
+            "replay_remote_root": str(tmp_path / f"cells{rc}"),
+        }
+    inventory = {
+        "all": {
+            "hosts": hosts,
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+                "ansible_become": False,  # no sudo here; the replay user is root
+                "replay_user": "root",
+                "replay_cell_id": "cell1",
+                "replay_controller_dir": str(tmp_path / "controller"),
+                "replay_dataset_code": "generic",
+                "replay_dataset_path": "/data/set.jsonl",
+                "replay_extra_args": ["--warmup", "4"],
+            },
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(_ROLE_PLAYBOOK)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_ASYNC_DIR": str(tmp_path / "ansible-async"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+         str(tmp_path / "play.yml")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    outcome = {rc: (tmp_path / f"outcome{rc}").read_text() for rc in (0, 3, 4, 5)}
+    assert outcome[0] == outcome[3] == "completed"
+    for rc in (4, 5):
+        task, message = outcome[rc].split("\n", 1)
+        assert task == "Fail the cell unless the replay completed"
+        assert message.strip() == f"kvoffload-lab replay exited {rc}: kvoffload-lab: the verdict of exit {rc}"
+    argv = (tmp_path / "argv3").read_text().splitlines()
+    assert argv[:3] == ["replay", "--base-url", "http://127.0.0.1:8000"]
+    assert argv[-4:] == ["--warmup", "4", "--output", str(tmp_path / "cells3" / "cell1")]

@@ -1,0 +1,210 @@
+"""The runner never fails silently: a raising user, a stalled server, failed warm-ups, recorded gaps."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvoffload.datasets import Call, VirtualUser
+from kvoffload.replay.outcome import ExitCode, exit_code
+from kvoffload.replay.records import SessionCounts
+from kvoffload.replay.requests import RequestOptions, build_payload
+from kvoffload.replay.runner import ReplayConfig, ReplayRunner
+from tests.unit.replay.loopback import HANG_S, records, serving, sessions, sse_app, users
+
+GUARD_S = 60.0  # a hang guard only: every scenario ends in well under a second or two
+
+
+def _replay(out: Path, pool: tuple[VirtualUser, ...], app: Any, **options: Any) -> SessionCounts:
+    """Run a replay of `pool` (warm-ups off unless asked) against `app` served on loopback."""
+
+    async def scenario() -> SessionCounts:
+        async with serving(app) as url:
+            config = ReplayConfig(
+                base_url=url,
+                concurrency=options.pop("concurrency", 2),
+                num_rounds=len(pool[0].calls),
+                output=out,
+                request=RequestOptions(model="m"),
+                warmup=options.pop("warmup", 0),
+                **options,
+            )
+            counts = SessionCounts(
+                requested_concurrency=config.concurrency,
+                num_rounds=config.num_rounds,
+                virtual_users_available=len(pool),
+            )
+            return await asyncio.wait_for(ReplayRunner(config, pool, counts).run(), GUARD_S)
+
+    return asyncio.run(scenario())
+
+
+def test_a_user_that_raises_is_an_error_session_and_its_slot_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+
+    def build(call: Call, opts: RequestOptions) -> dict[str, Any]:
+        if call.session_id == "s1":
+            raise ValueError("cannot build this request")
+        return build_payload(call, opts)
+
+    monkeypatch.setattr("kvoffload.replay.runner.build_payload", build)
+    out = tmp_path / "out"
+    # One slot: the users after the one that raises must still be replayed by that same slot.
+    with caplog.at_level(logging.ERROR, logger="kvoffload.replay.runner"):
+        counts = _replay(out, users(3, 2), sse_app(), concurrency=1)
+
+    assert (counts.achieved_sessions, counts.complete, counts.error, counts.exceptions) == (3, 2, 1, 1)
+    assert (counts.requests, counts.failed_requests) == (4, 0)
+    assert counts.first_error == "ValueError: cannot build this request"
+    assert sorted({str(r["user_id"]) for r in records(out)}) == ["s0:0", "s2:0"]
+    assert sessions(out)["error"] == 1 and sessions(out)["exceptions"] == 1
+    logged = [r for r in caplog.records if "s1:0" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None  # with its traceback
+    assert logged[0].exc_info[0] is ValueError
+    assert exit_code(counts) is ExitCode.SOME_FAILED
+
+
+def test_every_user_raising_is_a_run_with_nothing_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def build(call: Call, opts: RequestOptions) -> dict[str, Any]:
+        raise KeyError("messages")
+
+    monkeypatch.setattr("kvoffload.replay.runner.build_payload", build)
+    counts = _replay(tmp_path / "out", users(3, 2), sse_app())
+    assert (counts.error, counts.exceptions, counts.complete, counts.requests) == (3, 3, 0, 0)
+    assert exit_code(counts) is ExitCode.ALL_FAILED
+
+
+def test_a_stalled_server_stops_the_run_and_in_flight_requests_are_recorded_failed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # Role chunk, then nothing: both slots' first requests hang; three attempts allowed, none retried.
+    counts = _replay(
+        out, users(3, 4), sse_app(ttft=HANG_S), concurrency=2, stall_timeout_s=0.3, max_attempts=3
+    )
+
+    assert counts.stopped_by == "stall"
+    assert counts.stop_reason is not None and "for 0.3 s" in counts.stop_reason
+    assert "2 requests in flight" in counts.stop_reason
+    recs = records(out)
+    assert [(r["round"], r["status"], r["error"]) for r in recs] == [(1, "timeout", counts.stop_reason)] * 2
+    assert (counts.achieved_sessions, counts.error, counts.failed_requests) == (2, 2, 2)  # 3rd never started
+    on_disk = sessions(out)
+    assert on_disk["stopped_by"] == "stall" and on_disk["stop_reason"] == counts.stop_reason
+    assert exit_code(counts) is ExitCode.STALLED
+
+
+def test_a_stall_during_the_warmups_stops_before_the_replay(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    counts = _replay(out, users(2, 2), sse_app(ttft=HANG_S), warmup=2, stall_timeout_s=0.3)
+    assert counts.stopped_by == "stall" and counts.requests == 0 and counts.achieved_sessions == 0
+    assert sessions(out)["stopped_by"] == "stall"
+    assert records(out) == []
+    assert exit_code(counts) is ExitCode.STALLED
+
+
+def test_recorded_think_gaps_never_count_as_a_stall(tmp_path: Path) -> None:
+    """Gaps three times the stall timeout with nothing in flight: the run completes untouched."""
+    out = tmp_path / "out"
+    counts = _replay(
+        out, users(1, 3, pre_gap=1.5), sse_app(), concurrency=1, honor_gaps=True, stall_timeout_s=0.5
+    )
+    assert counts.stopped_by == "pool" and counts.stop_reason is None
+    assert (counts.complete, counts.requests, counts.failed_requests) == (1, 3, 0)
+    assert counts.duration_s >= 3.0  # the two gaps were really waited out
+    assert exit_code(counts) is ExitCode.OK
+
+
+def test_a_zero_stall_timeout_disables_the_watchdog(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    counts = _replay(out, users(1, 2), sse_app(ttft=HANG_S), stall_timeout_s=0.0, request_timeout_s=1.0)
+    assert counts.stopped_by == "pool"
+    assert [(r["status"], r["error"]) for r in records(out)] == [("timeout", "no complete answer within 1 s")]
+    assert exit_code(counts) is ExitCode.ALL_FAILED
+
+
+def test_failed_warmups_are_written_to_sessions_json_with_the_reason(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    counts = _replay(out, users(2, 2), sse_app(fail_user="warmup-"), warmup=2)
+    assert counts.stopped_by == "warmup" and counts.requests == 0
+    assert counts.stop_reason is not None
+    assert "all 2 warm-up requests failed (HTTP 500: injected failure)" in counts.stop_reason
+    assert sessions(out)["stop_reason"] == counts.stop_reason
+    assert exit_code(counts) is ExitCode.ALL_FAILED
+
+
+def test_a_duration_stop_cuts_a_recorded_gap_short(tmp_path: Path) -> None:
+    """A user waiting out a long gap when --duration ends the run does not hold the run for the gap."""
+    out = tmp_path / "out"
+    counts = _replay(
+        out, users(1, 2, pre_gap=HANG_S), sse_app(), concurrency=1, honor_gaps=True, duration_s=0.3
+    )
+    assert counts.stopped_by == "duration"
+    assert (counts.incomplete, counts.requests) == (1, 1)
+
+
+class _FillingDisk:
+    """os.write that takes `room` bytes in all, then writes part of a buffer and fails with ENOSPC."""
+
+    def __init__(self, room: int) -> None:
+        import os
+
+        self.room = room
+        self.real = os.write
+
+    def __call__(self, fd: int, data: bytes) -> int:
+        import errno
+        import os
+
+        if len(data) <= self.room:
+            self.room -= len(data)
+            return int(self.real(fd, data))
+        if self.room:
+            self.real(fd, data[: self.room])  # half a line reaches the file, as on a real device
+            self.room = 0
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_leaves_whole_records_and_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = _FillingDisk(room=1500)  # a few records, then the device is full mid-line
+    monkeypatch.setattr("kvoffload.replay.records.os.write", disk)
+    out = tmp_path / "out"
+    counts = _replay(out, users(6, 3), sse_app(), concurrency=2)
+    assert counts.stopped_by == "results"
+    assert counts.stop_reason is not None and "No space left on device" in counts.stop_reason
+    assert str(out / "requests.jsonl") in counts.stop_reason
+    assert exit_code(counts) is ExitCode.RESULTS_UNWRITABLE
+    text = (out / "requests.jsonl").read_text()
+    assert text and text.endswith("\n")
+    kept = records(out)  # every line parses: the half-written one was truncated away
+    assert 0 < len(kept) < 18 and counts.requests == len(kept)
+    assert sessions(out)["stopped_by"] == "results"  # sessions.json still written (rename, no os.write)
+
+
+def test_record_log_undoes_a_short_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvoffload.replay.records import RecordLog, RequestRecord, ResultsUnwritable
+
+    def record(i: int) -> RequestRecord:
+        return RequestRecord(user_id=f"u{i}", session_id="s", chunk=0, round=i, request_id=str(i),
+                             t_start=0.0, ttft_s=0.1, latency_s=0.2, tpot_s=0.01, prompt_tokens=10,
+                             completion_tokens=2, cached_tokens=0, status="ok", http_status=200,
+                             error=None, replica="r0")  # fmt: skip
+
+    path = tmp_path / "requests.jsonl"
+    with RecordLog(path) as log_:
+        log_.append(record(1))
+        size = path.stat().st_size
+        monkeypatch.setattr("kvoffload.replay.records.os.write", _FillingDisk(room=10))
+        with pytest.raises(ResultsUnwritable, match="No space left on device"):
+            log_.append(record(2))
+        assert path.stat().st_size == size
+        monkeypatch.undo()
+        log_.append(record(3))  # room again: appending goes on after the last whole line
+    assert [r.split('"round":')[1][0] for r in path.read_text().splitlines()] == ["1", "3"]
