@@ -7,6 +7,8 @@ together live in one validator whose messages name both. Pure validation; no fil
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
@@ -47,9 +49,38 @@ class DatasetSpec(_Strict):
 class L1Sizes(_Strict):
     """lmcache-server L1 pool size per offload tier; a tier left out keeps its profile's size."""
 
-    cpu: float | None = Field(default=None, gt=0, description="L1 size in GB in cpu cells")
+    cpu: float | None = Field(default=None, description="L1 size in GB in cpu cells")
     nvme: float | None = Field(
-        default=None, gt=0, description="L1 staging size in GB in nvme cells (small, so L2 is used)"
+        default=None, description="L1 staging size in GB in nvme cells (small, so L2 is used)"
+    )
+
+    @field_validator("cpu", "nvme")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"must be a positive number of GB, got {value!r}")
+        return value
+
+
+# Engine flags end up in a systemd unit's ExecStart, which cannot carry these.
+_UNIT_UNSAFE = re.compile(r"[\s']")
+
+
+def osl_problem(value: object) -> str | None:
+    """What is wrong with one `osl` value (None: nothing); shared with `kvoffload-lab replay --osl`."""
+    if isinstance(value, bool) or not (value == OSL_RECORDED or (isinstance(value, int) and value > 0)):
+        return f"must be 'recorded' or a positive integer, got {value!r}"
+    return None
+
+
+def rounds_problem(rounds: int, code: str, floor: int, code_key: str = "dataset.code") -> str | None:
+    """Why `rounds` yields no virtual users of dataset `code` (None: it can yield some); shared with
+    `kvoffload-lab replay --num-rounds`, whose floor may come from `--min-chunk-rounds`."""
+    if rounds >= floor:
+        return None
+    return (
+        f"{rounds} is below the minimum chunk length {floor} of {code_key} {code}: "
+        "it would yield zero virtual users"
     )
 
 
@@ -126,19 +157,32 @@ class Campaign(_Strict):
         default=[], description="extra `vllm serve` flags appended to every replica's profile flags"
     )
 
-    @field_validator("isl", "osl", "concurrency", "num_rounds", "tiers", mode="before")
+    @field_validator("isl", "concurrency", "num_rounds", "tiers", mode="before")
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
         return _as_list(value)
 
-    @field_validator("osl")
+    @field_validator("osl", mode="before")
     @classmethod
-    def _osl_values(cls, values: list[Osl]) -> list[Osl]:
-        for i, value in enumerate(values):
-            if isinstance(value, bool) or not (
-                value == OSL_RECORDED or (isinstance(value, int) and value > 0)
-            ):
-                raise KeyedError(f"[{i}]", f"must be 'recorded' or a positive integer, got {value!r}")
+    def _osl_values(cls, value: Any) -> Any:
+        # Before the int | str union runs, so that a bad item gets this message, not one per union member.
+        values = _as_list(value)
+        for i, item in enumerate(values):
+            problem = osl_problem(item)
+            if problem is not None:
+                raise KeyedError(f"[{i}]", problem)
+        return values
+
+    @field_validator("extra_engine_args")
+    @classmethod
+    def _args_in_a_unit(cls, values: list[str]) -> list[str]:
+        for i, arg in enumerate(values):
+            if not arg or _UNIT_UNSAFE.search(arg):
+                raise KeyedError(
+                    f"[{i}]",
+                    f"{arg!r} is empty or holds whitespace or a single quote, which a systemd unit cannot "
+                    'pass: give a flag and its value as two items, e.g. ["--max-model-len", "16384"]',
+                )
         return values
 
     @model_validator(mode="after")
@@ -162,12 +206,9 @@ class Campaign(_Strict):
             )
         floor = chunk_floor(self.dataset.code)
         for i, rounds in enumerate(self.num_rounds):
-            if rounds < floor:
-                raise KeyedError(
-                    f"num_rounds[{i}]",
-                    f"{rounds} is below the minimum chunk length {floor} of dataset.code "
-                    f"{self.dataset.code}: it would yield zero virtual users",
-                )
+            problem = rounds_problem(rounds, self.dataset.code, floor)
+            if problem is not None:
+                raise KeyedError(f"num_rounds[{i}]", problem)
         return self
 
     def ordered_tiers(self) -> list[Tier]:
