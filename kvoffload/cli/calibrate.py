@@ -22,13 +22,12 @@ def _size(text: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     t = text.strip().lower().removesuffix("ib").removesuffix("b")
     try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size; use bytes or a K/M/G suffix, e.g. 2G"
-        ) from None
+        size = int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except (ValueError, OverflowError):  # OverflowError: int(inf)
+        size = 0
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size > 0; use bytes or a K/M/G suffix, e.g. 2G")
+    return size
 
 
 def register(sub: Any) -> None:
@@ -84,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
     output: Path = args.output
     if output.suffix not in (".yaml", ".yml"):
         raise UserError(f"--output {output}: a profile is YAML; give a path ending in .yaml")
+    for flag, path in (("--output", output), ("--raw-output", args.raw_output)):
+        if path is not None and path.is_dir():
+            raise UserError(f"{flag} {path}: is a folder; give the file to write")
+    if args.disk_dir is not None and not args.disk_dir.is_dir():
+        # Checked now: the drive is measured after the GPU, which takes minutes.
+        raise UserError(f"--disk-dir {args.disk_dir}: not an existing folder")
     if args.from_raw is not None:
         raw = load_raw(args.from_raw)
         if raw.shape.name != args.model_shape:

@@ -57,6 +57,7 @@ def _compare(args: argparse.Namespace) -> int:
     for d in args.results_dirs:
         if not d.is_dir():
             raise UserError(f"RESULTS_DIR {d}: not a folder; give results/<campaign>")
+    for d in args.results_dirs:
         label = d.resolve().name
         while label in labels:
             label += "'"

@@ -32,7 +32,10 @@ def register(sub: Any) -> None:
 
 def inspect(args: argparse.Namespace) -> int:
     from kvoffload.datasets import ceiling_table, chunk_floor, load_dataset
+    from kvoffload.errors import UserError
 
+    if args.max_rounds < 1:
+        raise UserError(f"--max-rounds {args.max_rounds}: must be 1 or more")
     sessions = load_dataset(args.code, args.path)
     lengths = [len(s.calls) for s in sessions]
     table = ceiling_table(sessions, args.code, args.max_rounds)

@@ -61,8 +61,9 @@ def demo(args: argparse.Namespace) -> int:
     from kvoffload.cli.run import run as run_campaign
     from kvoffload.lab.lifecycle import UpOptions, down, require_root, status, up
 
-    require_root()
     campaign = args.campaign or DEMO_CAMPAIGNS[args.engine]
+    _check_campaign(campaign, args.results)
+    require_root()
     if args.engine == "vllm":
         from kvoffload.lab.paths import cache_root
         from kvoffload.lab.tinymodel import build_tiny_model
@@ -91,3 +92,21 @@ def demo(args: argparse.Namespace) -> int:
         if not args.keep_lab:
             print("demo: tearing the virtual lab down", file=sys.stderr)
             down()
+
+
+def _check_campaign(campaign_file: Path, results: Path) -> None:
+    """The campaign file, its dataset and --results, checked before the lab is touched: the lab's
+    inventory exists only once it is up, so the rules that need it wait for `run`."""
+    from kvoffload.cli.checks import (
+        campaign_where,
+        check_folder_flag,
+        check_sim_profile,
+        load_campaign_dataset,
+    )
+    from kvoffload.config import campaign_dataset_path, load_campaign
+
+    campaign, key = load_campaign(campaign_file)
+    where = campaign_where(campaign_file, key)
+    check_sim_profile(campaign, where)
+    load_campaign_dataset(campaign, campaign_dataset_path(campaign, campaign_file), where)
+    check_folder_flag(results, "--results")

@@ -8,6 +8,7 @@ described by an inventory and never touched by this command.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ def _up(args: argparse.Namespace) -> int:
 
     if args.nvme_size_mb < 320:
         raise UserError("--nvme-size-mb: at least 320 (mkfs.xfs refuses smaller devices)")
+    _check_up_flags(args)
     result = up(
         UpOptions(
             hosts=args.hosts,
@@ -85,6 +87,23 @@ def _up(args: argparse.Namespace) -> int:
     _print_status(result)
     print(f"inventory: {result.inventory}")
     return 0
+
+
+def _check_up_flags(args: argparse.Namespace) -> None:
+    """The flags `up` would refuse, checked before it looks at (or pings) an existing lab; the same
+    rules as `lifecycle.up`, which also guards callers other than this command."""
+    from kvoffload.lab.network import plan_addresses
+
+    if not 1 <= args.hosts <= 32:
+        raise UserError(f"--hosts {args.hosts}: choose between 1 and 32 hosts")
+    # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
+    if len(f"vb-{args.prefix}{args.hosts}") > 15 or not args.prefix.isalnum():
+        raise UserError(f"--prefix {args.prefix}: use up to 10 letters/digits")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", args.bridge):
+        raise UserError(f"--bridge {args.bridge!r}: a network link name of 1-15 letters, digits, . _ -")
+    plan_addresses(args.subnet, args.hosts)  # raises naming --subnet
+    if args.inventory.is_dir():
+        raise UserError(f"--inventory {args.inventory}: is a folder; give the hosts.yml file to write")
 
 
 def _down(args: argparse.Namespace) -> int:

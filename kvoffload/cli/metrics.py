@@ -9,6 +9,7 @@ rewrites a node-exporter textfile until SIGTERM/SIGINT, or once with `--once`.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import threading
 from pathlib import Path
@@ -81,6 +82,24 @@ def register(sub: Any) -> None:
     g.set_defaults(func=_gpu_textfile)
 
 
+def _seconds(value: float, flag: str) -> None:
+    from kvoffload.errors import UserError
+
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} {value}: must be a finite number of seconds > 0")
+
+
+def _output_file(path: Path) -> None:
+    """--output of a single file: not a folder, in a folder that is not a file."""
+    from kvoffload.cli.checks import check_folder_flag
+    from kvoffload.errors import UserError
+
+    if path.is_dir():
+        raise UserError(f"--output {path}: is a folder; give the file to write")
+    for parent in path.parents:
+        check_folder_flag(parent, f"--output {path}: folder")
+
+
 def _scraper(args: argparse.Namespace) -> Any:
     from kvoffload.errors import UserError
     from kvoffload.metrics.sampler import Scraper
@@ -91,17 +110,16 @@ def _scraper(args: argparse.Namespace) -> Any:
     if not http and not gpus:
         raise UserError("metrics: give at least one --target NAME=URL or --gpu NAME=TOOL")
     check_unique([t.name for t in http] + [g.name for g in gpus])
-    if args.timeout <= 0:
-        raise UserError(f"--timeout {args.timeout}: must be > 0 seconds")
+    _seconds(args.timeout, "--timeout")
     return Scraper(http, gpus, timeout_s=args.timeout)
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from kvoffload.errors import UserError
+    from kvoffload.cli.checks import check_folder_flag
     from kvoffload.metrics.sampler import run_sampler
 
-    if args.interval <= 0:
-        raise UserError(f"--interval {args.interval}: must be > 0 seconds")
+    _seconds(args.interval, "--interval")
+    check_folder_flag(args.output, "--output")
     scraper = _scraper(args)
     stop = threading.Event()
 
@@ -121,6 +139,7 @@ def _sample(args: argparse.Namespace) -> int:
 def _snapshot(args: argparse.Namespace) -> int:
     from kvoffload.metrics.sampler import take_snapshot
 
+    _output_file(args.output)
     scraper = _scraper(args)
     try:
         n = take_snapshot(scraper, args.output)
@@ -141,10 +160,10 @@ def _gpu_textfile(args: argparse.Namespace) -> int:
         raise UserError(
             f"--output {output}: folder {output.parent} does not exist (node-exporter's textfile folder)"
         )
-    if args.interval <= 0:
-        raise UserError(f"--interval {args.interval}: must be > 0 seconds")
-    if args.timeout <= 0:
-        raise UserError(f"--timeout {args.timeout}: must be > 0 seconds")
+    if output.is_dir():
+        raise UserError(f"--output {output}: is a folder; give the .prom file to write")
+    _seconds(args.interval, "--interval")
+    _seconds(args.timeout, "--timeout")
     if args.once:
         poll = write_once(output, args.tool, args.timeout)
         if poll.error:

@@ -2,7 +2,8 @@
 
 Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
 virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
-which cells are already DONE in the results folder and would be skipped. Bad input exits 2.
+which cells are already DONE in the results folder and would be skipped. Bad input exits 2, a
+dataset that is on this machine but does not load included.
 """
 
 from __future__ import annotations
@@ -35,17 +36,15 @@ def register(subparsers: Any) -> None:
 
 
 def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None]:
-    """Virtual users per num_rounds of the campaign, or (None, why) when the dataset cannot be read."""
-    from kvoffload.datasets import load_dataset, virtual_users
-    from kvoffload.errors import UserError
+    """Virtual users per num_rounds of the campaign, or (None, why) when the dataset is not on this
+    machine (a campaign may be planned away from its data); a dataset that is here but bad exits 2."""
+    from kvoffload.cli.checks import load_campaign_dataset
+    from kvoffload.datasets import virtual_users
 
     path = lab.dataset_path
     if not path.exists():
         return None, f"dataset {path} is not on this machine: virtual-user ceilings unknown"
-    try:
-        sessions = load_dataset(lab.campaign.dataset.code, path)
-    except UserError as exc:
-        return None, f"dataset {path} could not be read ({exc}): virtual-user ceilings unknown"
+    sessions = load_campaign_dataset(lab.campaign, path, lab.where)
     code = lab.campaign.dataset.code
     return {n: len(virtual_users(sessions, code, n)) for n in lab.campaign.num_rounds}, None
 
@@ -69,9 +68,12 @@ def _plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from kvoffload.cli.checks import check_folder_flag, check_sim_profile
     from kvoffload.config import load_lab
 
     lab = load_lab(args.inventory, args.campaign)
+    check_folder_flag(args.results, "--results")
+    check_sim_profile(lab.campaign, lab.where)
     campaign = lab.campaign
     console = Console()
     if not console.is_terminal:

@@ -66,6 +66,8 @@ def _report(args: argparse.Namespace) -> int:
         raise UserError("--format: give at most one of json, csv per run")
     if args.output and not data_formats:
         raise UserError("--output is only for --format json or csv")
+    if args.output and (args.output.is_dir() or not args.output.parent.is_dir()):
+        raise UserError(f"--output {args.output}: give a file in an existing folder")
     if file_formats:
         index = build_report(args.results_dir, file_formats)
         report_dir = index.parent

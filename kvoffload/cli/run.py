@@ -160,22 +160,22 @@ class _Display:
             log.info("%s", line)
 
 
-def _expected_requests(lab: LabConfig) -> Any:
+def _expected_requests(lab: LabConfig, sessions: list[Any] | None) -> Any:
     """Requests a cell will send (users x rounds), for the progress display; computed once per shape."""
     from kvoffload.datasets import load_dataset
     from kvoffload.replay.users import select_users
     from kvoffload.tokenizer import load_tokenizer
 
     cache: dict[tuple[int, int], int] = {}
-    sessions: list[Any] = []
+    loaded: list[Any] = list(sessions or [])
 
     def expected(cell: Cell) -> int:
         key = (cell.num_rounds, cell.isl)
         if key not in cache:
-            if not sessions:
-                sessions.extend(load_dataset(lab.campaign.dataset.code, lab.dataset_path))
+            if not loaded:
+                loaded.extend(load_dataset(lab.campaign.dataset.code, lab.dataset_path))
             pool = select_users(
-                sessions,
+                loaded,
                 lab.campaign.dataset.code,
                 cell.num_rounds,
                 isl=cell.isl,
@@ -188,12 +188,28 @@ def _expected_requests(lab: LabConfig) -> Any:
     return expected
 
 
-def _runner(args: argparse.Namespace, fresh: bool = False) -> Any:
+def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False) -> Any:
+    """The validated lab and the campaign runner. Everything that can be checked on this machine is
+    checked before the results folder is created, so bad input exits 2 with nothing written and no
+    host touched; `replays` adds what only a run replays (the dataset, `--cells`)."""
+    from kvoffload.cli.checks import (
+        check_folder_flag,
+        check_sim_profile,
+        load_campaign_dataset,
+    )
     from kvoffload.config import load_lab
     from kvoffload.orchestrate.campaign import CampaignRunner
     from kvoffload.orchestrate.results import CampaignResults
 
     lab = load_lab(args.inventory, args.campaign)
+    check_sim_profile(lab.campaign, lab.where)
+    check_folder_flag(args.results, "--results")
+    check_folder_flag(args.wheel_cache, "--wheel-cache")
+    hosts_python = _hosts_python(args.hosts_python)
+    sessions = None
+    if replays:
+        _only(args, lab)
+        sessions = load_campaign_dataset(lab.campaign, lab.dataset_path, lab.where)
     results = CampaignResults.open(args.results, lab.campaign.name, fresh=fresh)
     display = _Display(lab.campaign.name, len(lab.cells))
     inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
@@ -204,10 +220,24 @@ def _runner(args: argparse.Namespace, fresh: bool = False) -> Any:
         display,
         wheel_cache=args.wheel_cache,
         offline=not args.no_wheelhouse,
-        hosts_python=_hosts_python(args.hosts_python),
-        expected_requests=_expected_requests(lab),
+        hosts_python=hosts_python,
+        expected_requests=_expected_requests(lab, sessions),
     )
     return lab, results, display, runner
+
+
+def _only(args: argparse.Namespace, lab: LabConfig) -> list[str] | None:
+    """`--cells` as a list of cell ids (None: every cell); an unknown id is an error."""
+    from kvoffload.errors import UserError
+
+    only = [c.strip() for c in args.cells.split(",")] if args.cells else None
+    if only:
+        unknown = sorted(set(only) - {c.id for c in lab.cells})
+        if unknown:
+            raise UserError(
+                f"--cells: unknown cell id(s) {', '.join(unknown)}; `kvoffload-lab plan` lists them"
+            )
+    return only
 
 
 def _hosts_python(value: str) -> str:
@@ -232,17 +262,10 @@ def _stop_on_signals() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.errors import UserError
     from kvoffload.playbook import PlaybookFailed
 
-    lab, results, display, runner = _runner(args, fresh=args.fresh)
-    only = [c.strip() for c in args.cells.split(",")] if args.cells else None
-    if only:
-        unknown = sorted(set(only) - {c.id for c in lab.cells})
-        if unknown:
-            raise UserError(
-                f"--cells: unknown cell id(s) {', '.join(unknown)}; `kvoffload-lab plan` lists them"
-            )
+    lab, results, display, runner = _runner(args, fresh=args.fresh, replays=True)
+    only = _only(args, lab)
     t0 = time.monotonic()
     _stop_on_signals()
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvoffload.errors import UserError
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -35,15 +37,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cache.set_defaults(func=_cache_server)
 
 
+def _check_port(flag: str, port: int) -> None:
+    # Out of range, a port is not refused everywhere: getaddrinfo wraps 70000 to 4464.
+    if not 1 <= port <= 65535:
+        raise UserError(f"{flag} {port}: must be a TCP port 1-65535")
+
+
 def _serve(args: argparse.Namespace) -> int:
     from kvoffload.sim.engine_args import parse_engine_args
     from kvoffload.sim.engine_server import serve
 
-    return serve(parse_engine_args(list(args.vllm_args)))
+    engine = parse_engine_args(list(args.vllm_args))
+    _check_port("--port", engine.port)
+    return serve(engine)
 
 
 def _cache_server(args: argparse.Namespace) -> int:
     from kvoffload.sim.cache_args import parse_cache_args
     from kvoffload.sim.cache_server import serve_cache
 
-    return serve_cache(parse_cache_args(list(args.lmcache_args)))
+    cache = parse_cache_args(list(args.lmcache_args))
+    _check_port("--port", cache.port)
+    _check_port("--http-port", cache.http_port)
+    return serve_cache(cache)

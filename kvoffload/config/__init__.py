@@ -9,7 +9,13 @@ from kvoffload.config.campaign import Campaign, DatasetSpec
 from kvoffload.config.cells import Cell, resolve_cells
 from kvoffload.config.errors import ConfigError
 from kvoffload.config.inventory import Host, Inventory, NvmeDevice, ReplicaSpec
-from kvoffload.config.load import LabConfig, load_inventory, load_lab
+from kvoffload.config.load import (
+    LabConfig,
+    campaign_dataset_path,
+    load_campaign,
+    load_inventory,
+    load_lab,
+)
 
 __all__ = [
     "Campaign",
@@ -21,6 +27,8 @@ __all__ = [
     "LabConfig",
     "NvmeDevice",
     "ReplicaSpec",
+    "campaign_dataset_path",
+    "load_campaign",
     "load_inventory",
     "load_lab",
     "resolve_cells",

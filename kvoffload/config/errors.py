@@ -87,9 +87,12 @@ def _describe(error: Any, model: type[BaseModel]) -> str:
         return f"must be a positive integer, got {value!r}"
     if kind in {"int_type", "int_parsing", "int_from_float"}:
         return f"must be an integer, got {value!r}"
+    if kind == "model_type":
+        keys = _allowed_keys(model, [*error["loc"], ""])
+        return "must be a mapping" + (f" with keys {', '.join(keys)}" if keys else "") + f", got {value!r}"
     if kind == "value_error":
         return str(error.get("ctx", {}).get("error", error["msg"]))
-    return f"{error['msg']}, got {value!r}" if value is not None and kind != "model_type" else error["msg"]
+    return f"{error['msg']}, got {value!r}" if value is not None else error["msg"]
 
 
 def format_validation_error(

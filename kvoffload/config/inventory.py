@@ -10,6 +10,7 @@ vars (parents before children; a group_vars/<group>.yml file over the inline var
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from kvoffload.config.errors import ConfigError, KeyedError, format_validation_e
 GROUPS = ("vllm", "lmcache", "lb", "client")
 CAMPAIGN_VAR = "kvoffload_campaign"
 _GPUS = re.compile(r"^[0-9]+(,[0-9]+)*$")
+_DOTTED = re.compile(r"^[0-9.]+$")
+_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
 
 
 class _Strict(BaseModel):
@@ -53,6 +57,13 @@ class NvmeDevice(_Strict):
     fstype: str | None = Field(default=None, description="xfs or ext4 (default: the role's default)")
     wipe: bool = Field(default=False, description="allow destroying partitions or a foreign file system")
 
+    @field_validator("mount")
+    @classmethod
+    def _not_root(cls, value: str) -> str:
+        if not value.strip("/"):
+            raise ValueError(f"must be a mount point of its own such as /mnt/kvoffload-nvme, got {value!r}")
+        return value
+
     @field_validator("fstype")
     @classmethod
     def _fs(cls, value: str | None) -> str | None:
@@ -67,12 +78,58 @@ class HostVars(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     ansible_host: str | None = Field(default=None, description="address to reach the host (default: name)")
+    ansible_port: int | str | None = Field(default=None, description="ssh port of the host (1-65535)")
     vllm_replicas: list[ReplicaSpec] | None = Field(
         default=None, description="vLLM replicas on this host (hosts of group vllm)"
     )
     nvme_storage_devices: list[NvmeDevice] | None = Field(
         default=None, description="NVMe devices for the L2 cache (the lmcache host, nvme tier)"
     )
+
+    @field_validator("ansible_host")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        # The address also goes into metric URLs and Caddy upstreams as `<address>:<port>`.
+        if value is None:
+            return value
+        if ":" in value:
+            raise ValueError(
+                f"{value!r}: IPv6 literals are not supported (metric targets and Caddy upstreams are "
+                "written as address:port); give an IPv4 address or a host name"
+            )
+        if _DOTTED.match(value):
+            try:
+                ipaddress.IPv4Address(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a valid IPv4 address") from None
+        elif not _HOSTNAME.match(value):
+            raise ValueError(f"must be an IPv4 address or a host name such as gpu01.lab, got {value!r}")
+        return value
+
+    @field_validator("ansible_port", mode="before")
+    @classmethod
+    def _port(cls, value: Any) -> Any:
+        # Before the int | str union, so that a bad value gets one message. Ansible takes "22" too.
+        if value is None:
+            return value
+        number = int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+            raise ValueError(f"must be a TCP port 1-65535, got {value!r}")
+        return value
+
+    @field_validator("nvme_storage_devices")
+    @classmethod
+    def _unique_devices(cls, value: list[NvmeDevice] | None) -> list[NvmeDevice] | None:
+        devices: dict[str, int] = {}
+        mounts: dict[str, int] = {}
+        for i, nvme in enumerate(value or []):
+            for key, seen, item in (("device", devices, nvme.device), ("mount", mounts, nvme.mount)):
+                if item in seen:
+                    raise KeyedError(
+                        f"[{i}].{key}", f"{item} is also given to nvme_storage_devices[{seen[item]}]"
+                    )
+                seen[item] = i
+        return value
 
     @field_validator("vllm_replicas")
     @classmethod
@@ -213,7 +270,12 @@ def parse_inventory(
     all_raw = top.pop("all", None) or {}
     # Ansible also accepts groups at the top level; they are children of `all`.
     if top:
-        all_raw = {**all_raw, "children": {**(all_raw.get("children") or {}), **top}}
+        if not isinstance(all_raw, dict):
+            raise ConfigError([f"{file}: all: must be a mapping of hosts, vars and children"])
+        children = all_raw.get("children") or {}
+        if not isinstance(children, dict):
+            raise ConfigError([f"{file}: all.children: must be a mapping of group names to groups"])
+        all_raw = {**all_raw, "children": {**children, **top}}
     try:
         all_spec = GroupSpec.model_validate(all_raw)
     except ValidationError as exc:

@@ -4,13 +4,16 @@ The only module of `kvoffload.config` that reads files (the inventory, the group
 folders beside it, a campaign file). The campaign comes from `--campaign FILE` when given, else from
 the inventory's `all.vars.kvoffload_campaign`. Rules that tie the campaign to the inventory (tiers
 need an lmcache host, nvme needs an NVMe device there, offload tiers need every replica on the lmcache
-host, 2+ replicas need an lb host) are checked here,
-before any host is touched, and name the key in each file.
+host, 2+ replicas need an lb host, no two replicas on one address and port) are checked here,
+before any host is touched, and name the key in each file. YAML is read strictly: text that is not
+UTF-8 and a key written twice in one mapping are errors naming the line (PyYAML would keep the last
+value silently); ansible-vault values (`!vault`, or a vars file encrypted whole) pass through unread.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,10 @@ class LabConfig:
     cells: tuple[Cell, ...]
     # The campaign's model as a folder on the controller (shipped to the hosts), or None for a hub id.
     model_folder: Path | None = None
+
+    def where(self, key: str) -> str:
+        """`<campaign file>: <key path>` of a campaign key, as config errors spell it."""
+        return f"{self.campaign_file}: {self.campaign_key + '.' if self.campaign_key else ''}{key}"
 
     @property
     def engine_builds(self) -> tuple[str, ...]:
@@ -73,18 +80,65 @@ class LabConfig:
         return self.inventory.group("client")[0]
 
 
+VAULT_HEADER = "$ANSIBLE_VAULT;"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping: PyYAML silently keeps the last one,
+    so a host or group listed twice would lose its first definition without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            # `<<: *anchor` merges are meant to be overridden; only keys written out count.
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"duplicate key {key!r} (first written on line {seen[key]})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _ansible_tagged(loader: yaml.SafeLoader, node: yaml.Node) -> str:
+    """`!vault |` (an ansible-vault secret) and `!unsafe` values: kept as their text. Only Ansible
+    can decrypt a secret, and this tool never reads one (the HF token goes to the hosts as is)."""
+    return str(loader.construct_scalar(node)) if isinstance(node, yaml.ScalarNode) else ""
+
+
+for _tag in ("!vault", "!unsafe"):
+    _UniqueKeyLoader.add_constructor(_tag, _ansible_tagged)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; unreadable or malformed files raise `ConfigError` naming file and line."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
     try:
-        return yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            [f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}): is this the YAML file?"]
+        ) from exc
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        if isinstance(exc, yaml.reader.ReaderError):
+            # Control characters: the reader knows the offset only.
+            where = f":{text[: exc.position].count(chr(10)) + 1}"
+            problem = f"unacceptable character #x{exc.character:04x} (binary data?)"
+        else:
+            problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([f"{path}{where}: invalid YAML: {problem}"]) from exc
 
 
@@ -103,8 +157,8 @@ def _var_files(folder: Path) -> dict[str, tuple[str, dict[str, Any]]]:
             continue
         for file in files:
             values = read_yaml(file)
-            if values is None:
-                continue
+            if values is None or (isinstance(values, str) and values.startswith(VAULT_HEADER)):
+                continue  # empty, or encrypted whole by ansible-vault: only Ansible reads it
             if not isinstance(values, dict):
                 raise ConfigError([f"{file}: (top level): a vars file must be a mapping of variables"])
             # Several files of one name (a folder) merge in name order; problems name the last one.
@@ -144,6 +198,17 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
                 f"{f}: host {host.name} (group vllm): vllm_replicas is missing or empty: "
                 'give it e.g. [{index: 0, gpus: "0"}]'
             )
+    # Two inventory names for one address (a host written twice) would start two replicas on one port.
+    listening: dict[tuple[str, int], str] = {}
+    for host in vllm:
+        for i, replica in enumerate(host.replicas):
+            owner = listening.setdefault((host.address, replica.index), host.name)
+            if owner != host.name:
+                problems.append(
+                    f"{f}: host {host.name} (group vllm): vllm_replicas[{i}] (index {replica.index}) would "
+                    f"listen on the same address {host.address} and port as a replica of host {owner}: "
+                    "list each machine once, or give the replicas different indexes"
+                )
     for group in ("lmcache", "lb"):
         members = inv.group(group)
         if len(members) > 1:
@@ -186,13 +251,16 @@ def is_model_path(model: str) -> bool:
 
 def _model_folder(model: str, campaign_file: Path, key: str) -> Path | None:
     """The controller folder of a model given as a path; a hub id gives None."""
+    where = f"{campaign_file}: {key + '.' if key else ''}model"
     if not is_model_path(model):
+        if any(c.isspace() or c == "'" for c in model):
+            # A hub id goes into the vLLM unit's ExecStart, which cannot carry these.
+            raise ConfigError([f"{where}: {model!r} holds whitespace or a single quote: give a hub id"])
         return None
     folder = Path(model).expanduser()
     if not folder.is_absolute():
         folder = Path(os.path.normpath(campaign_file.parent / folder))
     if not (folder / "config.json").is_file():
-        where = f"{campaign_file}: {key + '.' if key else ''}model"
         raise ConfigError(
             [
                 f"{where}: {model!r} is a path but {folder} is not a model folder (no config.json): "
@@ -201,8 +269,40 @@ def _model_folder(model: str, campaign_file: Path, key: str) -> Path | None:
             ]
         )
     if any(c.isspace() or c == "'" for c in folder.name):
-        raise ConfigError([f"{campaign_file}: model: the folder name {folder.name!r} holds a space or quote"])
+        raise ConfigError([f"{where}: the folder name {folder.name!r} holds a space or quote"])
     return folder
+
+
+def _read_campaign_file(path: Path) -> tuple[Any, str]:
+    """A campaign file's mapping and the key it sits under: the file's top level, or (like an
+    inventory) kvoffload_campaign."""
+    raw = read_yaml(path)
+    if isinstance(raw, dict) and set(raw) == {CAMPAIGN_VAR}:
+        return raw[CAMPAIGN_VAR], CAMPAIGN_VAR
+    return raw, ""
+
+
+def _validate_campaign(raw: Any, campaign_file: Path, key: str) -> Campaign:
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{campaign_file}: {key or '(top level)'}: a campaign must be a mapping"])
+    try:
+        return Campaign.model_validate(raw)
+    except ValidationError as exc:
+        raise format_validation_error(exc, campaign_file, key, Campaign) from exc
+
+
+def campaign_dataset_path(campaign: Campaign, campaign_file: Path) -> Path:
+    """The dataset on the controller: `dataset.path`, relative to the file that declares it."""
+    dataset = Path(campaign.dataset.path)
+    if not dataset.is_absolute():
+        dataset = Path(os.path.normpath(campaign_file.parent / dataset))
+    return dataset
+
+
+def load_campaign(path: Path | str) -> tuple[Campaign, str]:
+    """A campaign file on its own (no inventory rules), validated; with the key it sits under."""
+    raw, key = _read_campaign_file(Path(path))
+    return _validate_campaign(raw, Path(path), key), key
 
 
 def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None) -> LabConfig:
@@ -210,11 +310,7 @@ def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None
     inventory = load_inventory(inventory_path)
     if campaign_path is not None:
         campaign_file = Path(campaign_path)
-        raw = read_yaml(campaign_file)
-        # A campaign file holds the mapping itself, or (like an inventory) under kvoffload_campaign.
-        key = ""
-        if isinstance(raw, dict) and set(raw) == {CAMPAIGN_VAR}:
-            raw, key = raw[CAMPAIGN_VAR], CAMPAIGN_VAR
+        raw, key = _read_campaign_file(campaign_file)
     else:
         source, key = inventory.all_var_sources.get(
             CAMPAIGN_VAR, (inventory.file, f"all.vars.{CAMPAIGN_VAR}")
@@ -223,25 +319,25 @@ def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None
         raw = inventory.all_vars.get(CAMPAIGN_VAR)
         if raw is None:
             raise ConfigError([f"{campaign_file}: {key}: no campaign here: add one, or pass --campaign FILE"])
-    if not isinstance(raw, dict):
-        raise ConfigError([f"{campaign_file}: {key or '(top level)'}: a campaign must be a mapping"])
-    try:
-        campaign = Campaign.model_validate(raw)
-    except ValidationError as exc:
-        raise format_validation_error(exc, campaign_file, key, Campaign) from exc
+    campaign = _validate_campaign(raw, campaign_file, key)
     _check_inventory(inventory, campaign, f"{campaign_file}: {key + '.' if key else ''}tiers")
-    dataset = Path(campaign.dataset.path)
-    if not dataset.is_absolute():
-        dataset = Path(os.path.normpath(campaign_file.parent / dataset))
     return LabConfig(
         model_folder=_model_folder(campaign.model, campaign_file, key),
         inventory=inventory,
         campaign=campaign,
         campaign_file=str(campaign_file),
         campaign_key=key,
-        dataset_path=dataset,
+        dataset_path=campaign_dataset_path(campaign, campaign_file),
         cells=tuple(resolve_cells(campaign)),
     )
 
 
-__all__ = ["GROUPS", "LabConfig", "load_inventory", "load_lab", "read_yaml"]
+__all__ = [
+    "GROUPS",
+    "LabConfig",
+    "campaign_dataset_path",
+    "load_campaign",
+    "load_inventory",
+    "load_lab",
+    "read_yaml",
+]

@@ -35,21 +35,44 @@ def data_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return files
 
 
+def _loads(path: Path, where: str, text: str) -> Any:
+    """`json.loads`, with errors as `UserError`s naming `where`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        line = f"line {exc.lineno}" if where == "file" else where
+        # json's "Invalid control character at" expects its own ": line L column C" after it.
+        problem = exc.msg.removesuffix(" at")
+        raise data_error(path, line, f"invalid JSON ({problem} at column {exc.colno})") from None
+    except RecursionError:
+        raise data_error(path, where, "invalid JSON (nested too deeply to read)") from None
+
+
+def _decode(path: Path, where: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        newline = b"\n"
+        if where == "file":
+            where = f"line {data.count(newline, 0, exc.start) + 1}"
+        column = exc.start - data.rfind(newline, 0, exc.start)
+        raise data_error(
+            path, where, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column})"
+        ) from None
+
+
 def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """(location, parsed object) for every non-empty line; bad JSON raises naming the line."""
+    """(location, parsed object) for every non-empty line; bad JSON or bad UTF-8 raises naming the line."""
     seen = False
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    # Lines are decoded one by one, so that a bad byte is blamed on its own line.
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"line {lineno}"
+            line = _decode(path, where, raw)
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise data_error(
-                    path, f"line {lineno}", f"invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
             seen = True
-            yield f"line {lineno}", row
+            yield where, _loads(path, where, line.rstrip("\r\n"))
     if not seen:
         raise data_error(path, "file", "is empty")
 
@@ -63,7 +86,14 @@ def parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise data_error(path, "file", f"is not a readable parquet file ({exc})") from None
     n = 0
-    for batch in pf.iter_batches(batch_size=256):
+    batches = pf.iter_batches(batch_size=256)
+    while True:
+        try:
+            batch = next(batches, None)
+        except Exception as exc:  # a corrupt page shows only when it is read
+            raise data_error(path, f"after row {n}", f"is not a readable parquet file ({exc})") from None
+        if batch is None:
+            break
         for row in batch.to_pylist():
             n += 1
             yield f"row {n}", row
@@ -72,16 +102,11 @@ def parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def json_document(path: Path) -> Any:
-    """A whole JSON file; bad JSON raises naming line and column."""
-    text = path.read_text(encoding="utf-8")
+    """A whole JSON file; bad JSON or bad UTF-8 raises naming the line."""
+    text = _decode(path, "file", path.read_bytes())
     if not text.strip():
         raise data_error(path, "file", "is empty")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise data_error(
-            path, f"line {exc.lineno}", f"invalid JSON ({exc.msg} at column {exc.colno})"
-        ) from None
+    return _loads(path, "file", text)
 
 
 def check_messages(path: Path, where: str, value: Any, key: str = "messages") -> tuple[dict[str, Any], ...]:

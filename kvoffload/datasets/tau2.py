@@ -125,9 +125,10 @@ def load(path: Path) -> list[Session]:
         doc = json_document(file)
         if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
             raise data_error(file, "top level", "not a tau2 results file (no 'simulations' list)")
-        env = (doc.get("info") or {}).get("environment_info") or {}
-        policy = env.get("policy")
-        if not isinstance(policy, str):
+        info = doc.get("info")
+        env = info.get("environment_info") if isinstance(info, dict) else None
+        policy = env.get("policy") if isinstance(env, dict) else None
+        if not isinstance(env, dict) or not isinstance(policy, str):
             raise data_error(file, "info.environment_info.policy", "missing or not a string")
         domain = str(env.get("domain_name") or file.stem)
         for i, sim in enumerate(doc["simulations"]):

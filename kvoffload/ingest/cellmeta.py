@@ -76,7 +76,7 @@ class SessionCounts(_Lenient):
 def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         msg = f"{path}: not valid JSON ({exc}); fix or delete the file and re-run the cell"
         raise UserError(msg) from exc
 

@@ -70,6 +70,29 @@ def _ends_mid_line(path: Path) -> bool:
         return f.read(1) != b"\n"
 
 
+def _first_bad_line(path: Path) -> tuple[int, int, str] | None:
+    """(line number, line count, problem) of the first line that is not a JSON object, or None.
+
+    Only on the error path: DuckDB's own message is off by one line for malformed JSON.
+    """
+    bad: tuple[int, str] | None = None
+    lineno = 0
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if bad is not None or not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                bad = (lineno, "not UTF-8 text")
+            except (json.JSONDecodeError, RecursionError) as exc:
+                bad = (lineno, f"invalid JSON: {getattr(exc, 'msg', 'nested too deeply')}")
+            else:
+                if not isinstance(row, dict):
+                    bad = (lineno, f"a JSON {type(row).__name__}, not an object")
+    return None if bad is None else (bad[0], lineno, bad[1])
+
+
 def _read(path: Path, select: str, columns: str, what: str) -> pa.Table:
     query = f"SELECT {select} FROM read_json(?, format='newline_delimited', columns={columns}@OPTIONS@)"
     con = duckdb.connect()
@@ -77,7 +100,13 @@ def _read(path: Path, select: str, columns: str, what: str) -> pa.Table:
         try:
             table: pa.Table = con.sql(query.replace("@OPTIONS@", ""), params=[str(path)]).to_arrow_table()
         except duckdb.Error as exc:
-            if not _ends_mid_line(path):
+            bad = _first_bad_line(path)
+            cut_off = _ends_mid_line(path)
+            if bad is not None and not (cut_off and bad[0] == bad[1]):
+                line, _, problem = bad
+                msg = f"{path}: line {line}: not a {what} ({problem}); fix or remove the broken line"
+                raise UserError(msg) from exc
+            if not cut_off:
                 first = str(exc).splitlines()[0][:400]
                 msg = f"{path}: not valid {what} lines ({first}); fix or remove the broken line"
                 raise UserError(msg) from exc

@@ -51,7 +51,11 @@ def _number(text: str) -> float | None:
 def parse_nvidia_smi_csv(text: str, target: str, ts: float) -> list[Sample]:
     """Parse `nvidia-smi --query-gpu=<NVIDIA_QUERY> --format=csv,noheader,nounits` output."""
     out: list[Sample] = []
-    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+    try:
+        rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    except csv.Error as exc:  # the callers (sampler, textfile) expect ValueError for bad output
+        raise ValueError(f"nvidia-smi output is not CSV: {exc}") from exc
+    for row in rows:
         if not row or not "".join(row).strip():
             continue
         if len(row) != 7:
