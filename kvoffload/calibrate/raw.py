@@ -180,6 +180,10 @@ def load_raw(path: Path) -> RawCalibration:
         raise UserError(
             f"--from-raw {path}: cannot read: {exc.strerror}; give a calibrate raw JSON file"
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"--from-raw {path}: not UTF-8 text (byte {exc.start}); give a calibrate raw JSON file"
+        ) from exc
     try:
         return RawCalibration.model_validate_json(text)
     except ValidationError as exc:

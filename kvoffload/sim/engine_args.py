@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,10 +142,11 @@ def _memory_bytes(text: str) -> int:
     """vLLM accepts plain bytes or a human size such as 2GiB / 512M."""
     units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
     t = text.strip().lower().removesuffix("b")
-    for suffix in sorted(units, key=len, reverse=True):
-        if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * units[suffix])
-    return int(float(t))
+    suffix = next((s for s in sorted(units, key=len, reverse=True) if t.endswith(s)), "")
+    value = float(t[: len(t) - len(suffix)]) * units.get(suffix, 1.0)
+    if not math.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size")
+    return int(value)
 
 
 def build_parser() -> VllmArgumentParser:

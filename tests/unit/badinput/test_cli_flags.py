@@ -518,6 +518,16 @@ CASES = [
         ("argument --max-num-seqs: must be a positive integer, got 0",),
     ),
     FlagCase(
+        "serve-max-model-len-negative",
+        ("sim", "serve", "m", "--max-model-len", "-5"),
+        ("argument --max-model-len: '-5' is not a positive size",),
+    ),
+    FlagCase(
+        "serve-kv-cache-bytes-zero",
+        ("sim", "serve", "m", "--kv-cache-memory-bytes", "0GiB"),
+        ("argument --kv-cache-memory-bytes: '0GiB' is not a positive size",),
+    ),
+    FlagCase(
         "serve-kv-transfer-not-json",
         ("sim", "serve", "m", "--kv-transfer-config", "{oops"),
         ("argument --kv-transfer-config: not valid JSON",),
@@ -581,6 +591,12 @@ CASES = [
         "calibrate-output-missing",
         ("calibrate", "--model-shape", "tiny"),
         ("the following arguments are required: --output",),
+    ),
+    FlagCase(
+        "calibrate-from-raw-binary",
+        (*CAL, "--output", "{tmp}/p.yaml", "--from-raw", "{tmp}/raw.bin"),
+        ("--from-raw {tmp}/raw.bin: not UTF-8 text (byte 0)",),
+        lambda p: (p["tmp"] / "raw.bin").write_bytes(b"\xff\xfe\x00garbage"),
     ),
     FlagCase(
         "calibrate-output-not-yaml",
