@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kvoffload.config import Cell, LabConfig
+from kvoffload.config import Cell, Host, LabConfig
+from kvoffload.errors import UserError
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.profiles.resolve import Deployment, Replica, resolve
 from kvoffload.replay.command import ReplaySpec, fixed_flags
@@ -42,10 +43,37 @@ def model_extravars(lab: LabConfig) -> dict[str, Any]:
     }
 
 
+BIND_ADDRESS_VAR = "kvoffload_bind_address"
+BIND_ALL_VAR = "kvoffload_bind_all"
+_TRUE = (True, "true", "yes", "on", "1", "True", "Yes")
+
+
+def service_address(host: Host) -> str:
+    """Where the other hosts reach `host`'s services: the address its server roles bind to.
+
+    The roles (vllm, lmcache_server, caddy, node_exporter) listen on `kvoffload_bind_address`, whose
+    default is the host's `ansible_host` (else its inventory name), and on every interface only with
+    `kvoffload_bind_all: true`; then clients use `ansible_host`. Both variables are inventory variables
+    (host, group or all), read here as the roles read them, so URLs and binds cannot drift apart.
+    """
+    extra = host.vars.model_extra or {}
+    if extra.get(BIND_ALL_VAR, False) in _TRUE:
+        return host.address
+    bind = extra.get(BIND_ADDRESS_VAR)
+    if bind is None:
+        return host.address
+    if not isinstance(bind, str) or not bind or any(c in bind for c in " \t:/{}"):
+        raise UserError(
+            f"host {host.name}: {BIND_ADDRESS_VAR} must be the host's IPv4 address on the lab network "
+            f"(services listen there and clients connect there), got {bind!r}"
+        )
+    return bind
+
+
 def deployment(lab: LabConfig, cell: Cell) -> Deployment:
     campaign = lab.campaign
     replicas = tuple(
-        Replica(host=host.name, address=host.address, index=r.index, gpus=r.gpus)
+        Replica(host=host.name, address=service_address(host), index=r.index, gpus=r.gpus)
         for host in lab.inventory.group("vllm")
         for r in host.replicas
     )
@@ -62,9 +90,9 @@ def deployment(lab: LabConfig, cell: Cell) -> Deployment:
         model=staged_model(lab),
         served_model_name=lab.served_model_name,
         replicas=replicas,
-        lmcache_address=lmcache.address if lmcache is not None and cell.tier != "gpu" else None,
-        lb_address=lb.address if lb is not None else None,
-        node_addresses={h.name: h.address for h in lab.inventory.hosts},
+        lmcache_address=service_address(lmcache) if lmcache is not None and cell.tier != "gpu" else None,
+        lb_address=service_address(lb) if lb is not None else None,
+        node_addresses={h.name: service_address(h) for h in lab.inventory.hosts},
         sim_profile=campaign.sim_profile,
         kv_cache_memory_bytes=campaign.kv_cache_memory_bytes,
         num_gpu_blocks_override=campaign.num_gpu_blocks_override,

@@ -30,13 +30,15 @@ import httpx
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault of a cell. `at`/`until` are wall-clock seconds (None when only systemd saw it)."""
+    """One fault of a cell. `at`/`until` are wall-clock seconds (None when only systemd saw it); the
+    fault began between `answered` (the last poll the target answered, if any) and `at`."""
 
     target: str
     kind: str  # "unreachable" | "restarted" | "not running"
     detail: str
     at: float | None = None
     until: float | None = None
+    answered: float | None = None
 
     def reason(self) -> str:
         when = ""
@@ -72,7 +74,8 @@ class TargetWatch:
         }
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._open: dict[str, tuple[float, str]] = {}
+        self._open: dict[str, tuple[float, str, float | None]] = {}
+        self._answered: dict[str, float] = {}
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -84,10 +87,12 @@ class TargetWatch:
             now = time.time()
             with self._lock:
                 if error is not None and name not in self._open:
-                    self._open[name] = (now, error)
-                elif error is None and name in self._open:
-                    since, first_error = self._open.pop(name)
-                    self._faults.append(Fault(name, "unreachable", first_error, since, now))
+                    self._open[name] = (now, error, self._answered.get(name))
+                elif error is None:
+                    if name in self._open:
+                        since, first_error, answered = self._open.pop(name)
+                        self._faults.append(Fault(name, "unreachable", first_error, since, now, answered))
+                    self._answered[name] = now
 
     def _loop(self) -> None:
         with httpx.Client(timeout=self.timeout_s) as client:
@@ -97,7 +102,10 @@ class TargetWatch:
     def faults(self) -> list[Fault]:
         """Closed outages, then those still open (their `until` is None)."""
         with self._lock:
-            still_open = [Fault(n, "unreachable", e, since) for n, (since, e) in self._open.items()]
+            still_open = [
+                Fault(n, "unreachable", e, since, None, answered)
+                for n, (since, e, answered) in self._open.items()
+            ]
             return sorted(self._faults + still_open, key=lambda f: (f.at or 0.0, f.target))
 
     def __enter__(self) -> TargetWatch:
@@ -136,8 +144,9 @@ def unit_faults(units: Mapping[str, Mapping[str, Any]], expected: Collection[str
 
 
 def fault_effects(requests_jsonl: Path, faults: Sequence[Fault]) -> dict[str, Any] | None:
-    """What the engines did from the first timed fault on: requests served and failed, per replica."""
-    starts = [f.at for f in faults if f.at is not None]
+    """What the engines did from the first timed fault on (from the last poll that still answered, since
+    the fault came after it): requests served and failed, per replica."""
+    starts = [min(f.at, f.answered or f.at) for f in faults if f.at is not None]
     if not starts or not requests_jsonl.is_file():
         return None
     first = min(starts)

@@ -116,6 +116,7 @@ class Replica:
     """One vLLM replica: systemd instance `kvoffload-vllm@<index>` on `host`, port 8000+index."""
 
     host: str
+    # Where clients reach it: the address the vllm role binds (kvoffload/orchestrate/deployment.py).
     address: str
     index: int
     gpus: str
@@ -133,9 +134,10 @@ class Deployment:
     replicas: tuple[Replica, ...]
     # The name requests carry (--served-model-name) when it differs from `model`.
     served_model_name: str | None = None
+    # Addresses the lmcache-server and Caddy hosts bind their services to (and clients connect to).
     lmcache_address: str | None = None
     lb_address: str | None = None
-    # Inventory host name -> address, for node-exporter targets (every host of the run).
+    # Inventory host name -> bound address, for node-exporter targets (every host of the run).
     node_addresses: Mapping[str, str] = field(default_factory=dict)
     sim_profile: str | None = None
     kv_cache_memory_bytes: int | None = None
@@ -266,10 +268,10 @@ def lmcache_args(dep: Deployment) -> list[str]:
         return []
     p = lmcache_profile(dep.tier)
     l1 = dep.l1_size_gb if dep.l1_size_gb is not None else p.l1_size_gb
+    # No --host/--http-host: the lmcache_server role binds the host's lab address (kvoffload_bind_address,
+    # the address `lmcache_address` is), as the other server roles do.
     args = [
-        "--host", "0.0.0.0",
         "--port", str(LMCACHE_PORT),
-        "--http-host", "0.0.0.0",
         "--http-port", str(LMCACHE_HTTP_PORT),
         "--chunk-size", str(p.chunk_size),
         "--max-workers", str(lmcache_workers(dep)),

@@ -4,8 +4,9 @@ client's results disk fails under it.
 Each test runs a one- or two-cell campaign on its own results folder and breaks one thing at a known
 moment, from this process, over the lab's ssh:
 1. a replica is killed (SIGKILL, kept down) mid-replay: Caddy stops routing to it within one health
-   interval, every later request is served by the other replica, the run completes, the failed
-   requests are counted and the cell is marked invalid with the fault's reason and time;
+   interval (at its first refused connection, in fact), every later request is served by the other
+   replica, the run completes, the failed requests are counted and the cell is marked invalid with the
+   fault's reason and time;
 2. lmcache-server is killed mid-replay (systemd restarts it): the cell is marked invalid with the
    reason, and what the engines did from then on is recorded;
 3. the node is unreachable at deploy: the run stops with an error naming it, the client host is left
@@ -34,7 +35,7 @@ import yaml
 from tests.support.lab import ROOT, kvlab, lab_marks
 
 DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
-CLIENT_CELLS = "/var/lib/kvoffload-client/cells"  # the replay role's replay_remote_root
+CLIENT_CELLS = "/var/lib/kvoffload/cells"  # replay_remote_root of a campaign (orchestrate/deployment.py)
 HEALTH_INTERVAL_S = 10.0  # Caddy profiles' health_interval
 HEALTH_TIMEOUT_S = 5.0
 
@@ -181,7 +182,7 @@ def test_a_replica_killed_mid_replay(lab: Lab, tmp_path: Path) -> None:
     def fault() -> None:
         _when(lambda: _counter(lab.replica_url(1), "vllm:request_success") >= 3, 900, "replica 1's traffic")
         # SIGKILL, then stop: the replica is gone for good (systemd would restart it after 5 s)
-        lab.ssh(lab.node, "systemctl kill --signal=SIGKILL kvoffload-vllm@1.service; "
+        lab.ssh(lab.node, "systemctl kill --kill-whom=main --signal=SIGKILL kvoffload-vllm@1.service; "
                           "systemctl stop kvoffload-vllm@1.service")  # fmt: skip
         moments["kill"] = time.time()
 
@@ -214,14 +215,18 @@ def test_a_replica_killed_mid_replay(lab: Lab, tmp_path: Path) -> None:
     counts = json.loads((cell / "sessions.json").read_text())
     records = _records(cell)
     failed = [r for r in records if r["status"] != "ok"]
-    assert counts["failed_requests"] == len(failed) <= 4  # at most the requests in flight
+    assert counts["failed_requests"] == len(failed) <= 8
     assert counts["complete"] + counts["error"] == counts["achieved_sessions"] == 8
-    # The only failures are streams cut by the kill; Caddy retried every new request onto replica 0
-    # (a 502/503 would be Caddy failing to retry: see the Caddyfile's buffer_requests).
-    assert all(r["t_start"] <= moments["kill"] + 1 and r["http_status"] == 200 for r in failed), failed
-    later = [r for r in records if r["t_start"] > moments["kill"] + 1]
+    # The only failures: streams the kill cut (HTTP 200, started before it), and requests Caddy sent to
+    # the dead replica before its first refused connection marked it down (502 at once: Caddy does not
+    # retry, docs/contracts.md). Every request from 2 s after the kill on is served by replica 0.
+    for r in failed:
+        cut = r["http_status"] == 200 and r["t_start"] <= moments["kill"] + 1
+        refused = r["http_status"] == 502 and r["t_start"] >= moments["kill"] - 1 and r["latency_s"] < 2
+        assert cut or refused, r
+    later = [r for r in records if r["t_start"] > moments["kill"] + 2]
     assert later, "no request started after the kill: the fault came too late to test routing"
-    assert {(r["replica"], r["status"]) for r in later} == {(f"{lab.node}:8000", "ok")}
+    assert {(r["replica"], r["status"]) for r in later} == {(f"{lab.address[lab.node]}:8000", "ok")}
     effects = record["fault_effects"]
     assert sum(effects["requests_failed"].values()) == len(failed)
 
@@ -236,7 +241,7 @@ def test_lmcache_server_killed_mid_replay(lab: Lab, tmp_path: Path) -> None:
 
     def fault() -> None:
         _when(lambda: _counter(lab.replica_url(0), "vllm:request_success") >= 3, 900, "replica 0's traffic")
-        lab.ssh(lab.node, "systemctl kill --signal=SIGKILL kvoffload-lmcache.service")
+        lab.ssh(lab.node, "systemctl kill --kill-whom=main --signal=SIGKILL kvoffload-lmcache.service")
         moments["kill"] = time.time()
 
     joined = _in_background(fault)
@@ -266,7 +271,7 @@ def _client_state(lab: Lab) -> str:
     """Digest of what deploy and replay change on the client host."""
     listing = lab.ssh(
         lab.client,
-        "find /etc/systemd/system /etc/kvoffload /opt/kvoffload /var/lib/kvoffload-client -maxdepth 3 "
+        "find /etc/systemd/system /etc/kvoffload /opt/kvoffload /var/lib/kvoffload -maxdepth 3 "
         "-printf '%p %s %T@\\n' 2>/dev/null | sort",
         check=False,
     ).stdout

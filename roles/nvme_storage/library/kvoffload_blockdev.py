@@ -2,9 +2,10 @@
 """Ansible module (read-only): may this block device become the kvoffload L2 file system?
 
 Part of the nvme_storage role. It inspects one listed device (/proc/partitions, /proc/self/mountinfo,
-blkid, and lsblk where sysfs shows block devices; containers may hide them) and answers ok/refused with the
-exact reason, plus the device's facts (model, firmware, size, file system). It never writes to a device:
-formatting and mounting are separate tasks that run only when every listed device passed this check.
+/proc/swaps, blkid, and lsblk and /sys/class/block/*/holders where sysfs shows block devices; containers
+may hide them) and answers ok/refused with the exact reason, plus the device's facts (model, firmware,
+size, file system). It never writes to a device: formatting and mounting are separate tasks that run only
+when every listed device passed this check.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ module: kvoffload_blockdev
 short_description: Decide whether a block device may be formatted and mounted for the L2 cache
 description:
   - Refuses a device that is not a block device, backs a protected mount (such as /), is mounted
-    anywhere else than the wanted mount point, holds partitions, or holds a file system that is not
-    ours, unless wipe is set (never for mounted or protected devices).
+    anywhere else than the wanted mount point, is mounted at the wanted mount point with a file system
+    that is not ours, is (or has a partition that is) active swap, has holders (device-mapper, LVM, md
+    or another stacked device on it or on a partition), holds partitions, or holds a file system that
+    is not ours; wipe allows only the last two (never mounted, swap, held or protected devices).
 options:
   device: {type: path, required: true, description: Device path as listed.}
   mount: {type: path, required: true, description: Wanted mount point.}
@@ -36,6 +39,11 @@ reason: {description: why it was refused (empty when ok), type: str}
 action: {description: "format, mount (ours, not mounted) or none (ours and mounted)", type: str}
 facts: {description: device, model, firmware, size_bytes, fstype, label, mountpoints, type: dict}
 """
+
+
+# Kernel views the checks read (module constants, so a unit test can point them at a fake tree).
+SYS_CLASS_BLOCK = "/sys/class/block"
+PROC_SWAPS = "/proc/swaps"
 
 
 def _partitions() -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
@@ -81,9 +89,44 @@ def _probe(module: AnsibleModule, device: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def _swaps() -> list[tuple[tuple[int, int], str]]:
+    """(major, minor) and path of every active swap area on a block device, from /proc/swaps."""
+    result = []
+    try:
+        with open(PROC_SWAPS) as handle:
+            lines = handle.read().splitlines()[1:]  # the first line is the column header
+    except OSError:
+        return result
+    for line in lines:
+        path = line.split()[0].replace("\\040", " ") if line.split() else ""
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISBLK(st.st_mode):  # swap files live on a mounted file system: the mount check sees it
+            result.append(((os.major(st.st_rdev), os.minor(st.st_rdev)), path))
+    return result
+
+
+def _holders(name: str) -> list[str]:
+    """Kernel names of the devices stacked on `name` (dm-0, md0, ...), with their device-mapper name."""
+    try:
+        held = sorted(os.listdir(f"{SYS_CLASS_BLOCK}/{name}/holders"))
+    except OSError:  # no sysfs view of block devices (some containers): nothing to tell
+        return []
+    out = []
+    for holder in held:
+        try:
+            with open(f"{SYS_CLASS_BLOCK}/{holder}/dm/name") as handle:
+                out.append(f"{holder} ({handle.read().strip()})")
+        except OSError:
+            out.append(holder)
+    return out
+
+
 def _sysfs(name: str, attr: str) -> str:
     try:
-        with open(f"/sys/class/block/{name}/device/{attr}") as handle:
+        with open(f"{SYS_CLASS_BLOCK}/{name}/device/{attr}") as handle:
             return handle.read().strip()
     except OSError:
         return "unknown"
@@ -106,6 +149,7 @@ def main() -> None:
     facts = {
         "device": p["device"], "path": device, "model": "unknown", "firmware": "unknown", "size_bytes": None,
         "fstype": None, "label": None, "partition_table": None, "partitions": [], "mountpoints": [],
+        "holders": [], "swap": [],
     }
 
     def refuse(reason: str) -> None:
@@ -147,7 +191,22 @@ def main() -> None:
     if other_mounts:
         refuse(f"is mounted at {', '.join(other_mounts)}; unmount it first (wipe never applies to mounted devices)")
 
-    # Only now read the device's first blocks: protected and mounted devices are refused unread.
+    facts["swap"] = sorted(path for num, path in _swaps() if num in numbers)
+    if facts["swap"]:
+        refuse(
+            f"is active swap ({', '.join(facts['swap'])}); swapoff it and drop it from /etc/fstab first "
+            "(wipe never applies to swap)"
+        )
+    held = {n: _holders(n) for n in [name, *children]}
+    facts["holders"] = sorted(h for hs in held.values() for h in hs)
+    if facts["holders"]:
+        where = "; ".join(f"/dev/{n} by {', '.join(hs)}" for n, hs in held.items() if hs)
+        refuse(
+            f"is in use by a stacked device ({where}: device-mapper, LVM, md or the like); remove that "
+            "first (wipe never applies to held devices)"
+        )
+
+    # Only now read the device's first blocks: protected, mounted, swap and held devices are refused unread.
     probe = _probe(module, device)
     facts.update(fstype=probe.get("TYPE"), label=probe.get("LABEL"), partition_table=probe.get("PTTYPE"))
 
@@ -155,6 +214,12 @@ def main() -> None:
     if ours:
         action = "none" if p["mount"] in facts["mountpoints"] else "mount"
         module.exit_json(changed=False, ok=True, reason="", action=action, facts=facts)
+    if facts["mountpoints"]:  # at the wanted mount point (others were refused above), but not ours
+        what = f"a {facts['fstype']} file system (label {facts['label']!r})" if facts["fstype"] else "a partition"
+        refuse(
+            f"is mounted at {p['mount']} with {what} that is not ours; unmount it first "
+            "(wipe never applies to mounted devices)"
+        )
     if (children or facts["partition_table"]) and not p["wipe"]:
         names = ", ".join("/dev/" + c for c in children) or "none listed yet"
         refuse(

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from kvoffload.config import ConfigError, load_lab
-from kvoffload.orchestrate.deployment import cell_extravars, l2_device, replay_command, target_hosts
+from kvoffload.errors import UserError
+from kvoffload.orchestrate.deployment import (
+    cell_extravars,
+    l2_device,
+    replay_command,
+    service_address,
+    target_hosts,
+)
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.replay.command import ReplaySpec, replay_argv
 
@@ -108,3 +117,60 @@ def test_a_model_path_that_is_no_model_folder_is_refused(tmp_path: Path) -> None
     assert str(info.value).startswith(
         f"{inv}: all.vars.kvoffload_campaign.model: '/nonexistent/model' is a path"
     )
+
+
+def _lab_with(tmp_path: Path, **gpu01: object) -> Path:
+    """The example inventory with extra host variables on gpu01."""
+    inventory = yaml.safe_load(EXAMPLE.read_text())
+    inventory["all"]["hosts"]["gpu01.lab.example"].update(gpu01)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    return inv
+
+
+def _nvme_extravars(tmp_path: Path, inventory: Path) -> dict[str, object]:
+    lab = load_lab(inventory)
+    cell = next(c for c in lab.cells if c.tier == "nvme")
+    return cell_extravars(lab, cell, tmp_path, Wheels(tmp_path / "k.whl", None))
+
+
+def _connector_host(ev: dict[str, object]) -> str:
+    args = ev["vllm_engine_args"]
+    assert isinstance(args, list)
+    host: str = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"][
+        "lmcache.mp.host"
+    ]
+    return host
+
+
+def test_clients_use_the_address_the_services_bind(tmp_path: Path) -> None:
+    # By default the roles bind ansible_host: every URL the client, Caddy and the replicas use is it.
+    ev = _nvme_extravars(tmp_path, EXAMPLE)
+    assert ev["caddy_upstreams"] == [f"192.0.2.11:{8000 + i}" for i in range(8)]
+    assert ev["replay_base_url"] == "http://192.0.2.11:8100"
+    assert _connector_host(ev) == "tcp://192.0.2.11"
+    urls = {t["name"]: t["url"] for t in ev["replay_metrics_targets"]}  # type: ignore[attr-defined]
+    assert urls["lmcache"] == "http://192.0.2.11:8080/metrics"
+    assert urls["node-client01.lab.example"] == "http://192.0.2.21:9100/metrics"
+    # An explicit lab-network bind address moves the services and every client of them together.
+    ev = _nvme_extravars(tmp_path, _lab_with(tmp_path, kvoffload_bind_address="10.9.0.11"))
+    assert ev["caddy_upstreams"] == [f"10.9.0.11:{8000 + i}" for i in range(8)]
+    assert ev["replay_base_url"] == "http://10.9.0.11:8100"
+    assert _connector_host(ev) == "tcp://10.9.0.11"
+    urls = {t["name"]: t["url"] for t in ev["replay_metrics_targets"]}  # type: ignore[attr-defined]
+    assert urls["node-gpu01.lab.example"] == "http://10.9.0.11:9100/metrics"
+    assert urls["caddy"] == "http://10.9.0.11:8101/metrics"
+    assert urls["node-client01.lab.example"] == "http://192.0.2.21:9100/metrics"  # other hosts unchanged
+    # Opting into every interface: the services listen on 0.0.0.0, clients keep ansible_host.
+    ev = _nvme_extravars(
+        tmp_path, _lab_with(tmp_path, kvoffload_bind_address="10.9.0.11", kvoffload_bind_all=True)
+    )
+    assert ev["replay_base_url"] == "http://192.0.2.11:8100" and _connector_host(ev) == "tcp://192.0.2.11"
+
+
+@pytest.mark.parametrize("bad", ["0.0.0.0:80", "{{ ansible_default_ipv4.address }}", "", 10])
+def test_a_bind_address_clients_cannot_use_is_refused(tmp_path: Path, bad: object) -> None:
+    lab = load_lab(_lab_with(tmp_path, kvoffload_bind_address=bad))
+    host = lab.inventory.host("gpu01.lab.example")
+    with pytest.raises(UserError, match=re.escape("gpu01.lab.example: kvoffload_bind_address must be")):
+        service_address(host)

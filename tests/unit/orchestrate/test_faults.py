@@ -77,6 +77,7 @@ def test_an_outage_is_opened_and_closed_with_its_times(server: _Server) -> None:
     (fault,) = watch.faults()
     assert fault.target == "vllm-h2-1" and fault.kind == "unreachable"
     assert fault.at is not None and fault.until is not None and fault.until >= fault.at
+    assert fault.answered is not None and fault.answered <= fault.at  # the fault came after that poll
     assert "ConnectError" in fault.detail
     assert fault.reason().startswith("vllm-h2-1 unreachable at ")
 
@@ -136,3 +137,10 @@ def test_fault_effects_count_what_happened_from_the_first_fault(tmp_path: Path) 
         "errors": [{"error": "stream cut", "count": 2}],
     }
     assert fault_effects(path, faults[1:]) is None, "no timed fault: no window to count"
+    # the window opens at the last poll that still answered: a stream the fault cut at 109.5 s, seen
+    # by the poll at 110 s, counts
+    seen_late = [Fault("vllm-h2-1", "unreachable", "ConnectError", at=110.0, answered=109.2)]
+    records.append({"t_start": 109.3, "latency_s": 0.2, "status": "error", "replica": "b", "error": "cut"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    late = fault_effects(path, seen_late)
+    assert late is not None and late["since"] == 109.2 and late["requests_failed"] == {"b": 3}

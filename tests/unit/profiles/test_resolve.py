@@ -120,6 +120,19 @@ def test_lmcache_workers_cover_every_replica_and_metrics_are_on_the_http_port() 
     assert two[two.index("--max-workers") + 1] == "4"  # the profile's floor
 
 
+def test_lmcache_args_leave_the_bind_to_the_role_and_clients_use_the_bound_address() -> None:
+    # The lmcache_server role binds kvoffload_bind_address (the address lmcache_address is), never 0.0.0.0
+    # by default; the resolver's flags carry no address for it to clash with.
+    args = r.lmcache_args(deployment(tier="nvme"))
+    assert "--host" not in args and "--http-host" not in args and "0.0.0.0" not in args
+    out = r.resolve(deployment(tier="nvme"))
+    assert {t["url"] for t in out["replay_metrics_targets"] if t["name"] in ("lmcache", "caddy")} == {
+        "http://10.0.0.12:8080/metrics",
+        "http://10.0.0.12:8101/metrics",
+    }
+    assert out["caddy_upstreams"] == ["10.0.0.11:8000", "10.0.0.11:8001"]
+
+
 def test_l1_override_and_kv_cache_size_flags() -> None:
     dep = deployment(l1_size_gb=0.5, num_gpu_blocks_override=64)
     lm = r.lmcache_args(dep)

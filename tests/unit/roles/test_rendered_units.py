@@ -2,8 +2,9 @@
 
 For each tier x engine the resolver's extravars (kvoffload/profiles/resolve.py) are rendered through the
 roles' templates; the output must equal the golden file (regenerate: KVOFFLOAD_REGEN_GOLDEN=1), every
-unit must pass `systemd-analyze verify --man=no` with nothing on stderr, and every Caddyfile must pass
-`caddy validate` (Debian's 2.6.2 in CI).
+unit must pass `systemd-analyze verify --man=no` with nothing on stderr and score at most 4.0 in
+`systemd-analyze security --offline=yes` (node-exporter: Debian's unit merged with our drop-in), and
+every Caddyfile must pass `caddy validate` (Debian's 2.6.2 in CI).
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ from tests.unit.roles.render import render, role_defaults
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("KVOFFLOAD_REGEN_GOLDEN") == "1"
+# One node (DESIGN.md section 3): replicas, lmcache-server and Caddy all on gpu1, its lab address NODE.
+NODE = "10.0.0.11"
 REPLICAS = (
-    r.Replica(host="gpu1", address="10.0.0.11", index=0, gpus="0"),
-    r.Replica(host="gpu1", address="10.0.0.11", index=1, gpus="1,2"),
+    r.Replica(host="gpu1", address=NODE, index=0, gpus="0"),
+    r.Replica(host="gpu1", address=NODE, index=1, gpus="1,2"),
 )
+# Debian 12's prometheus-node-exporter.service (1.5.0), for hosts where the package is not installed.
+DEBIAN_NODE_EXPORTER = Path(__file__).parent / "fixtures" / "prometheus-node-exporter.service"
+MAX_EXPOSURE = 4.0
 CASES = [(tier, engine) for tier in r.TIERS for engine in ("vllm", "sim")]
 
 
@@ -38,8 +44,8 @@ def extravars(tier: str, engine: str) -> dict[str, Any]:
         engine=engine,  # type: ignore[arg-type]
         model="Qwen/Qwen3-8B",
         replicas=REPLICAS,
-        lmcache_address="10.0.0.12",
-        lb_address="10.0.0.12",
+        lmcache_address=NODE,
+        lb_address=NODE,
         sim_profile="tiny" if engine == "sim" else None,
         kv_cache_memory_bytes=1073741824 if engine == "sim" else None,
     )
@@ -50,13 +56,16 @@ def variables(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") -> dict
     merged = role_defaults("node_exporter", "caddy", "lmcache_server", "vllm")
     merged.update(extravars(tier, engine))
     merged["kvoffload_venv"] = venv
+    merged["ansible_host"] = NODE  # the inventory's address of gpu1: every service binds it
     # Facts of the node: a 512 MiB NVMe mount holds the L2 (the role sizes the adapter from it).
     merged["ansible_facts"] = {"mounts": [{"mount": "/mnt/kvoffload-nvme", "size_total": 536870912}]}
     return merged
 
 
-def rendered_files(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") -> dict[str, str]:
-    v = variables(tier, engine, venv)
+def rendered_files(
+    tier: str, engine: str, venv: str = "/opt/kvoffload/venv", **overrides: Any
+) -> dict[str, str]:
+    v = {**variables(tier, engine, venv), **overrides}
     files = {
         "kvoffload-vllm@.service": render("vllm", "etc/systemd/system/kvoffload-vllm@.service.j2", v),
         "Caddyfile": render("caddy", "etc/kvoffload/caddy/Caddyfile.j2", v),
@@ -109,7 +118,9 @@ def test_goldens_carry_the_contract() -> None:
     )
     nvme_sim = rendered_files("nvme", "sim")
     lm_words = systemd_words(nvme_sim["lmcache.env"], "KVOFFLOAD_LMCACHE_ARGS")
-    assert lm_words[:-2] == extravars("nvme", "sim")["lmcache_server_args"]
+    # The role's bind first, then the resolver's flags
+    assert lm_words[:4] == ["--host", NODE, "--http-host", NODE]
+    assert lm_words[4:-2] == extravars("nvme", "sim")["lmcache_server_args"]
     # The L2 adapter: the resolver's, plus 90% of the 512 MiB mount as its capacity
     assert lm_words[-2] == "--l2-adapter"
     assert json.loads(lm_words[-1]) == {
@@ -123,14 +134,16 @@ def test_goldens_carry_the_contract() -> None:
         "/opt/kvoffload/venv/bin/lmcache server $KVOFFLOAD_LMCACHE_ARGS" in nvme["kvoffload-lmcache.service"]
     )
     assert "ReadWritePaths=/mnt/kvoffload-nvme/lmcache-l2" in nvme["kvoffload-lmcache.service"]
-    assert "RequiresMountsFor=/mnt/kvoffload-nvme\n" in nvme["kvoffload-lmcache.service"]
+    assert "RequiresMountsFor=/mnt/kvoffload-nvme/lmcache-l2\n" in nvme["kvoffload-lmcache.service"]
     # Real vLLM through its API server module (the CPU build's `vllm` CLI fails), telemetry opted out
     unit = nvme["kvoffload-vllm@.service"]
     assert "ExecStart=/opt/kvoffload/venv/bin/python -m vllm.entrypoints.openai.api_server --model " in unit
     assert "VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 LMCACHE_TRACK_USAGE=false" in unit
     assert "LMCACHE_TRACK_USAGE=false" in nvme["kvoffload-lmcache.service"]
     # One user for replicas and server (CUDA IPC files are 0600)
-    assert "User=kvoffload-engine\n" in unit and "User=kvoffload-engine\n" in nvme["kvoffload-lmcache.service"]
+    assert (
+        "User=kvoffload-engine\n" in unit and "User=kvoffload-engine\n" in nvme["kvoffload-lmcache.service"]
+    )
     for files in (cpu, nvme):
         assert "Restart=on-failure" in files["kvoffload-vllm@.service"]
     telemetry = nvme["kvoffload-gpu-telemetry.service"]
@@ -140,8 +153,9 @@ def test_goldens_carry_the_contract() -> None:
     )
     assert "ReadWritePaths=/var/lib/prometheus/node-exporter\n" in telemetry
     assert "User=kvoffload-gpu-telemetry\n" in telemetry and "Restart=on-failure\n" in telemetry
-    assert "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in (
-        nvme["prometheus-node-exporter.service.d/kvoffload.conf"]
+    assert (
+        "--collector.textfile.directory=/var/lib/prometheus/node-exporter"
+        in (nvme["prometheus-node-exporter.service.d/kvoffload.conf"])
     )
     assert "kvoffload-gpu-telemetry.service" not in cpu  # engine sim
 
@@ -219,3 +233,171 @@ def test_caddyfiles_pass_caddy_validate(tier: str, tmp_path: Path) -> None:
         env=dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path)),
     )
     assert result.returncode == 0 and "Valid configuration" in result.stdout + result.stderr, result.stderr
+
+
+def _security_root(root: Path, files: dict[str, str]) -> list[str]:
+    """Write the rendered units under root/etc/systemd/system (Debian's node-exporter unit under
+    root/lib/systemd/system, so that our drop-in is merged with it); return the units to assess."""
+    etc = root / "etc" / "systemd" / "system"
+    for name, text in files.items():
+        if name.endswith((".service", ".conf")):
+            (etc / name).parent.mkdir(parents=True, exist_ok=True)
+            (etc / name).write_text(text)
+    lib = root / "lib" / "systemd" / "system"
+    lib.mkdir(parents=True)
+    installed = Path("/lib/systemd/system/prometheus-node-exporter.service")
+    shutil.copy(installed if installed.exists() else DEBIAN_NODE_EXPORTER, lib / installed.name)
+    units = ["kvoffload-vllm@0.service", "kvoffload-caddy.service", "prometheus-node-exporter.service"]
+    units += [n for n in ("kvoffload-lmcache.service", "kvoffload-gpu-telemetry.service") if n in files]
+    return units
+
+
+def exposure(root: Path, unit: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """The overall exposure level systemd-analyze gives `unit` under `root`, and the whole answer.
+
+    --threshold is on systemd's internal 0-100 scale (exposure x 10): above it, the exit status is 1.
+    """
+    result = subprocess.run(
+        [
+            "systemd-analyze", "security", "--offline=yes", f"--root={root}", "--no-pager",
+            f"--threshold={int(MAX_EXPOSURE * 10)}", unit,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ, SYSTEMD_COLORS="0"),
+    )  # fmt: skip
+    found = re.search(rf"Overall exposure level for {re.escape(unit)}: ([0-9.]+)", result.stdout)
+    assert found, f"{unit}: no exposure level in\n{result.stdout}\n{result.stderr}"
+    return float(found.group(1)), result
+
+
+def _security_failure(unit: str, score: float, result: subprocess.CompletedProcess[str]) -> str:
+    exposed = [line for line in result.stdout.splitlines() if line.startswith("✗")]
+    return f"{unit} scores {score} (max {MAX_EXPOSURE}, exit {result.returncode}):\n" + "\n".join(exposed)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (apt: systemd)")
+@pytest.mark.parametrize(("tier", "engine"), CASES)
+def test_units_score_at_most_4_in_systemd_analyze_security(tier: str, engine: str, tmp_path: Path) -> None:
+    files = rendered_files(tier, engine)
+    scores = {}
+    for unit in _security_root(tmp_path, files):
+        score, result = exposure(tmp_path, unit)
+        scores[unit] = score
+        assert score <= MAX_EXPOSURE and result.returncode == 0, _security_failure(unit, score, result)
+    # Every unit we ship was assessed, the drop-in together with the unit it extends.
+    assert len(scores) == 3 + (tier != "gpu") + (engine == "vllm"), scores
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (apt: systemd)")
+def test_amd_telemetry_scores_at_most_4(tmp_path: Path) -> None:
+    v = {**variables("gpu", "vllm"), "kvoffload_gpu_vendor": "amd"}
+    unit = tmp_path / "etc" / "systemd" / "system" / "kvoffload-gpu-telemetry.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(render("vllm", "etc/systemd/system/kvoffload-gpu-telemetry.service.j2", v))
+    score, result = exposure(tmp_path, unit.name)
+    assert score <= MAX_EXPOSURE and result.returncode == 0, _security_failure(unit.name, score, result)
+
+
+def _directives(unit: str) -> dict[str, list[str]]:
+    """Key -> every value it is given in the unit (repeated keys in order)."""
+    out: dict[str, list[str]] = {}
+    for line in unit.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            out.setdefault(key, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize(("tier", "engine"), CASES)
+def test_gpu_units_keep_device_access_and_jit(tier: str, engine: str) -> None:
+    files = rendered_files(tier, engine)
+    gpu_units = ["kvoffload-vllm@.service", "kvoffload-lmcache.service", "kvoffload-gpu-telemetry.service"]
+    for name in (n for n in gpu_units if n in files):
+        d = _directives(files[name])
+        # /dev/nvidia*, /dev/kfd, /dev/dri stay reachable: no private /dev, no device allow list
+        # (ProtectClock= would add DeviceAllow=char-rtc and so make one)
+        for key in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock", "PrivateUsers"):
+            assert key not in d, f"{name}: {key}={d.get(key)}"
+        assert d["SystemCallErrorNumber"] == ["EPERM"], name
+    for name in ("kvoffload-vllm@.service", "kvoffload-lmcache.service"):
+        if name in files:
+            d = _directives(files[name])
+            assert "MemoryDenyWriteExecute" not in d, name  # torch and Triton compile at run time
+            assert "PrivateIPC" not in d, name  # the replicas and the server share CUDA IPC files
+            assert d["User"] == ["kvoffload-engine"], name
+            # deny list, pidfd_getfd given back (torch's expandable-segment CUDA IPC)
+            assert d["SystemCallFilter"][0].startswith("~") and "@resources" not in d["SystemCallFilter"][0]
+            assert d["SystemCallFilter"][1:] == ["pidfd_getfd"], name
+    if tier == "nvme":
+        lmcache = _directives(files["kvoffload-lmcache.service"])
+        assert lmcache["ReadWritePaths"] == ["/mnt/kvoffload-nvme/lmcache-l2"]
+        assert lmcache["RequiresMountsFor"] == ["/mnt/kvoffload-nvme/lmcache-l2"]
+    node = _directives(files["prometheus-node-exporter.service.d/kvoffload.conf"])
+    # the timex collector reads the clock state with adjtimex(2); /proc/1/mounts must stay visible
+    assert node["SystemCallFilter"][-1] == "adjtimex" and "ProtectClock" not in node
+    assert "ProtectProc" not in node and "ProcSubset" not in node
+
+
+def _words(files: dict[str, str]) -> list[str]:
+    return systemd_words(files["lmcache.env"], "KVOFFLOAD_LMCACHE_ARGS")
+
+
+def test_services_bind_the_hosts_lab_address() -> None:
+    files = rendered_files("cpu", "vllm")
+    words = _words(files)
+    assert words[:4] == ["--host", NODE, "--http-host", NODE]
+    assert words.count("--host") == 1  # the resolver's args carry no bind of their own
+    for i in (0, 1):
+        assert f"KVOFFLOAD_HOST='{NODE}'\n" in files[f"replica-{i}.env"]
+    assert files["Caddyfile"].count(f"\tbind {NODE}\n") == 2  # the API and the metrics listener
+    assert f'"--web.listen-address={NODE}:9100"' in files["prometheus-node-exporter.service.d/kvoffload.conf"]
+    # ...and every client of them connects there, never to 127.0.0.1 or a wildcard
+    ev = extravars("cpu", "vllm")
+    assert ev["caddy_upstreams"] == [f"{NODE}:8000", f"{NODE}:8001"]
+    assert ev["replay_base_url"] == f"http://{NODE}:8100"
+    assert {t["url"].split("/")[2].split(":")[0] for t in ev["replay_metrics_targets"]} == {NODE}
+    config = json.loads(ev["vllm_engine_args"][ev["vllm_engine_args"].index("--kv-transfer-config") + 1])
+    assert config["kv_connector_extra_config"]["lmcache.mp.host"] == f"tcp://{NODE}"
+
+
+def test_an_explicit_bind_address_and_the_opt_in_wildcard() -> None:
+    lab = rendered_files("cpu", "vllm", kvoffload_bind_address="192.168.50.7")
+    assert _words(lab)[:4] == ["--host", "192.168.50.7", "--http-host", "192.168.50.7"]
+    assert "KVOFFLOAD_HOST='192.168.50.7'\n" in lab["replica-0.env"]
+    assert "\tbind 192.168.50.7\n" in lab["Caddyfile"]
+    everywhere = rendered_files("cpu", "vllm", kvoffload_bind_all=True)
+    assert _words(everywhere)[:4] == ["--host", "0.0.0.0", "--http-host", "0.0.0.0"]
+    assert "KVOFFLOAD_HOST='0.0.0.0'\n" in everywhere["replica-1.env"]
+    assert everywhere["Caddyfile"].count("\tbind 0.0.0.0\n") == 2
+    assert (
+        '"--web.listen-address=0.0.0.0:9100"'
+        in everywhere["prometheus-node-exporter.service.d/kvoffload.conf"]
+    )
+    # A role variable still wins for that role alone (molecule binds loopback this way).
+    assert (
+        "KVOFFLOAD_HOST='127.0.0.1'\n"
+        in rendered_files("gpu", "sim", vllm_bind_address="127.0.0.1")["replica-0.env"]
+    )
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (apt: systemd)")
+def test_the_transient_sampler_unit_scores_at_most_4(tmp_path: Path) -> None:
+    """The replay role starts the sampler with `systemd-run --uid --gid --property=...`: the same
+    settings as a unit file, assessed the same way."""
+    import yaml
+
+    vars_file = Path(__file__).resolve().parents[3] / "roles" / "replay" / "vars" / "main.yml"
+    properties = yaml.safe_load(vars_file.read_text())["_replay_sampler_hardening"]
+    unit = tmp_path / "etc" / "systemd" / "system" / "kvoffload-sampler.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(
+        "[Service]\nUser=kvoffload-replay\nGroup=kvoffload-replay\nKillSignal=SIGTERM\n"
+        "ReadWritePaths=/var/lib/kvoffload/cells/c/metrics\n"
+        + "".join(f"{p}\n" for p in properties)
+        + "ExecStart=/opt/kvoffload/venv/bin/kvoffload-lab metrics sample --output /var/tmp/m\n"
+    )
+    score, result = exposure(tmp_path, unit.name)
+    assert score <= MAX_EXPOSURE and result.returncode == 0, _security_failure(unit.name, score, result)

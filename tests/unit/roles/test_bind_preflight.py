@@ -1,0 +1,82 @@
+"""The server roles refuse, before touching anything, to bind an address this host does not have.
+
+A name (or an address of another host) could land the listeners on 127.0.1.1, Debian's /etc/hosts entry
+for the host's own name, out of the client's reach. Runs each role's preflight (`--tags preflight`, with
+the role's argument spec) with ansible-playbook against this machine (local connection, facts
+gathered); nothing is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+# Enough for the roles' other preflight checks to pass on a machine without GPUs or NVMe.
+ROLE_VARS = {
+    "kvoffload_engine": "sim",
+    "vllm_sim_profile": "tiny",
+    "caddy_upstreams": ["127.0.0.1:8000"],
+}
+BIND_VAR = {
+    "node_exporter": "node_exporter_listen_address",
+    "lmcache_server": "lmcache_server_bind_address",
+    "vllm": "vllm_bind_address",
+    "caddy": "caddy_bind_address",
+}
+
+
+def preflight(tmp_path: Path, roles: list[str], **extra: object) -> subprocess.CompletedProcess[str]:
+    play = [
+        {
+            "name": "preflight of the server roles",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": True,
+            "roles": [{"role": role} for role in roles],
+        }
+    ]
+    playbook = tmp_path / "play.json"
+    playbook.write_text(json.dumps(play))
+    variables = {**ROLE_VARS, "ansible_python_interpreter": sys.executable, **extra}
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "--tags", "preflight", str(playbook)]
+    return subprocess.run(
+        [*argv, "-e", json.dumps(variables)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=240,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("role", sorted(BIND_VAR))
+def test_an_address_of_another_host_is_refused(tmp_path: Path, role: str) -> None:
+    # 192.0.2.0/24 is TEST-NET-1: never an address of this machine.
+    result = preflight(tmp_path, [role], kvoffload_bind_address="192.0.2.99")
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert f"{BIND_VAR[role]} 192.0.2.99 is not an IPv4 address of localhost" in result.stdout, result.stdout[
+        -3000:
+    ]
+    assert "kvoffload_bind_all: true" in result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_loopback_the_hosts_own_address_and_the_opt_in_wildcard_pass(tmp_path: Path) -> None:
+    roles = sorted(BIND_VAR)
+    for extra in (
+        {"kvoffload_bind_address": "127.0.0.1"},
+        {"kvoffload_bind_address": "{{ ansible_facts.all_ipv4_addresses | first | default('127.0.0.1') }}"},
+        {"kvoffload_bind_address": "192.0.2.99", "kvoffload_bind_all": True},
+    ):
+        result = preflight(tmp_path, roles, **extra)
+        assert result.returncode == 0, f"{extra}:\n{result.stdout[-3000:]}"
