@@ -23,10 +23,9 @@ import pytest
 import yaml
 
 import kvoffload
-from tests.support.lab import kvlab, lab_marks
+from tests.support.lab import kvlab, lab_marks, small_campaign
 
 ROOT = Path(__file__).resolve().parents[2]
-DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
 
 pytestmark = lab_marks(2400)
 # Canary Hugging Face tokens, as a user would give them: ansible-vault (vllm_hf_token) and HF_TOKEN.
@@ -35,22 +34,7 @@ CANARIES = {"vllm_hf_token": "kvoffload-canary-7f3c9a", "HF_TOKEN": "kvoffload-c
 
 def _campaign(name: str, tiers: list[str]) -> dict[str, Any]:
     """Small: 8 airline users x 5 rounds at concurrency 4; 16K tokens of GPU KV per replica."""
-    return {
-        "name": name,
-        "model": "tiny-llama",
-        "gpu_vendor": "nvidia",
-        "engine": "sim",
-        "sim_profile": "tiny",
-        "dataset": {"code": "tau2-bench-v1", "path": str(DATASET)},
-        "tiers": tiers,
-        "concurrency": [4],
-        "num_rounds": [5],
-        "isl": 16384,
-        "osl": 16,
-        "max_sessions": 8,
-        "kv_cache_memory_bytes": 64 * 1024 * 1024,
-        "extra_engine_args": ["--max-model-len", "16384"],
-    }
+    return small_campaign(name, tiers)
 
 
 @pytest.fixture(scope="module")

@@ -32,9 +32,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.lab import ROOT, kvlab, lab_marks
+from tests.support.lab import ROOT, kvlab, lab_marks, small_campaign
 
-DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
 CLIENT_CELLS = "/var/lib/kvoffload/cells"  # replay_remote_root of a campaign (orchestrate/deployment.py)
 HEALTH_INTERVAL_S = 10.0  # Caddy profiles' health_interval
 HEALTH_TIMEOUT_S = 5.0
@@ -90,26 +89,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 def _campaign(path: Path, name: str, tiers: list[str], **over: Any) -> Path:
-    """8 airline users x 5 rounds at concurrency 4, recorded gaps kept so the replay lasts a while."""
-    campaign = {
-        "name": name,
-        "model": "tiny-llama",
-        "gpu_vendor": "nvidia",
-        "engine": "sim",
-        "sim_profile": "tiny",
-        "dataset": {"code": "tau2-bench-v1", "path": str(DATASET)},
-        "tiers": tiers,
-        "concurrency": [4],
-        "num_rounds": [5],
-        "isl": 16384,
-        "osl": 16,
-        "max_sessions": 8,
-        "honor_gaps": True,
-        "kv_cache_memory_bytes": 64 * 1024 * 1024,
-        "extra_engine_args": ["--max-model-len", "16384"],
-        **over,
-    }
-    path.write_text(yaml.safe_dump(campaign))
+    """The small lab campaign with the recorded gaps kept, so that the replay lasts a while."""
+    path.write_text(yaml.safe_dump(small_campaign(name, tiers, **{"honor_gaps": True, **over})))
     return path
 
 

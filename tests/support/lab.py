@@ -7,10 +7,34 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+DATASET = ROOT / "data" / "tau2-bench" / "gpt-4.1_airline_default_gpt-4.1_1trials.json"
+
+
+def small_campaign(name: str, tiers: list[str], **over: Any) -> dict[str, Any]:
+    """A sim campaign for lab tests: 8 airline users x 5 rounds at concurrency 4, 16K tokens of GPU KV
+    per replica (64 MiB on the tiny profile); `over` replaces or adds keys."""
+    return {
+        "name": name,
+        "model": "tiny-llama",
+        "gpu_vendor": "nvidia",
+        "engine": "sim",
+        "sim_profile": "tiny",
+        "dataset": {"code": "tau2-bench-v1", "path": str(DATASET)},
+        "tiers": tiers,
+        "concurrency": [4],
+        "num_rounds": [5],
+        "isl": 16384,
+        "osl": 16,
+        "max_sessions": 8,
+        "kv_cache_memory_bytes": 64 * 1024 * 1024,
+        "extra_engine_args": ["--max-model-len", "16384"],
+        **over,
+    }
 
 
 def lab_marks(timeout_s: int) -> list[pytest.MarkDecorator]:

@@ -9,7 +9,6 @@ key prefix: `{camp}: ` for a campaign file, `{inv}: all.vars.kvoffload_campaign.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.datasets import generic_lines
 from tests.unit.badinput.harness import ROOT, assert_refused, cli, install_traps
 
 EXAMPLE_INVENTORY = ROOT / "inventories" / "example" / "hosts.yml"
@@ -45,18 +45,6 @@ def base_inventory() -> dict[str, Any]:
     inventory["all"]["vars"].pop(CAMPAIGN_VAR)
     inventory["all"]["vars"]["ansible_port"] = 9  # discard: nothing listens there
     return inventory
-
-
-def generic_lines(sessions: int = 2, calls: int = 10) -> list[str]:
-    """JSONL lines of `sessions` conversations whose every call extends the previous one."""
-    lines = []
-    for s in range(sessions):
-        messages: list[dict[str, Any]] = [{"role": "system", "content": f"session {s}"}]
-        for c in range(calls):
-            messages = [*messages, {"role": "user", "content": f"question {c}"}]
-            lines.append(json.dumps({"session_id": f"s{s}", "messages": messages, "output_length": 8}))
-            messages = [*messages, {"role": "assistant", "content": f"answer {c}"}]
-    return lines
 
 
 def _or(given: bytes | None, default: Callable[[], bytes]) -> bytes:

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.datasets import generic_lines
 from tests.unit.badinput.harness import assert_refused, cli, install_traps
-from tests.unit.badinput.labs import Case, Lab, assert_plan_and_run_refuse, generic_lines, modes
+from tests.unit.badinput.labs import Case, Lab, assert_plan_and_run_refuse, modes
 
 
 def _set(**values: Any) -> Any:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kvoffload.datasets import load_dataset
+from tests.support.datasets import generic_lines
 from tests.unit.badinput.harness import assert_refused, cli, cli_subprocess, install_traps
-from tests.unit.badinput.labs import generic_lines
 
 
 def sammshen_rows(calls: int = 6) -> list[dict[str, Any]]:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from kvoffload.cli.main import main
 from kvoffload.config import load_lab
+from tests.support.datasets import generic_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -18,13 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def _generic_dataset(folder: Path, sessions: int, calls: int) -> Path:
     """`sessions` conversations of `calls` calls each, every call extending the previous one."""
     folder.mkdir()
-    lines = []
-    for s in range(sessions):
-        messages: list[dict[str, Any]] = [{"role": "system", "content": f"session {s}"}]
-        for c in range(calls):
-            messages = [*messages, {"role": "user", "content": f"question {c}"}]
-            lines.append(json.dumps({"session_id": f"s{s}", "messages": messages, "output_length": 8}))
-            messages = [*messages, {"role": "assistant", "content": f"answer {c}"}]
+    lines = generic_lines(sessions, calls)
     (folder / "calls.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 

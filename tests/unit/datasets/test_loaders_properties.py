@@ -27,6 +27,7 @@ from kvoffload.datasets import chunk_floor, load_dataset, virtual_users
 from kvoffload.datasets.model import Session
 from kvoffload.datasets.split import extends
 from kvoffload.errors import UserError
+from tests.support.datasets import generic_lines
 
 PROPERTIES = settings(
     max_examples=120,
@@ -157,13 +158,7 @@ def test_sammshen_rows_load_or_are_refused(rows: list[Any]) -> None:
 
 
 def _valid_generic(sessions: int = 2, calls: int = 6) -> bytes:
-    lines = []
-    for s in range(sessions):
-        history: list[dict[str, Any]] = [{"role": "system", "content": f"s{s}"}]
-        for c in range(calls):
-            history = [*history, {"role": "user", "content": f"q{c}"}]
-            lines.append(json.dumps({"session_id": f"s{s}", "messages": history, "output_length": 4}))
-            history = [*history, {"role": "assistant", "content": f"a{c}"}]
+    lines = generic_lines(sessions, calls, output_length=4)
     return ("\n".join(lines) + "\n").encode()
 
 
