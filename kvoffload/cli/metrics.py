@@ -137,12 +137,15 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
+    from kvoffload.errors import UserError
     from kvoffload.metrics.sampler import take_snapshot
 
     _output_file(args.output)
     scraper = _scraper(args)
     try:
         n = take_snapshot(scraper, args.output)
+    except OSError as exc:  # the disk is full or read-only: say so, leave no partial file
+        raise UserError(f"--output {args.output}: cannot write: {exc.strerror}") from exc
     finally:
         scraper.close()
     print(f"metrics snapshot: {n} samples written to {args.output}")

@@ -21,6 +21,7 @@ from typing import IO
 
 import httpx
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.metrics.gpu import GpuTool, parse_gpu_output, run_gpu_tool
 from kvoffload.metrics.samples import Sample, parse_exposition, to_jsonl, up_sample
 from kvoffload.metrics.targets import GpuTarget, HttpTarget
@@ -115,8 +116,5 @@ def take_snapshot(scraper: Scraper, output_file: Path) -> int:
     """One round over all targets into one file (all targets together); return the sample count."""
     output_file.parent.mkdir(parents=True, exist_ok=True)
     rows = [s for samples in scraper.scrape().values() for s in samples]
-    tmp = output_file.with_name(output_file.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.writelines(to_jsonl(rows))
-    tmp.replace(output_file)
+    write_text_atomic(output_file, "".join(to_jsonl(rows)))  # whole or not at all (a full disk)
     return len(rows)

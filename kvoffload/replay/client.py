@@ -77,7 +77,8 @@ def _error_text(body: bytes) -> str:
             return str(obj["detail"])[:500]
     except (json.JSONDecodeError, AttributeError):
         pass
-    return body.decode(errors="replace")[:500]
+    text = body.decode(errors="replace").strip()[:500]
+    return text or "empty response body"
 
 
 def _usage(data: bytes) -> dict[str, Any] | None:

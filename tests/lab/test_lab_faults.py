@@ -303,8 +303,11 @@ def test_the_client_results_disk_fills_up(lab: Lab, tmp_path: Path) -> None:
             _when(lambda: bool(list(results.glob("cells/*/DONE"))), 900, "the first cell", every_s=0.2)
             done = next(iter(results.glob("cells/*/DONE"))).parent
             first["cell"], first["digest"] = done, _digest(done)
-            second = "'" + CLIENT_CELLS + "'/*/requests.jsonl"
-            _when(lambda: lab.ssh(lab.client, f"test -s {second}", check=False).returncode == 0, 600,
+            # the other cell's folder, once the controller has made it; then its records on the client
+            _when(lambda: len(list(results.glob("cells/*"))) == 2, 600, "the second cell", every_s=0.2)
+            second = next(p.name for p in results.glob("cells/*") if p != done)
+            records = f"{CLIENT_CELLS}/{second}/requests.jsonl"
+            _when(lambda: lab.ssh(lab.client, f"test -s {records}", check=False).returncode == 0, 600,
                   "the second cell's first records")  # fmt: skip
             lab.ssh(lab.client, f"dd if=/dev/zero of={CLIENT_CELLS}/filler bs=64k 2>/dev/null; true")
 
@@ -318,6 +321,9 @@ def test_the_client_results_disk_fills_up(lab: Lab, tmp_path: Path) -> None:
     failed = _cell(results, "cpu")
     record = json.loads((failed / "cell.json").read_text())
     assert record["status"] == "failed" and "No space left on device" in record["error"], record.get("error")
+    # the replay stopped on it, during the replay (not a snapshot before it), and said why
+    assert "requests.jsonl: No space left on device" in record["error"], record["error"]
+    assert "Traceback" not in record["error"]
     assert not (failed / "DONE").exists()
     # no half-written record: on the client every line is whole; on the controller nothing or whole lines
     for line in client_lines.splitlines():

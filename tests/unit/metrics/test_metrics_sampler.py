@@ -130,3 +130,25 @@ def test_target_specs() -> None:
             parse_http_target(bad)
     with pytest.raises(UserError, match="given twice"):
         check_unique(["a", "b", "a"])
+
+
+def test_a_snapshot_on_a_full_disk_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("kvoffload.atomic.os.fsync", full)
+    out = tmp_path / "snapshot-after.jsonl"
+    out.write_text("the previous version\n")
+    scraper = _scraper()
+    try:
+        with pytest.raises(OSError, match="No space left on device"):
+            take_snapshot(scraper, out)
+    finally:
+        scraper.close()
+    assert out.read_text() == "the previous version\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snapshot-after.jsonl"]  # no temporary file
