@@ -178,9 +178,8 @@ def _download_set(cache: Path, label: str, reqs: list[str], python: str) -> Path
 
 
 def build_package_wheel(cache: Path) -> Path:
-    """`cache/package/kvoffload_lab-*.whl`, rebuilt reproducibly; the file changes only with its bytes."""
-    out = cache / "package"
-    out.mkdir(parents=True, exist_ok=True)
+    """`cache/package-<digest>/kvoffload_lab-*.whl`, rebuilt reproducibly; the folder is named by the
+    wheel's bytes, so two checkouts running campaigns at once never replace each other's wheel."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SOURCE_DATE_EPOCH": REPRODUCIBLE_EPOCH}
         proc = subprocess.run(
@@ -203,12 +202,16 @@ def build_package_wheel(cache: Path) -> Path:
         if proc.returncode != 0:
             raise UserError(f"building the {DIST} wheel failed: {proc.stderr.strip()[-400:]}")
         built = next(Path(tmp).glob("kvoffload_lab-*.whl"))
-        target = out / built.name
-        if not target.exists() or target.read_bytes() != built.read_bytes():
-            for old in out.glob("kvoffload_lab-*.whl"):
-                old.unlink()
-            shutil.copyfile(built, target)
-            os.utime(target, (int(REPRODUCIBLE_EPOCH), int(REPRODUCIBLE_EPOCH)))
+        digest = hashlib.sha256(built.read_bytes()).hexdigest()[:12]
+        target = cache / f"package-{digest}" / built.name
+        if not target.exists():
+            work = Path(tempfile.mkdtemp(prefix=".package-", dir=cache))
+            shutil.copyfile(built, work / built.name)
+            os.utime(work / built.name, (int(REPRODUCIBLE_EPOCH), int(REPRODUCIBLE_EPOCH)))
+            try:
+                work.rename(target.parent)
+            except OSError:  # another run made the same folder meanwhile: same bytes
+                shutil.rmtree(work, ignore_errors=True)
     return target
 
 
@@ -219,7 +222,8 @@ def build_wheels(
     engine_builds: tuple[str, ...] = (),
     hosts_python: str = DEFAULT_HOSTS_PYTHON,
 ) -> Wheels:
-    """This package's wheel, plus (offline) `cache/wheelhouse` with every dependency the hosts install.
+    """This package's wheel, plus (offline) `cache/wheelhouse-<sets>` with every dependency the hosts
+    install.
 
     `engine_builds`: the vLLM builds (cuda, cpu) of the lab's vLLM hosts; empty for the simulator.
     """
@@ -229,7 +233,8 @@ def build_wheels(
         return Wheels(package=package, wheelhouse=None)
     sets = [_download_set(cache, "deps", base_requirements(), hosts_python)]
     sets += [_download_set(cache, f"engine-{b}", engine_requirements(b), hosts_python) for b in engine_builds]
-    house = cache / "wheelhouse"
+    # Named by the sets it holds: a campaign of another engine set never rewrites this one's archive.
+    house = cache / ("wheelhouse-" + hashlib.sha256(" ".join(f.name for f in sets).encode()).hexdigest()[:12])
     house.mkdir(parents=True, exist_ok=True)
     wanted = {w.name: w for folder in sets for w in folder.glob("*.whl")}
     for stale in house.glob("*.whl"):
@@ -255,7 +260,9 @@ def _archive(house: Path) -> Path:
     stamp = house.with_suffix(".tar.manifest")
     if archive.is_file() and stamp.is_file() and stamp.read_text() == manifest:
         return archive
-    work = archive.with_suffix(".tar.partial")
+    fd, name = tempfile.mkstemp(prefix=f".{archive.name}.", suffix=".partial", dir=archive.parent)
+    os.close(fd)
+    work = Path(name)
     with tarfile.open(work, "w", format=tarfile.PAX_FORMAT) as tar:
         for wheel in wheels:
             info = tar.gettarinfo(str(wheel), arcname=wheel.name)
