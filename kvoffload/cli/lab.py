@@ -31,6 +31,14 @@ def register(subparsers: Any) -> None:
     up.add_argument(
         "--hosts", type=int, default=2, help="number of hosts (default 2: the client, a node with 2 replicas)"
     )
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="how many of the hosts after the client are nodes, each with 2 replicas, its own "
+        "lmcache-server, Caddy and loop-device NVMe (default 1); a campaign runs its comparison "
+        "groups on the nodes in parallel",
+    )
     up.add_argument("--bridge", default="kvlab0", help="name of the private bridge (default kvlab0)")
     up.add_argument(
         "--subnet", default="10.213.0.0/24", help="private /24 of the lab (default 10.213.0.0/24)"
@@ -77,6 +85,7 @@ def _up(args: argparse.Namespace) -> int:
     result = up(
         UpOptions(
             hosts=args.hosts,
+            nodes=args.nodes,
             bridge=args.bridge,
             subnet=args.subnet,
             prefix=args.prefix,
@@ -96,6 +105,11 @@ def _check_up_flags(args: argparse.Namespace) -> None:
 
     if not 1 <= args.hosts <= 32:
         raise UserError(f"--hosts {args.hosts}: choose between 1 and 32 hosts")
+    if not 1 <= args.nodes <= max(1, args.hosts - 1):
+        raise UserError(
+            f"--nodes {args.nodes}: choose 1 to {max(1, args.hosts - 1)} (the first host is the client; "
+            "give more --hosts for more nodes)"
+        )
     # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
     if len(f"vb-{args.prefix}{args.hosts}") > 15 or not args.prefix.isalnum():
         raise UserError(f"--prefix {args.prefix}: use up to 10 letters/digits")

@@ -64,6 +64,30 @@ def _caddy_policy(tier: Tier, replicas: int) -> str:
     return caddy_profile(tier).lb_policy
 
 
+def _schedule(
+    lab: Any, todo: list[Any], weighted: bool
+) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
+    """The node, cold-start method and position of every cell to run, as `run` will schedule them
+    (weighted by the requests each cell sends when the dataset is on this machine)."""
+    from kvoffload.orchestrate.deployment import cold_start_methods
+    from kvoffload.orchestrate.schedule import schedule
+
+    cost = None
+    if weighted:
+        from kvoffload.cli.run import _CellPools
+
+        cost = _CellPools(lab, None).expected
+    where: dict[str, str] = {}
+    method: dict[str, str] = {}
+    order: dict[str, int] = {}
+    for plan in schedule(todo, [n.name for n in lab.nodes], cost):
+        for i, (cell, how) in enumerate(
+            zip(plan.cells, cold_start_methods(lab, plan.cells, plan.node), strict=True)
+        ):
+            where[cell.id], method[cell.id], order[cell.id] = plan.node, how, i
+    return where, method, order
+
+
 def _plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -79,17 +103,18 @@ def _plan(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         # Piped or captured output: do not squeeze the cell table into 80 columns.
         console = Console(width=160)
-    replicas = lab.replicas
     console.print(
         f"[bold]campaign[/] {campaign.name}: model {campaign.model}, engine {campaign.engine}"
         + (f" ({campaign.sim_profile})" if campaign.sim_profile else "")
-        + f", gpu vendor {campaign.gpu_vendor}"
+        + f", gpu vendor {campaign.gpu_vendor}, cold start by {campaign.cold_start}"
     )
-    console.print(
-        f"replicas: {len(replicas)} on {', '.join(sorted({h.name for h, _ in replicas}))}; "
-        f"lmcache: {lab.lmcache_host.name if lab.lmcache_host else '-'}; "
-        f"lb: {lab.lb_host.name if lab.lb_host else '-'}; client: {lab.client_host.name}"
-    )
+    for node in lab.nodes:
+        lmcache, lb = lab.node_lmcache(node), lab.node_lb(node)
+        console.print(
+            f"node {node.name}: {len(node.replicas)} replica(s); "
+            f"lmcache: {lmcache.name if lmcache else '-'}; lb: {lb.name if lb else '-'}"
+        )
+    console.print(f"client: {lab.client_host.name}")
     console.print(f"dataset: {campaign.dataset.code} at {lab.dataset_path}")
 
     ceilings, why = _ceilings(lab)
@@ -104,8 +129,12 @@ def _plan(args: argparse.Namespace) -> int:
         console.print(table)
 
     done_root = args.results / campaign.name / "cells"
-    cells = Table(title=f"cells of {campaign.name} ({len(lab.cells)})")
+    todo = [c for c in lab.cells if not (done_root / c.id / "DONE").is_file()]
+    where, method, order = _schedule(lab, todo, ceilings is not None)
+    cells = Table(title=f"cells of {campaign.name} ({len(lab.cells)}), in run order per node")
     for column in (
+        "node",
+        "#",
         "id",
         "tier",
         "conc",
@@ -116,15 +145,20 @@ def _plan(args: argparse.Namespace) -> int:
         "engine",
         "lmcache",
         "caddy",
+        "cold start",
         "status",
     ):
         cells.add_column(column, no_wrap=True)
     warnings = []
     done = 0
-    for cell in lab.cells:
-        is_done = (done_root / cell.id / "DONE").is_file()
+    ranked = sorted(lab.cells, key=lambda c: (where.get(c.id, ""), order.get(c.id, -1)))
+    for cell in ranked:
+        is_done = cell.id not in where
         done += is_done
+        node = lab.node(where[cell.id]) if not is_done else lab.nodes[0]
         cells.add_row(
+            where.get(cell.id, "-"),
+            str(order[cell.id] + 1) if cell.id in order else "-",
             cell.id,
             cell.tier,
             str(cell.concurrency),
@@ -134,7 +168,8 @@ def _plan(args: argparse.Namespace) -> int:
             str(cell.repeat),
             cell.engine_profile,
             _lmcache_column(cell),
-            _caddy_policy(cell.tier, len(replicas)),
+            _caddy_policy(cell.tier, len(node.replicas)),
+            method.get(cell.id, "-"),
             "[green]DONE (skip)[/]" if is_done else "to run",
         )
         ceiling = ceilings.get(cell.num_rounds) if ceilings else None

@@ -160,32 +160,57 @@ class _Display:
             log.info("%s", line)
 
 
-def _expected_requests(lab: LabConfig, sessions: list[Any] | None) -> Any:
-    """Requests a cell will send (users x rounds), for the progress display; computed once per shape."""
-    from kvoffload.datasets import load_dataset
-    from kvoffload.replay.users import select_users
-    from kvoffload.tokenizer import load_tokenizer
+class _CellPools:
+    """Each cell's virtual users, computed once per shape: the requests a cell will send (for the
+    progress display and the node schedule) and the probe that proves a reset cell cold (a request the
+    cell sent: its last user's last round, the most recent and the longest)."""
 
-    cache: dict[tuple[int, int], int] = {}
-    loaded: list[Any] = list(sessions or [])
+    def __init__(self, lab: LabConfig, sessions: list[Any] | None) -> None:
+        self.lab = lab
+        self.sessions: list[Any] = list(sessions or [])
+        self._pools: dict[tuple[int, int], Any] = {}
 
-    def expected(cell: Cell) -> int:
+    def _pool(self, cell: Cell) -> Any:
+        from kvoffload.datasets import load_dataset
+        from kvoffload.replay.users import select_users
+        from kvoffload.tokenizer import load_tokenizer
+
         key = (cell.num_rounds, cell.isl)
-        if key not in cache:
-            if not loaded:
-                loaded.extend(load_dataset(lab.campaign.dataset.code, lab.dataset_path))
-            pool = select_users(
-                loaded,
-                lab.campaign.dataset.code,
+        if key not in self._pools:
+            if not self.sessions:
+                self.sessions.extend(load_dataset(self.lab.campaign.dataset.code, self.lab.dataset_path))
+            self._pools[key] = select_users(
+                self.sessions,
+                self.lab.campaign.dataset.code,
                 cell.num_rounds,
                 isl=cell.isl,
-                tokenizer=load_tokenizer(lab.campaign.model),
-                max_sessions=lab.campaign.max_sessions,
+                tokenizer=load_tokenizer(self.lab.campaign.model),
+                max_sessions=self.lab.campaign.max_sessions,
             )
-            cache[key] = len(pool.users) * cell.num_rounds
-        return cache[key]
+        return self._pools[key]
 
-    return expected
+    def expected(self, cell: Cell) -> int:
+        return len(self._pool(cell).users) * cell.num_rounds
+
+    def probe(self, cell: Cell) -> dict[str, Any] | None:
+        from kvoffload.replay.command import is_gpt_oss
+        from kvoffload.replay.requests import RequestOptions, build_payload
+
+        users = self._pool(cell).users
+        if not users:
+            return None
+        gpt_oss = is_gpt_oss(self.lab.served_model_name)
+        options = RequestOptions(
+            model=self.lab.served_model_name,
+            osl=1,
+            sanitize_harmony_tokens=gpt_oss,
+            agentic_tools=gpt_oss,
+            ask_mode=gpt_oss,
+        )
+        # a replay cut short by duration_s may never reach the last user; the first one always runs
+        user = users[0] if self.lab.campaign.duration_s else users[-1]
+        payload: dict[str, Any] = build_payload(user.calls[-1], options)
+        return payload
 
 
 def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False) -> Any:
@@ -212,6 +237,7 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
         sessions = load_campaign_dataset(lab.campaign, lab.dataset_path, lab.where)
     results = CampaignResults.open(args.results, lab.campaign.name, fresh=fresh)
     display = _Display(lab.campaign.name, len(lab.cells))
+    pools = _CellPools(lab, sessions)
     inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
     runner = CampaignRunner(
         lab,
@@ -221,7 +247,8 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
         wheel_cache=args.wheel_cache,
         offline=not args.no_wheelhouse,
         hosts_python=hosts_python,
-        expected_requests=_expected_requests(lab, sessions),
+        expected_requests=pools.expected,
+        probe_payload=pools.probe,
     )
     return lab, results, display, runner
 

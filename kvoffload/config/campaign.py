@@ -153,6 +153,11 @@ class Campaign(_Strict):
         default=None,
         description="lmcache-server L1 size in GB per offload tier, e.g. {nvme: 0.5} (default: profile's)",
     )
+    cold_start: Literal["reset", "restart"] = Field(
+        default="reset",
+        description="how a cell starts cold: reset (empty the caches of running engines and prove it "
+        "with a probe; engines restart only when their configuration changes) or restart (every cell)",
+    )
     extra_engine_args: list[str] = Field(
         default=[], description="extra `vllm serve` flags appended to every replica's profile flags"
     )

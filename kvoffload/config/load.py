@@ -13,7 +13,7 @@ value silently); ansible-vault values (`!vault`, or a vars file encrypted whole)
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,13 +67,50 @@ class LabConfig:
 
     @property
     def lmcache_host(self) -> Host | None:
-        hosts = self.inventory.group("lmcache")
-        return hosts[0] if hosts else None
+        """The first node's lmcache host (`node_lmcache` for a given node)."""
+        return self.node_lmcache(self.nodes[0]) if self.nodes else None
 
     @property
     def lb_host(self) -> Host | None:
-        hosts = self.inventory.group("lb")
-        return hosts[0] if hosts else None
+        """The first node's Caddy host (`node_lb` for a given node)."""
+        return self.node_lb(self.nodes[0]) if self.nodes else None
+
+    @property
+    def nodes(self) -> list[Host]:
+        """The nodes: every host of group vllm, in inventory order. A run is node-local (DESIGN.md
+        section 3): a cell runs on one node, with that node's lmcache-server and Caddy."""
+        return self.inventory.group("vllm")
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.nodes) > 1
+
+    def node(self, name: str) -> Host:
+        return next(h for h in self.nodes if h.name == name)
+
+    def node_lmcache(self, node: Host) -> Host | None:
+        """Where `node`'s lmcache-server runs: the lmcache host of a one-node lab; with several nodes,
+        the node itself when it is in group lmcache."""
+        members = self.inventory.group("lmcache")
+        if not self.multi_node:
+            return members[0] if members else None
+        return node if node in members else None
+
+    def node_lb(self, node: Host) -> Host | None:
+        """Where `node`'s Caddy runs: the lb host of a one-node lab; with several nodes, the node
+        itself when it is in group lb."""
+        members = self.inventory.group("lb")
+        if not self.multi_node:
+            return members[0] if members else None
+        return node if node in members else None
+
+    def node_hosts(self, node: Host) -> list[str]:
+        """Inventory names of the hosts a cell on `node` deploys to (the node, its lmcache and lb)."""
+        names = [node.name]
+        for host in (self.node_lmcache(node), self.node_lb(node)):
+            if host is not None and host.name not in names:
+                names.append(host.name)
+        return names
 
     @property
     def client_host(self) -> Host:
@@ -209,12 +246,20 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
                     f"listen on the same address {host.address} and port as a replica of host {owner}: "
                     "list each machine once, or give the replicas different indexes"
                 )
+    offload = [t for t in campaign.tiers if t != "gpu"]
+    if len(vllm) > 1:
+        problems += _node_problems(inv, campaign, tiers_at, offload)
+        if problems:
+            raise ConfigError(problems)
+        return
     for group in ("lmcache", "lb"):
         members = inv.group(group)
         if len(members) > 1:
             names = ", ".join(h.name for h in members)
-            problems.append(f"{f}: all.children.{group}: at most one host, has {len(members)} ({names})")
-    offload = [t for t in campaign.tiers if t != "gpu"]
+            problems.append(
+                f"{f}: all.children.{group}: at most one host with one node in vllm, has {len(members)} "
+                f"({names}); with several nodes each node is its own {group} host"
+            )
     lmcache = inv.group("lmcache")
     if offload and not lmcache:
         problems.append(
@@ -242,6 +287,38 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
         problems.append(f"{f}: all.children.lb: {replicas} vLLM replicas need one host in group lb (Caddy)")
     if problems:
         raise ConfigError(problems)
+
+
+def _node_problems(inv: Inventory, campaign: Campaign, tiers_at: str, offload: Sequence[str]) -> list[str]:
+    """Rules of a lab of several nodes: each node runs its own lmcache-server and Caddy (a run is
+    node-local), so the lmcache and lb groups hold nodes only, and every node is in them as needed."""
+    f = inv.file
+    problems: list[str] = []
+    nodes = inv.group("vllm")
+    for group in ("lmcache", "lb"):
+        away = [h.name for h in inv.group(group) if h not in nodes]
+        if away:
+            problems.append(
+                f"{f}: all.children.{group}: {', '.join(away)} is not a node (group vllm): with several "
+                f"nodes each node runs its own {group} service, so list nodes only"
+            )
+    for node in nodes:
+        if offload and "lmcache" not in node.groups:
+            problems.append(
+                f"{f}: host {node.name} (group vllm): tiers {', '.join(offload)} ({tiers_at}) need "
+                "every node in group lmcache (its replicas share KV with a server on the same node)"
+            )
+        if "nvme" in campaign.tiers and not node.nvme_devices:
+            problems.append(
+                f"{f}: host {node.name}: nvme_storage_devices is empty, but {tiers_at} has nvme: "
+                "every node needs the NVMe device for its L2 cache"
+            )
+        if len(node.replicas) >= 2 and "lb" not in node.groups:
+            problems.append(
+                f"{f}: host {node.name} (group vllm): {len(node.replicas)} replicas need Caddy on the "
+                "node: add it to group lb"
+            )
+    return problems
 
 
 def is_model_path(model: str) -> bool:

@@ -85,8 +85,8 @@ def nspawn_command(state: LabState, host: LabHost) -> list[str]:
         f"--bind-ro={folder / 'hosts'}:/etc/hosts",
         f"--bind-ro={state.ssh_key}.pub:/root/.ssh/authorized_keys",
     ]
-    if host.name == state.lmcache_host and state.loop_device:
-        cmd.append(f"--bind={state.loop_device}")
+    if host.loop_device:
+        cmd.append(f"--bind={host.loop_device}")
     return cmd
 
 

@@ -1,9 +1,9 @@
 """Render the Ansible inventory of a running virtual lab (`inventories/local/hosts.yml`).
 
-Host 1 is the client; host 2 is the node of every run (DESIGN.md section 3: a run is node-local, because
-LMCache's MP server shares KV with the replicas through CUDA IPC inside one host): two vLLM replicas,
-the lmcache-server with the lab's loop device as its NVMe device, and Caddy. Further hosts are spare
-nodes in no kvoffload group. The hosts have no GPU, so real vLLM runs its CPU build there
+Host 1 is the client; the next hosts are the nodes (one by default; DESIGN.md section 3: a run is
+node-local, because LMCache's MP server shares KV with the replicas through CUDA IPC inside one host):
+each runs two vLLM replicas, its own lmcache-server with its own loop device as its NVMe device, and its
+own Caddy. Further hosts are spare, in no kvoffload group. The hosts have no GPU, so real vLLM runs its CPU build there
 (`kvoffload_engine_build: cpu`); the simulator ignores the setting. Host variables use the roles' own
 names (`vllm_replicas`, `nvme_storage_devices`). The ssh options that switch host-key checking off
 are inventory vars of these lab hosts only, never global ssh or Ansible settings. This module renders
@@ -30,14 +30,16 @@ HEADER = (
 REPLICAS_PER_NODE = 2
 
 
-def assign_groups(names: list[str]) -> dict[str, list[str]]:
-    """Groups of each host: the first is the client, the second the node (vllm, lmcache, lb)."""
+def assign_groups(names: list[str], nodes: int = 1) -> dict[str, list[str]]:
+    """Groups of each host: the first is the client, the next `nodes` are nodes (vllm, lmcache, lb:
+    a run is node-local), the rest spare. A one-host lab is client and node at once."""
     groups: dict[str, list[str]] = {name: [] for name in names}
     if len(names) == 1:
         groups[names[0]] = ["client", "vllm", "lmcache", "lb"]
         return groups
     groups[names[0]] = ["client"]
-    groups[names[1]] = ["vllm", "lmcache", "lb"]
+    for name in names[1 : 1 + nodes]:
+        groups[name] = ["vllm", "lmcache", "lb"]
     return groups
 
 
@@ -46,8 +48,8 @@ def _host_vars(state: LabState, host: LabHost) -> dict[str, Any]:
     if "vllm" in host.groups:
         # The hosts have no GPU: vLLM's CPU build and the simulator ignore the ids.
         host_vars["vllm_replicas"] = [{"index": i, "gpus": str(i)} for i in range(REPLICAS_PER_NODE)]
-    if host.name == state.lmcache_host and state.loop_device:
-        host_vars["nvme_storage_devices"] = [{"device": state.loop_device, "mount": NVME_MOUNT}]
+    if "lmcache" in host.groups and host.loop_device:
+        host_vars["nvme_storage_devices"] = [{"device": host.loop_device, "mount": NVME_MOUNT}]
         # node-exporter skips loop devices by default; here one stands in for the NVMe drive.
         host_vars["node_exporter_diskstats_device_exclude"] = DISKSTATS_EXCLUDE_KEEP_LOOP
     return host_vars

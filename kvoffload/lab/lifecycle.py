@@ -34,6 +34,7 @@ class UpOptions:
     """What `lab up` builds."""
 
     hosts: int = 2
+    nodes: int = 1  # hosts 2..nodes+1 are nodes (vllm, lmcache, lb), each with its own loop device
     bridge: str = "kvlab0"
     subnet: str = "10.213.0.0/24"
     prefix: str = "kvlab"
@@ -87,6 +88,11 @@ def require_root() -> None:
 def _check_options(opts: UpOptions) -> None:
     if not 1 <= opts.hosts <= 32:
         raise UserError(f"--hosts {opts.hosts}: choose between 1 and 32 hosts")
+    if not 1 <= opts.nodes <= max(1, opts.hosts - 1):
+        raise UserError(
+            f"--nodes {opts.nodes}: choose 1 to {max(1, opts.hosts - 1)} (the first host is the client; "
+            "give more --hosts for more nodes)"
+        )
     # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
     if len(f"vb-{opts.prefix}{opts.hosts}") > 15 or not opts.prefix.isalnum():
         raise UserError(f"--prefix {opts.prefix}: use up to 10 letters/digits")
@@ -116,7 +122,7 @@ def up(opts: UpOptions) -> LabStatus:
     image = ensure_base_image()
     sdir.mkdir(parents=True, exist_ok=True, mode=0o700)
     names = [f"{opts.prefix}{i}" for i in range(1, opts.hosts + 1)]
-    groups = assign_groups(names)
+    groups = assign_groups(names, opts.nodes)
     state = LabState(
         state_dir=str(sdir),
         bridge=opts.bridge,
@@ -125,7 +131,6 @@ def up(opts: UpOptions) -> LabStatus:
         rootfs=str(image.rootfs),
         ssh_key=str(sdir / "ssh" / "id_ed25519"),
         inventory=str(opts.inventory.resolve()),
-        lmcache_host=next(name for name in names if "lmcache" in groups[name]),
         hosts=[LabHost(name=n, ip=ip, groups=groups[n]) for n, ip in zip(names, addresses, strict=True)],
     )
     state.save()
@@ -134,10 +139,11 @@ def up(opts: UpOptions) -> LabStatus:
         network.create_bridge(opts.bridge, gateway, prefixlen)
         state.bridge_created = True
         state.save()
-        backing = sdir / "nvme0.img"
-        state.loop_backing = str(backing)
-        state.loop_device = network.attach_loop(backing, opts.nvme_size_mb * 1024 * 1024)
-        state.save()
+        for i, host in enumerate(h for h in state.hosts if "lmcache" in h.groups):
+            backing = sdir / f"nvme{i}.img"
+            host.loop_backing = str(backing)
+            host.loop_device = network.attach_loop(backing, opts.nvme_size_mb * 1024 * 1024)
+            state.save()
         for host in state.hosts:
             lab_hosts.write_host_files(state, host, prefixlen)
         for host in state.hosts:
@@ -175,8 +181,9 @@ def down() -> bool:
     for host in state.hosts:
         if host.pid is not None:
             terminate(host.pid, host.name)
-    if state.loop_device and state.loop_backing:
-        network.detach_loop(state.loop_device, state.loop_backing)
+    for host in state.hosts:
+        if host.loop_device and host.loop_backing:
+            network.detach_loop(host.loop_device, host.loop_backing)
     if state.bridge_created:
         network.delete_bridge(state.bridge)
     _remove_leftover_copies(Path(state.rootfs))
@@ -216,7 +223,7 @@ def status() -> LabStatus:
         state_dir=sdir,
         bridge=state.bridge,
         bridge_up=network.link_exists(state.bridge),
-        loop_device=state.loop_device,
+        loop_device=", ".join(state.loop_devices) or None,
         inventory=state.inventory,
         hosts=tuple(hosts),
     )

@@ -21,6 +21,9 @@ class LabHost:
     ip: str
     groups: list[str]
     pid: int | None = None
+    # the loop device standing in for the node's NVMe drive (nodes only), and its backing file
+    loop_device: str | None = None
+    loop_backing: str | None = None
 
 
 @dataclass
@@ -35,10 +38,11 @@ class LabState:
     ssh_key: str
     inventory: str
     bridge_created: bool = False
-    loop_device: str | None = None
-    loop_backing: str | None = None
-    lmcache_host: str | None = None
     hosts: list[LabHost] = field(default_factory=list)
+
+    @property
+    def loop_devices(self) -> list[str]:
+        return [h.loop_device for h in self.hosts if h.loop_device]
 
     def save(self) -> None:
         path = Path(self.state_dir) / STATE_FILE

@@ -17,6 +17,7 @@ import platform
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,10 +27,12 @@ from typing import Any, Protocol
 
 import kvoffload
 from kvoffload.config import Cell, LabConfig
+from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
 from kvoffload.orchestrate.deployment import (
     cell_extravars,
     cell_units,
     deployment,
+    engine_key,
     l2_device,
     replay_command,
     target_hosts,
@@ -37,6 +40,7 @@ from kvoffload.orchestrate.deployment import (
 from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
+from kvoffload.orchestrate.schedule import NodePlan, schedule
 from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON, Wheels, build_wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, ansible_dir
 from kvoffload.profiles.resolve import caddy_profile
@@ -175,6 +179,7 @@ class CampaignRunner:
         progress: Progress,
         wheel_cache: Path,
         expected_requests: Callable[[Cell], int] | None = None,
+        probe_payload: Callable[[Cell], dict[str, Any] | None] | None = None,
         *,
         offline: bool = True,
         hosts_python: str = DEFAULT_HOSTS_PYTHON,
@@ -186,6 +191,10 @@ class CampaignRunner:
         self.offline = offline
         self.hosts_python = hosts_python
         self.expected_requests = expected_requests
+        self.probe_payload = probe_payload
+        self._lock = threading.Lock()  # the outcome and the cell counter, shared by the node threads
+        self._started = 0
+        self._last_key: dict[str, str] = {}  # node -> engine key of its latest cell
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
@@ -242,6 +251,11 @@ class CampaignRunner:
     def teardown(self) -> PlaybookResult:
         return self.playbooks.run("teardown.yml", self._base_extravars(), ident=self._ident("teardown"))
 
+    def plan(self, cells: Sequence[Cell]) -> list[NodePlan]:
+        """Which node runs which cells (kvoffload/orchestrate/schedule.py); nodes without work drop out."""
+        plans = schedule(cells, [n.name for n in self.lab.nodes], self.expected_requests)
+        return [p for p in plans if p.cells]
+
     def run(self, only: Sequence[str] | None = None, provision: bool = True) -> CampaignOutcome:
         outcome = CampaignOutcome()
         self.write_campaign_json()
@@ -256,43 +270,148 @@ class CampaignRunner:
             return outcome
         if provision:
             self.provision()
-        for i, cell in enumerate(todo, start=1):
-            try:
-                status = self.run_cell(cell, i, len(todo))
-            except KeyboardInterrupt:
-                outcome.interrupted = cell.id
-                raise
-            if status == "done":
-                outcome.done.append(cell.id)
-            else:
-                outcome.failed[cell.id] = status
+        plans = self.plan(todo)
+        if len(plans) == 1:
+            self._run_node(plans[0], len(todo), outcome)
+        else:
+            self._run_nodes(plans, len(todo), outcome)
         return outcome
+
+    def _run_nodes(self, plans: Sequence[NodePlan], total: int, outcome: CampaignOutcome) -> None:
+        """One thread per node. A node that fails a cell goes on with its next one; Ctrl-C stops every
+        node (each tears its cell down) and then propagates."""
+        self._stop = threading.Event()
+        errors: dict[str, BaseException] = {}
+
+        def work(plan: NodePlan) -> None:
+            try:
+                self._run_node(plan, total, outcome)
+            except BaseException as exc:  # handed to the main thread below
+                errors[plan.node] = exc
+
+        threads = [threading.Thread(target=work, args=(p,), name=f"node-{p.node}") for p in plans]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for thread in threads:
+                    thread.join(timeout=0.5)
+        except KeyboardInterrupt:
+            self._stop.set()
+            with _signals_deferred():
+                for thread in threads:
+                    thread.join()
+            raise
+        interrupts = [e for e in errors.values() if isinstance(e, KeyboardInterrupt)]
+        if interrupts:
+            raise interrupts[0]
+        if errors:
+            node, exc = next(iter(errors.items()))
+            raise RuntimeError(f"node {node}: {exc}") from exc
+
+    _stop: threading.Event | None = None
+
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def _run_node(self, plan: NodePlan, total: int, outcome: CampaignOutcome) -> None:
+        """The node's cells in order, keeping the engines up between cells that share them."""
+        deployed: str | None = None
+        baseline: dict[str, Any] = {}
+        previous: Cell | None = None
+        for i, cell in enumerate(plan.cells):
+            following = plan.cells[i + 1] if i + 1 < len(plan.cells) else None
+            with self._lock:
+                self._started += 1
+                index = self._started
+            try:
+                status, deployed, baseline = self.run_cell(
+                    cell,
+                    index,
+                    total,
+                    node=plan.node,
+                    deployed=deployed,
+                    previous=previous,
+                    following=following,
+                    baseline=baseline,
+                )
+            except KeyboardInterrupt:
+                with self._lock:
+                    outcome.interrupted = outcome.interrupted or cell.id
+                raise
+            with self._lock:
+                if status == "done":
+                    outcome.done.append(cell.id)
+                else:
+                    outcome.failed[cell.id] = status
+            previous = cell
 
     def _ident(self, phase: str, cell: Cell | None = None) -> str:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         return f"{stamp}-{cell.id}-{phase}" if cell else f"{stamp}-{phase}"
 
     # -- one cell -------------------------------------------------------------------------------
-    def run_cell(self, cell: Cell, index: int, total: int) -> str:
-        """Run one cell to DONE; returns "done" or a failure text. Ctrl-C tears down and re-raises."""
+    def _limit(self, node: str, *, client: bool) -> str | None:
+        """`--limit` for a cell's playbooks: None in a lab of one node (every group is this run's);
+        else the node's hosts, and the client when the playbook replays or collects there."""
+        if not self.lab.multi_node:
+            return None
+        hosts = self.lab.node_hosts(self.lab.node(node))
+        return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
+
+    def _keeps_engines(self, cell: Cell, key: str, following: Cell | None, node: str) -> bool:
+        """Whether the engines stay up after `cell`: the next cell on the node runs the same ones."""
+        if following is None or self.lab.campaign.cold_start != "reset":
+            return False
+        nxt = cell_extravars(self.lab, following, self.results.cell_dir(following), self._wheels(), node)
+        return engine_key(nxt) == key
+
+    def run_cell(
+        self,
+        cell: Cell,
+        index: int,
+        total: int,
+        *,
+        node: str | None = None,
+        deployed: str | None = None,
+        previous: Cell | None = None,
+        following: Cell | None = None,
+        baseline: dict[str, Any] | None = None,
+    ) -> tuple[str, str | None, dict[str, Any]]:
+        """Run one cell to DONE on `node` (default: the first node).
+
+        `deployed` is the engine key of what already runs on the node (None: nothing of this
+        campaign); when it is this cell's, the cell is made cold by a reset instead of a restart.
+        Returns the status ("done" or a failure text), the engine key left running (None after a
+        teardown) and the unit states to judge the next cell's restart counts against. Ctrl-C tears
+        down and re-raises.
+        """
+        node = node or self.lab.nodes[0].name
+        was_deployed = deployed
+        previous_key = self._last_key.get(node)
         cell_dir = self.results.start_cell(cell)
-        extravars = cell_extravars(self.lab, cell, cell_dir, self._wheels())
+        extravars = cell_extravars(self.lab, cell, cell_dir, self._wheels(), node)
+        key = engine_key(extravars)
+        self._last_key[node] = key
+        targets = extravars["replay_metrics_targets"]
         record: dict[str, Any] = {
             "schema": CELL_SCHEMA,
             "cell_id": cell.id,
             "campaign": self.lab.campaign.name,
             "status": "running",
             "config": {**cell.config, "id": cell.id},
+            "node": node,
+            "engine_key": key,
             "profiles": {
                 "engine": cell.engine_profile,
                 "lmcache": cell.lmcache_profile,
                 "caddy": caddy_profile(cell.tier).lb_policy
-                if len(deployment(self.lab, cell).replicas) >= 2
+                if len(deployment(self.lab, cell, node).replicas) >= 2
                 else None,
             },
             "hosts": self.facts,
-            "targets": target_hosts(self.lab, cell, extravars["replay_metrics_targets"]),
-            "l2_device": l2_device(self.lab, cell),
+            "targets": target_hosts(self.lab, cell, targets, node),
+            "l2_device": l2_device(self.lab, cell, node),
             "replay_argv": replay_command(extravars),
             "timings": {},
             "versions": tool_versions(),
@@ -301,9 +420,12 @@ class CampaignRunner:
         }
         timings: dict[str, float] = record["timings"]
         write_json_atomic(cell_dir / "cell.json", record)
+        label = f" on {node}" if self.lab.multi_node else ""
 
         def phase(name: str, fn: Callable[[], Any]) -> Any:
-            self.progress.phase(cell, index, total, name)
+            if self._stopping():
+                raise KeyboardInterrupt
+            self.progress.phase(cell, index, total, name + label)
             t0 = time.monotonic()
             try:
                 return fn()
@@ -311,26 +433,55 @@ class CampaignRunner:
                 timings[name] = round(time.monotonic() - t0, 3)
                 write_json_atomic(cell_dir / "cell.json", record)
 
+        def play(playbook: str, *, client: bool = False) -> PlaybookResult:
+            return self.playbooks.run(
+                playbook,
+                extravars,
+                limit=self._limit(node, client=client),
+                ident=self._ident(playbook.removesuffix(".yml"), cell),
+                cancel=self._stopping,
+            )
+
         t_cell = time.monotonic()
         status = "done"
         watched: list[Fault] = []  # outages the TargetWatch saw during the replay
+        kept_units = dict(baseline or {})
         try:
-            phase(
-                "deploy",
-                lambda: self.playbooks.run("deploy.yml", extravars, ident=self._ident("deploy", cell)),
-            )
-            cold = phase("cold-check", lambda: check_cold(extravars["replay_metrics_targets"]))
-            record["cold_start"] = {
-                "cold": cold.cold,
-                "checked": cold.checked,
-                "problems": list(cold.problems),
-                "unreachable": list(cold.unreachable),
-            }
-            if not cold.cold:
-                raise RuntimeError("cell did not start cold: " + "; ".join(cold.problems))
+            reset_error = None
+            if deployed == key and self.lab.campaign.cold_start == "reset":
+                try:
+                    record["cold_start"] = phase("reset", lambda: self._reset(cell, targets, previous, play))
+                    if cell.tier == "nvme":
+                        kept_units = {k: v for k, v in kept_units.items() if "kvoffload-lmcache" not in k}
+                except (ResetFailed, PlaybookFailed) as exc:
+                    reset_error = str(exc)
+                    log.warning("cell %s: reset failed, restarting the engines: %s", cell.id, exc)
+                    deployed = None
+            else:
+                kept_units = {}
+            if "cold_start" not in record:
+                if deployed is not None or reset_error is not None:
+                    phase("teardown-before", lambda: play("teardown.yml"))
+                kept_units = {}
+                phase("deploy", lambda: play("deploy.yml"))
+                deployed = key
+                cold = phase("cold-check", lambda: check_cold(targets))
+                record["cold_start"] = {
+                    "method": "restart",
+                    "reason": _restart_reason(
+                        self.lab.campaign.cold_start,
+                        reset_error,
+                        previous,
+                        was_deployed is None and previous_key == key,
+                    ),
+                    "cold": cold.cold,
+                    "checked": cold.checked,
+                    "problems": list(cold.problems),
+                    "unreachable": list(cold.unreachable),
+                }
+                if not cold.cold:
+                    raise RuntimeError("cell did not start cold: " + "; ".join(cold.problems))
             expected = self.expected_requests(cell) if self.expected_requests else 0
-
-            targets = extravars["replay_metrics_targets"]
 
             def replay() -> PlaybookResult:
                 with (
@@ -338,19 +489,16 @@ class CampaignRunner:
                     TargetWatch(targets) as watch,
                 ):
                     try:
-                        return self.playbooks.run("replay.yml", extravars, ident=self._ident("replay", cell))
+                        return play("replay.yml", client=True)
                     finally:
                         watched.extend(watch.faults())
 
             phase("replay", replay)
-            phase(
-                "collect",
-                lambda: self.playbooks.run("collect.yml", extravars, ident=self._ident("collect", cell)),
-            )
+            phase("collect", lambda: play("collect.yml", client=True))
         except KeyboardInterrupt:
             record["status"] = "interrupted"
             with _signals_deferred():
-                self._teardown_cell(cell, extravars, record, timings)
+                self._teardown_cell(cell, extravars, record, timings, node)
                 write_json_atomic(cell_dir / "cell.json", record)
             raise
         except (PlaybookFailed, RuntimeError) as exc:
@@ -358,10 +506,14 @@ class CampaignRunner:
             record["status"] = "failed"
             record["error"] = str(exc)
             log.error("cell %s failed: %s", cell.id, exc)
-        self._teardown_cell(cell, extravars, record, timings)
+        keep = status == "done" and self._keeps_engines(cell, key, following, node)
+        if keep:
+            record["engines_kept"] = True
+        else:
+            self._teardown_cell(cell, extravars, record, timings, node)
         record["units"] = _unit_states(cell_dir)
         record["software"] = host_software(cell_dir / "software")
-        self._record_faults(record, watched, cell_units(self.lab, cell), cell_dir)
+        self._record_faults(record, watched, cell_units(self.lab, cell, node), cell_dir, kept_units)
         record["finished_at"] = time.time()
         timings["total"] = round(time.monotonic() - t_cell, 3)
         if status == "done":
@@ -376,11 +528,40 @@ class CampaignRunner:
         if status == "done":
             self.results.mark_done(cell)
         self.progress.cell_done(cell, status, timings["total"])
-        return status
+        if keep and status == "done":
+            return status, key, record["units"]
+        if keep:  # the results were incomplete: do not carry this deployment over
+            self._teardown_cell(cell, extravars, record, timings, node)
+            write_json_atomic(cell_dir / "cell.json", record)
+        return status, None, {}
+
+    def _reset(
+        self,
+        cell: Cell,
+        targets: list[dict[str, str]],
+        previous: Cell | None,
+        play: Callable[[str], PlaybookResult],
+    ) -> dict[str, Any]:
+        """Empty the running engines' caches and prove the cell cold (kvoffload/orchestrate/coldstart)."""
+        t0 = time.monotonic()
+        if cell.tier == "nvme":
+            play("reset.yml")  # the L2 files go with a restart of the cache server only
+        payload = self.probe_payload(previous) if self.probe_payload and previous else None
+        reset = CacheReset(Endpoints.from_targets(targets), external=cell.tier != "gpu")
+        outcome = reset.run(payload).to_json()
+        outcome["seconds"] = round(time.monotonic() - t0, 3)
+        outcome["l2_restarted"] = cell.tier == "nvme"
+        if payload is None:
+            outcome["probe_skipped"] = "no prompt of the previous cell to repeat"
+        return outcome
 
     @staticmethod
     def _record_faults(
-        record: dict[str, Any], watched: list[Fault], units: list[str], cell_dir: Path
+        record: dict[str, Any],
+        watched: list[Fault],
+        units: list[str],
+        cell_dir: Path,
+        baseline: dict[str, Any] | None = None,
     ) -> None:
         """`faults` (each with its reason and time), `valid`, and what the engines did after a fault.
 
@@ -389,7 +570,7 @@ class CampaignRunner:
         """
         faults = list(watched)
         if record["units"]:
-            faults += unit_faults(record["units"], units)
+            faults += unit_faults(record["units"], units, baseline or {})
         record["faults"] = [f.to_json() for f in faults]
         record["valid"] = not faults
         if faults:
@@ -399,12 +580,36 @@ class CampaignRunner:
                 log.warning("cell %s: %s", record["cell_id"], f.reason())
 
     def _teardown_cell(
-        self, cell: Cell, extravars: dict[str, Any], record: dict[str, Any], timings: dict[str, float]
+        self,
+        cell: Cell,
+        extravars: dict[str, Any],
+        record: dict[str, Any],
+        timings: dict[str, float],
+        node: str,
     ) -> None:
         t0 = time.monotonic()
         try:
-            self.playbooks.run("teardown.yml", extravars, ident=self._ident("teardown", cell))
+            self.playbooks.run(
+                "teardown.yml",
+                extravars,
+                limit=self._limit(node, client=False),
+                ident=self._ident("teardown", cell),
+            )
         except PlaybookFailed as exc:
             record["teardown_error"] = str(exc)
             log.error("teardown after cell %s failed: %s", cell.id, exc)
         timings["teardown"] = round(time.monotonic() - t0, 3)
+
+
+def _restart_reason(cold_start: str, reset_error: str | None, previous: Cell | None, torn_down: bool) -> str:
+    """Why a cell's engines were (re)started, for cell.json `cold_start.reason`. `torn_down`: the
+    previous cell ran the same engines but ended them (it failed, or its results were incomplete)."""
+    if reset_error is not None:
+        return f"the reset failed: {reset_error}"
+    if cold_start == "restart":
+        return "cold_start: restart"
+    if previous is None:
+        return "first cell on the node"
+    if torn_down:
+        return "the previous cell's engines were torn down"
+    return "the engine configuration changed"

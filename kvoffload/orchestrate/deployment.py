@@ -6,6 +6,9 @@ the replay command of `kvoffload.replay.command`. Pure: no IO, no hosts.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -70,19 +73,29 @@ def service_address(host: Host) -> str:
     return bind
 
 
-def deployment(lab: LabConfig, cell: Cell) -> Deployment:
+def cell_node(lab: LabConfig, node: Host | str | None) -> Host:
+    """The node a cell runs on (a name, a host, or None for the first node)."""
+    if node is None:
+        return lab.nodes[0]
+    return lab.node(node) if isinstance(node, str) else node
+
+
+def deployment(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> Deployment:
+    """What `cell` runs on `node` (default: the first node): its replicas, lmcache-server and Caddy."""
     campaign = lab.campaign
+    host = cell_node(lab, node)
     replicas = tuple(
         Replica(host=host.name, address=service_address(host), index=r.index, gpus=r.gpus)
-        for host in lab.inventory.group("vllm")
         for r in host.replicas
     )
-    lmcache = lab.lmcache_host
-    lb = lab.lb_host
+    lmcache = lab.node_lmcache(host)
+    lb = lab.node_lb(host)
     nvme = lmcache.nvme_devices[0] if lmcache is not None and lmcache.nvme_devices else None
     extra: dict[str, Any] = {}
     if nvme is not None:
         extra["nvme_mount"] = nvme.mount
+    # node-exporter targets: the hosts of this run and the client (another node's are not this cell's)
+    sampled = [*lab.node_hosts(host), lab.client_host.name]
     return Deployment(
         tier=cell.tier,
         gpu_vendor=campaign.gpu_vendor,
@@ -92,7 +105,7 @@ def deployment(lab: LabConfig, cell: Cell) -> Deployment:
         replicas=replicas,
         lmcache_address=service_address(lmcache) if lmcache is not None and cell.tier != "gpu" else None,
         lb_address=service_address(lb) if lb is not None else None,
-        node_addresses={h.name: service_address(h) for h in lab.inventory.hosts},
+        node_addresses={h.name: service_address(h) for h in lab.inventory.hosts if h.name in sampled},
         sim_profile=campaign.sim_profile,
         kv_cache_memory_bytes=campaign.kv_cache_memory_bytes,
         num_gpu_blocks_override=campaign.num_gpu_blocks_override,
@@ -103,28 +116,32 @@ def deployment(lab: LabConfig, cell: Cell) -> Deployment:
 
 
 def target_hosts(
-    lab: LabConfig, cell: Cell, targets: list[dict[str, str]]
+    lab: LabConfig, cell: Cell, targets: list[dict[str, str]], node: Host | str | None = None
 ) -> dict[str, dict[str, str | None]]:
     """cell.json `targets`: each sampled endpoint's kind and the inventory host it runs on."""
-    dep = deployment(lab, cell)
+    host = cell_node(lab, node)
+    dep = deployment(lab, cell, host)
+    lmcache, lb = lab.node_lmcache(host), lab.node_lb(host)
     hosts: dict[str, str | None] = {f"vllm-{r.host}-{r.index}": r.host for r in dep.replicas}
     hosts |= {f"node-{h.name}": h.name for h in lab.inventory.hosts}
-    hosts["lmcache"] = lab.lmcache_host.name if lab.lmcache_host else None
-    hosts["caddy"] = lab.lb_host.name if lab.lb_host else None
+    hosts["lmcache"] = lmcache.name if lmcache else None
+    hosts["caddy"] = lb.name if lb else None
     return {
         t["name"]: {"kind": t["name"].split("-")[0], "host": hosts.get(t["name"]), "url": t["url"]}
         for t in targets
     }
 
 
-def cell_units(lab: LabConfig, cell: Cell) -> list[str]:
+def cell_units(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> list[str]:
     """`<host>--<unit>` of every engine unit the cell runs (the keys of the collected `units/`)."""
-    dep = deployment(lab, cell)
+    host = cell_node(lab, node)
+    dep = deployment(lab, cell, host)
+    lmcache, lb = lab.node_lmcache(host), lab.node_lb(host)
     units = [f"{r.host}--kvoffload-vllm@{r.index}.service" for r in dep.replicas]
-    if dep.lmcache_address is not None and lab.lmcache_host is not None:
-        units.append(f"{lab.lmcache_host.name}--kvoffload-lmcache.service")
-    if len(dep.replicas) >= 2 and lab.lb_host is not None:
-        units.append(f"{lab.lb_host.name}--kvoffload-caddy.service")
+    if dep.lmcache_address is not None and lmcache is not None:
+        units.append(f"{lmcache.name}--kvoffload-lmcache.service")
+    if len(dep.replicas) >= 2 and lb is not None:
+        units.append(f"{lb.name}--kvoffload-caddy.service")
     return units
 
 
@@ -136,9 +153,9 @@ def _l1_size(lab: LabConfig, cell: Cell) -> float | None:
     return value
 
 
-def l2_device(lab: LabConfig, cell: Cell) -> str | None:
+def l2_device(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> str | None:
     """Kernel name of the block device behind the L2 path (e.g. nvme1n1, loop3); None off the nvme tier."""
-    host = lab.lmcache_host
+    host = lab.node_lmcache(cell_node(lab, node))
     if cell.tier != "nvme" or host is None or not host.nvme_devices:
         return None
     return Path(host.nvme_devices[0].device).name
@@ -156,9 +173,11 @@ def remote_dataset(lab: LabConfig) -> PurePosixPath:
     return REMOTE_DATASETS / lab.campaign.name / lab.dataset_path.name
 
 
-def cell_extravars(lab: LabConfig, cell: Cell, local_cell_dir: Path, wheels: Wheels) -> dict[str, Any]:
-    """Every extravar of the deploy, replay, collect and teardown playbooks for one cell."""
-    dep = deployment(lab, cell)
+def cell_extravars(
+    lab: LabConfig, cell: Cell, local_cell_dir: Path, wheels: Wheels, node: Host | str | None = None
+) -> dict[str, Any]:
+    """Every extravar of the deploy, replay, collect and teardown playbooks for one cell on `node`."""
+    dep = deployment(lab, cell, node)
     resolved = resolve(dep)
     models = model_extravars(lab)
     campaign = lab.campaign
@@ -177,9 +196,14 @@ def cell_extravars(lab: LabConfig, cell: Cell, local_cell_dir: Path, wheels: Whe
         tokenizer=str(models["replay_tokenizer"]),
     )
     extra = fixed_flags(spec) + (["--honor-gaps"] if campaign.honor_gaps else [])
+    if campaign.cold_start == "reset":
+        # POST /reset_prefix_cache exists only in vLLM's dev mode (it also serves other dev endpoints,
+        # on the address the replica binds: the lab network).
+        resolved["vllm_env"] = dict(sorted({**resolved["vllm_env"], "VLLM_SERVER_DEV_MODE": "1"}.items()))
     return {
         **resolved,
         **models,
+        "kvoffload_node": cell_node(lab, node).name,
         "replay_model": lab.served_model_name,
         "kvoffload_campaign_name": campaign.name,
         "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,
@@ -224,3 +248,29 @@ def replay_command(extravars: dict[str, Any]) -> list[str]:
         + list(extravars["replay_extra_args"])
         + ["--output", f"{extravars['replay_remote_root']}/{extravars['replay_cell_id']}"]
     )
+
+
+# Extravars that only the replay, sampling and bookkeeping read: a change in them needs no new engines.
+_NOT_ENGINE = ("replay_", "vllm_gpu_telemetry_interval", "kvoffload_campaign_name")
+
+
+def engine_key(extravars: dict[str, Any]) -> str:
+    """A digest of everything a deploy sets up (engines, cache server, Caddy, on which node): two cells
+    with the same key can share running engines, made cold by a reset instead of a restart."""
+    engine = {k: v for k, v in extravars.items() if not k.startswith(_NOT_ENGINE)}
+    canonical = json.dumps(engine, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def cold_start_methods(lab: LabConfig, cells: Sequence[Cell], node: Host | str) -> list[str]:
+    """How each of a node's cells (in run order) will start cold if every cell succeeds: "restart"
+    for the first and whenever the engine configuration changes, else "reset" (cold_start: reset)."""
+    placeholder = Wheels(package=Path("kvoffload.whl"), wheelhouse=None)  # the same for every cell
+    methods: list[str] = []
+    previous: str | None = None
+    for cell in cells:
+        key = engine_key(cell_extravars(lab, cell, Path(cell.id), placeholder, node))
+        reset = lab.campaign.cold_start == "reset" and key == previous
+        methods.append("reset" if reset else "restart")
+        previous = key
+    return methods

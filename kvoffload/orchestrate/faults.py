@@ -117,9 +117,16 @@ class TargetWatch:
         self._thread.join(timeout=self.timeout_s * max(1, len(self.targets)) + 5)
 
 
-def unit_faults(units: Mapping[str, Mapping[str, Any]], expected: Collection[str]) -> list[Fault]:
+def unit_faults(
+    units: Mapping[str, Mapping[str, Any]],
+    expected: Collection[str],
+    baseline: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Fault]:
     """Restarted or stopped units among `expected` (`<host>--<unit>` keys, the cell's engine units),
-    from the collect role's `systemctl show` records; an expected unit with no record is a fault too."""
+    from the collect role's `systemctl show` records; an expected unit with no record is a fault too.
+
+    `baseline`: the states collected after the previous cell when its engines kept running into this
+    one (cold_start: reset); restarts are counted from there, not from the unit's start."""
     faults: list[Fault] = []
     for key in sorted(expected):
         host, unit = key.split("--", 1)
@@ -128,8 +135,9 @@ def unit_faults(units: Mapping[str, Mapping[str, Any]], expected: Collection[str
         if state is None:
             faults.append(Fault(target, "not running", "no state was collected for it"))
             continue
-        restarts = int(state.get("NRestarts") or 0)
-        if restarts:
+        before = (baseline or {}).get(key) or {}
+        restarts = int(state.get("NRestarts") or 0) - int(before.get("NRestarts") or 0)
+        if restarts > 0:
             faults.append(Fault(target, "restarted", f"systemd restarted it {restarts} time(s)"))
         if state.get("ActiveState") != "active":
             faults.append(

@@ -23,9 +23,10 @@ LMCACHE_L1_BYTES = ("lmcache_mp_l1_memory_usage_bytes",)
 LMCACHE_L2_BYTES = ("lmcache_mp_l2_usage_bytes",)
 
 
-def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
+def scrape(url: str, timeout: float = 5.0, client: httpx.Client | None = None) -> dict[str, float]:
     """Sum of every sample per family name (counters under their family name, without `_total`)."""
-    text = httpx.get(url, timeout=timeout).text
+    resp = client.get(url, timeout=timeout) if client is not None else httpx.get(url, timeout=timeout)
+    text = resp.text
     sums: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -79,18 +79,44 @@ class PlaybookCanceled(KeyboardInterrupt):
     """A stop was requested (Ctrl-C, SIGTERM) while a playbook ran; ansible-playbook was killed."""
 
 
-_STOP = threading.Event()
-_RUNNING = threading.Event()
+class _Stops:
+    """Stop requests and running playbooks, shared by the threads of a node-parallel campaign.
+
+    A stop cancels every playbook running when it is requested, and none started after it (the
+    teardown that follows an interrupt must run): each run compares the stop count with the one it
+    started under.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.running = 0
+
+    def started(self) -> int:
+        with self._lock:
+            self.running += 1
+            return self.requests
+
+    def ended(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+    def request(self) -> bool:
+        with self._lock:
+            if not self.running:
+                return False
+            self.requests += 1
+            return True
+
+
+_STOPS = _Stops()
 
 
 def request_stop() -> bool:
-    """Ask the running playbook to stop (ansible-playbook runs in its own session, so a terminal's
+    """Ask every running playbook to stop (ansible-playbook runs in its own session, so a terminal's
     Ctrl-C never reaches it). Returns False when no playbook is running: the caller then interrupts
     itself."""
-    if not _RUNNING.is_set():
-        return False
-    _STOP.set()
-    return True
+    return _STOPS.request()
 
 
 class PlaybookFailed(RuntimeError):
@@ -222,8 +248,10 @@ class PlaybookRunner:
         tags: Sequence[str] = (),
         check: bool = False,
         ident: str | None = None,
+        cancel: Callable[[], bool] | None = None,
     ) -> PlaybookResult:
-        """Run `playbooks/<playbook>`; raise `PlaybookFailed` unless it succeeds."""
+        """Run `playbooks/<playbook>`; raise `PlaybookFailed` unless it succeeds, `PlaybookCanceled` on
+        `request_stop()` or when `cancel()` turns true."""
         import ansible_runner  # only this module imports it
 
         variables = dict(extravars or {})
@@ -272,8 +300,11 @@ class PlaybookRunner:
             **dict.fromkeys(HF_TOKEN_VARS, ""),
         }
         t0 = time.monotonic()
-        _STOP.clear()
-        _RUNNING.set()
+        stops_at_start = _STOPS.started()
+
+        def canceled() -> bool:
+            return _STOPS.requests != stops_at_start or (cancel is not None and cancel())
+
         try:
             with memory_file(os.environ.get("HF_TOKEN", "").strip()) as token_file:
                 if token_file is not None:
@@ -292,12 +323,11 @@ class PlaybookRunner:
                     quiet=True,
                     suppress_env_files=True,
                     event_handler=handler,
-                    cancel_callback=_STOP.is_set,
+                    cancel_callback=canceled,
                 )
         finally:
-            _RUNNING.clear()
+            _STOPS.ended()
         if runner.status == "canceled":
-            _STOP.clear()
             _kill_leftovers(self.artifacts / "artifacts" / ident)
             raise PlaybookCanceled(
                 f"playbook {playbook} stopped on request; artifacts: {self.artifacts / 'artifacts' / ident}"

@@ -99,16 +99,17 @@ def test_offload_replicas_off_the_lmcache_host_are_refused(
 ) -> None:
     inv, camp = _lab(tmp_path)
     inventory = yaml.safe_load(inv.read_text())
-    inventory["all"]["hosts"]["gpu02.lab.example"] = {
-        "ansible_host": "192.0.2.12",
-        "vllm_replicas": [{"index": 0, "gpus": "0"}],
-    }
-    inventory["all"]["children"]["vllm"]["hosts"]["gpu02.lab.example"] = None
+    # gpu02 stays a node, but leaves lmcache and lb: its cpu/nvme cells would have no cache server
+    del inventory["all"]["children"]["lmcache"]["hosts"]["gpu02.lab.example"]
+    del inventory["all"]["children"]["lb"]["hosts"]["gpu02.lab.example"]
     inv.write_text(yaml.safe_dump(inventory))
     assert main(["plan", str(inv), "--campaign", str(camp)]) == 2
     err = capsys.readouterr().err
-    assert f"{inv}: all.children.vllm: tiers nvme" in err
-    assert "every vLLM replica on the lmcache host gpu01.lab.example" in err and "gpu02.lab.example" in err
-    # The gpu tier alone is node-free: replicas on two hosts are fine there.
+    assert f"{inv}: host gpu02.lab.example (group vllm): tiers nvme" in err
+    assert "need every node in group lmcache" in err
+    assert "8 replicas need Caddy on the node: add it to group lb" in err
+    # The gpu tier alone runs no cache server; Caddy is still needed for 8 replicas.
+    inventory["all"]["children"]["lb"]["hosts"]["gpu02.lab.example"] = None
+    inv.write_text(yaml.safe_dump(inventory))
     camp.write_text(yaml.safe_dump({**yaml.safe_load(camp.read_text()), "tiers": ["gpu"]}))
     assert main(["plan", str(inv), "--campaign", str(camp)]) == 0

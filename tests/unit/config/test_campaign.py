@@ -61,7 +61,7 @@ def test_unknown_key_lists_the_allowed_keys(write_yaml: Writer, inventory: Any, 
     problems = _errors(write_yaml, inventory, campaign)
     by_key = {p.split(": ")[1]: p.split(": ", 2)[2] for p in problems}
     assert sorted(by_key) == ["concurrencies", "dataset.format"]
-    assert by_key["concurrencies"].startswith("unknown key (allowed: concurrency, dataset, ")
+    assert by_key["concurrencies"].startswith("unknown key (allowed: cold_start, concurrency, dataset, ")
     assert by_key["dataset.format"] == "unknown key (allowed: code, path)"
 
 

@@ -34,17 +34,48 @@ def test_two_clients(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
     assert problems == [f"{inv}: all.children.client: needs exactly one host, has 2 (h1, h2)"]
 
 
-def test_offload_replicas_must_share_the_lmcache_node(
+def test_every_node_of_several_runs_its_own_cache_server_and_caddy(
     write_yaml: Writer, multi_host_inventory: Any, campaign: Any
 ) -> None:
+    # h2 and h3 are nodes; only h2 is in lmcache, and Caddy sits on the client h1.
     inv, problems = _problems(write_yaml, multi_host_inventory, campaign)
-    assert len(problems) == 1
-    assert problems[0].startswith(f"{inv}: all.children.vllm: tiers cpu, nvme (")
-    assert "need every vLLM replica on the lmcache host h2" in problems[0]
-    assert "but h3 also has vllm_replicas" in problems[0]
-    # The gpu tier runs no lmcache-server: replicas may spread over hosts.
+    assert problems == [
+        f"{inv}: all.children.lb: h1 is not a node (group vllm): with several nodes each node runs its own "
+        "lb service, so list nodes only",
+        f"{inv}: host h3 (group vllm): tiers cpu, nvme ({inv.parent / 'campaign.yml'}: tiers) need every node "
+        "in group lmcache (its replicas share KV with a server on the same node)",
+        f"{inv}: host h3: nvme_storage_devices is empty, but {inv.parent / 'campaign.yml'}: tiers has nvme: "
+        "every node needs the NVMe device for its L2 cache",
+    ]
+    # Each node its own lmcache host, with its own NVMe device: valid, and node-local.
+    inventory = multi_host_inventory
+    del inventory["all"]["children"]["lb"]
+    inventory["all"]["children"]["lmcache"]["hosts"]["h3"] = None
+    inventory["all"]["hosts"]["h3"]["nvme_storage_devices"] = [{"device": "/dev/nvme1n1", "mount": "/mnt/l2"}]
+    lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
+    assert [n.name for n in lab.nodes] == ["h2", "h3"] and lab.multi_node
+    for node in lab.nodes:
+        lmcache = lab.node_lmcache(node)
+        assert lmcache is not None and lmcache.name == node.name
+        assert lab.node_lb(node) is None  # one replica each: no Caddy
+        assert lab.node_hosts(node) == [node.name]
+
+
+def test_a_node_with_two_replicas_in_a_lab_of_several_needs_caddy_on_it(
+    write_yaml: Writer, multi_host_inventory: Any, campaign: Any
+) -> None:
+    inventory = multi_host_inventory
     campaign["tiers"] = ["gpu"]
-    assert len(load_lab(inv, write_yaml("campaign.yml", campaign)).replicas) == 2
+    del inventory["all"]["children"]["lb"]
+    inventory["all"]["hosts"]["h3"]["vllm_replicas"] = [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}]
+    inv, problems = _problems(write_yaml, inventory, campaign)
+    assert problems == [f"{inv}: host h3 (group vllm): 2 replicas need Caddy on the node: add it to group lb"]
+    inventory["all"]["children"]["lb"] = {"hosts": {"h3": None}}
+    lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
+    h2, h3 = lab.nodes
+    assert lab.node_lb(h2) is None
+    lb = lab.node_lb(h3)
+    assert lb is not None and lb.name == "h3"
 
 
 def test_offload_tiers_need_an_lmcache_host(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
@@ -88,16 +119,16 @@ def test_one_replica_needs_no_load_balancer(write_yaml: Writer, inventory: Any, 
     assert lab.lb_host is None
 
 
-def test_vllm_host_without_replicas_and_two_lmcache_hosts(
-    write_yaml: Writer, multi_host_inventory: Any, campaign: Any
+def test_vllm_host_without_replicas_and_two_lmcache_hosts_in_a_one_node_lab(
+    write_yaml: Writer, inventory: Any, campaign: Any
 ) -> None:
-    inventory = multi_host_inventory
-    del inventory["all"]["hosts"]["h3"]["vllm_replicas"]
+    inventory["all"]["hosts"]["h3"] = {"ansible_host": "10.0.0.3"}
     inventory["all"]["children"]["lmcache"]["hosts"]["h3"] = None
     inv, problems = _problems(write_yaml, inventory, campaign)
-    assert len(problems) == 2
-    assert problems[0].startswith(f"{inv}: host h3 (group vllm): vllm_replicas is missing or empty")
-    assert problems[1] == f"{inv}: all.children.lmcache: at most one host, has 2 (h2, h3)"
+    assert problems == [
+        f"{inv}: all.children.lmcache: at most one host with one node in vllm, has 2 (h2, h3); with several "
+        "nodes each node is its own lmcache host"
+    ]
 
 
 def test_campaign_from_the_inventory(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
@@ -121,10 +152,11 @@ def test_no_campaign_anywhere(write_yaml: Writer, inventory: Any) -> None:
 def test_repo_example_inventory_is_valid() -> None:
     root = Path(__file__).resolve().parents[3]
     lab = load_lab(root / "inventories" / "example" / "hosts.yml")
-    assert len(lab.inventory.group("vllm")) == 1
-    assert len(lab.replicas) == 8
-    assert lab.lb_host == lab.lmcache_host
-    assert lab.lmcache_host is not None and lab.lmcache_host.nvme_devices
+    assert [n.name for n in lab.nodes] == ["gpu01.lab.example", "gpu02.lab.example"]
+    assert len(lab.replicas) == 16
+    for node in lab.nodes:
+        assert lab.node_lb(node) == lab.node_lmcache(node) == node
+        assert node.nvme_devices and len(node.replicas) == 8
     assert len(lab.cells) == 3 * 3 * 2
 
 

@@ -17,10 +17,13 @@ from kvoffload.lab.state import LabHost, LabState
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _state(count: int) -> LabState:
+def _state(count: int, nodes: int = 1) -> LabState:
     gateway, addresses = plan_addresses("10.213.0.0/24", count)
     names = [f"kvlab{i}" for i in range(1, count + 1)]
-    groups = assign_groups(names)
+    groups = assign_groups(names, nodes)
+    hosts = [LabHost(n, ip, groups[n]) for n, ip in zip(names, addresses, strict=True)]
+    for i, host in enumerate(h for h in hosts if "lmcache" in h.groups):
+        host.loop_device = f"/dev/loop{7 + i}"
     return LabState(
         state_dir="/tmp/x",
         bridge="kvlab0",
@@ -29,9 +32,7 @@ def _state(count: int) -> LabState:
         rootfs="/r",
         ssh_key="/tmp/x/ssh/id_ed25519",
         inventory="/tmp/hosts.yml",
-        loop_device="/dev/loop7",
-        lmcache_host="kvlab2",
-        hosts=[LabHost(n, ip, groups[n]) for n, ip in zip(names, addresses, strict=True)],
+        hosts=hosts,
     )
 
 

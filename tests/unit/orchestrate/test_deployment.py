@@ -75,13 +75,20 @@ def test_targets_name_their_host(tmp_path: Path) -> None:
     lab = load_lab(EXAMPLE)
     cell = next(c for c in lab.cells if c.tier == "nvme")
     wheels = Wheels(tmp_path / "kvoffload_lab-0.1.0-py3-none-any.whl", None)
-    targets = target_hosts(lab, cell, cell_extravars(lab, cell, tmp_path, wheels)["replay_metrics_targets"])
-    assert targets["lmcache"]["host"] == lab.lmcache_host.name  # type: ignore[union-attr]
-    nodes = {k: v for k, v in targets.items() if v["kind"] == "node"}
-    assert {v["host"] for v in nodes.values()} == {h.name for h in lab.inventory.hosts}
-    vllm = [v for v in targets.values() if v["kind"] == "vllm"]
-    assert targets["lmcache"]["url"].endswith(":8080/metrics")  # LMCache serves /metrics on its HTTP port
-    assert len(vllm) == 8 and all(v["host"] in {h.name for h in lab.inventory.group("vllm")} for v in vllm)
+    for node in ("gpu01.lab.example", "gpu02.lab.example"):
+        extravars = cell_extravars(lab, cell, tmp_path, wheels, node)
+        targets = target_hosts(lab, cell, extravars["replay_metrics_targets"], node)
+        assert targets["lmcache"]["host"] == node
+        assert targets["lmcache"]["url"].endswith(":8080/metrics")  # LMCache serves /metrics on its HTTP port
+        # a cell samples its own node and the client, never another node
+        nodes = {v["host"] for v in targets.values() if v["kind"] == "node"}
+        assert nodes == {node, "client01.lab.example"}
+        vllm = [v for v in targets.values() if v["kind"] == "vllm"]
+        assert len(vllm) == 8 and {v["host"] for v in vllm} == {node}
+        address = lab.node(node).address
+        assert extravars["replay_base_url"] == f"http://{address}:8100"
+        assert {u.split(":")[0] for u in extravars["caddy_upstreams"]} == {address}
+        assert extravars["kvoffload_node"] == node
 
 
 def test_a_model_folder_is_shipped_and_served_by_its_name(tmp_path: Path) -> None:

@@ -1,0 +1,68 @@
+"""Which node runs which cells, and in which order (DESIGN.md sections 3 and 5).
+
+A run is node-local, and a tier comparison never mixes hardware: every cell of a comparison group
+(the cells that differ only in tier) runs on one node. Groups are spread over the nodes so that their
+expected work is balanced (longest first, onto the least loaded node; ties go to the earlier node, so
+the plan is the same every time). On a node, cells run tier by tier (gpu, cpu, nvme), so that cells
+sharing an engine configuration follow each other and the engines restart only when the tier changes;
+within a tier the campaign's order is kept. Pure: no IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvoffload.config import Cell
+from kvoffload.config.campaign import TIER_ORDER
+
+# The keys a comparison group holds fixed (kvoffload/analysis/compare.py GROUP_KEYS, the model being
+# the campaign's own).
+GROUP_KEYS = ("concurrency", "num_rounds", "isl", "osl", "repeat")
+
+
+def group_key(cell: Cell) -> tuple[object, ...]:
+    return tuple(cell.config[k] for k in GROUP_KEYS)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """The cells one node runs, in order."""
+
+    node: str
+    cells: tuple[Cell, ...]
+
+    @property
+    def groups(self) -> int:
+        return len({group_key(c) for c in self.cells})
+
+
+def schedule(
+    cells: Sequence[Cell], nodes: Sequence[str], cost: Callable[[Cell], float] | None = None
+) -> list[NodePlan]:
+    """Every node's cells (a node with no group gets an empty plan). `cost` estimates a cell's work
+    (for example its requests); by default every cell costs the same."""
+    if not nodes:
+        raise ValueError("schedule needs at least one node")
+    weigh = cost or (lambda _cell: 1.0)
+    groups: dict[tuple[object, ...], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(group_key(cell), []).append(cell)
+    order = {key: i for i, key in enumerate(groups)}
+    load = dict.fromkeys(nodes, 0.0)
+    assigned: dict[str, list[tuple[object, ...]]] = {node: [] for node in nodes}
+    # Longest processing time first: the heaviest group goes to the node with the least work so far.
+    by_weight = sorted(groups, key=lambda key: (-sum(weigh(c) for c in groups[key]), order[key]))
+    for key in by_weight:
+        node = min(nodes, key=lambda n: (load[n], nodes.index(n)))
+        assigned[node].append(key)
+        load[node] += sum(weigh(c) for c in groups[key])
+    plans = []
+    for node in nodes:
+        mine = sorted(assigned[node], key=order.__getitem__)
+        ordered = sorted(
+            (cell for key in mine for cell in groups[key]),
+            key=lambda c: (TIER_ORDER.index(c.tier), mine.index(group_key(c))),
+        )
+        plans.append(NodePlan(node, tuple(ordered)))
+    return plans

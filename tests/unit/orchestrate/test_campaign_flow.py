@@ -1,0 +1,235 @@
+"""The campaign runner's cell lifecycle with the playbooks and the lab's HTTP replaced by recorders.
+
+What is checked: which playbooks run for which cell on which node, when engines are kept between
+cells (cold_start: reset) and when they restart, the fallback to a restart when a reset fails, and
+that a lab of two nodes runs each comparison group on one node, the nodes at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvoffload.config import load_lab
+from kvoffload.orchestrate import campaign as campaign_mod
+from kvoffload.orchestrate.campaign import CampaignRunner
+from kvoffload.orchestrate.coldstart import ResetFailed, ResetRecord
+from kvoffload.orchestrate.probe import ColdCheck
+from kvoffload.orchestrate.results import CampaignResults
+from kvoffload.orchestrate.schedule import group_key, schedule
+from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.playbook import PlaybookResult
+from tests.support.datasets import generic_lines
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _lab_files(tmp_path: Path, *, nodes: int, cold_start: str = "reset") -> tuple[Path, Path]:
+    inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
+    inventory["all"]["vars"].pop("kvoffload_campaign")
+    if nodes == 1:
+        del inventory["all"]["hosts"]["gpu02.lab.example"]
+        for group in ("vllm", "lmcache", "lb"):
+            del inventory["all"]["children"][group]["hosts"]["gpu02.lab.example"]
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(4, 10)) + "\n")
+    campaign = {
+        "name": "flow",
+        "model": "m",
+        "gpu_vendor": "nvidia",
+        "engine": "sim",
+        "sim_profile": "tiny",
+        "dataset": {"code": "generic", "path": "data"},
+        "tiers": ["gpu", "cpu", "nvme"],
+        "concurrency": [2, 8],
+        "num_rounds": [5],
+        "isl": 100000,
+        "cold_start": cold_start,
+    }
+    camp = tmp_path / "campaign.yml"
+    camp.write_text(yaml.safe_dump(campaign))
+    return inv, camp
+
+
+class Recorder:
+    """Stands in for PlaybookRunner: records each run and writes what replay/collect would fetch."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str, str | None]] = []  # (playbook, node, limit)
+        self.lock = threading.Lock()
+        self.active: dict[str, int] = {}
+        self.overlap = False  # two nodes inside a playbook at the same time
+
+    def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
+        ev = extravars or {}
+        node = str(ev.get("kvoffload_node"))
+        with self.lock:
+            self.runs.append((playbook, node, kw.get("limit")))
+            self.active[node] = self.active.get(node, 0) + 1
+            self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
+        try:
+            if playbook == "replay.yml":
+                folder = Path(ev["replay_controller_dir"])
+                (folder / "requests.jsonl").write_text("")
+                (folder / "sessions.json").write_text("{}")
+                threading.Event().wait(0.05)  # long enough for the other node to be in its own replay
+        finally:
+            with self.lock:
+                self.active[node] -= 1
+        return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {})
+
+    def for_node(self, node: str) -> list[str]:
+        return [p for p, n, _ in self.runs if n == node]
+
+
+class Progress:
+    def phase(self, *a: Any) -> None: ...
+    def task(self, name: str) -> None: ...
+    def replay(self, done: int, expected: int) -> None: ...
+    def cell_done(self, *a: Any) -> None: ...
+
+
+@contextmanager
+def _quiet_watch(*_a: Any, **_k: Any) -> Iterator[Any]:
+    class Watch:
+        def faults(self) -> list[Any]:
+            return []
+
+    yield Watch()
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    state: dict[str, Any] = {"resets": [], "fail_resets": 0}
+
+    class FakeReset:
+        def __init__(self, endpoints: Any, *, external: bool) -> None:
+            self.endpoints = endpoints
+            self.external = external
+
+        def run(self, payload: Any) -> ResetRecord:
+            state["resets"].append((sorted(self.endpoints.replicas), self.external, payload))
+            if state["fail_resets"]:
+                state["fail_resets"] -= 1
+                raise ResetFailed("vllm-x-0: not cold after the reset: 96 cached prompt tokens")
+            return ResetRecord(cold=True)
+
+    monkeypatch.setattr(campaign_mod, "CacheReset", FakeReset)
+    monkeypatch.setattr(campaign_mod, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
+    monkeypatch.setattr(campaign_mod, "ReplayWatcher", _quiet_watch)
+    monkeypatch.setattr(campaign_mod, "TargetWatch", _quiet_watch)
+    return state
+
+
+def _runner(tmp_path: Path, *, nodes: int, cold_start: str = "reset") -> tuple[CampaignRunner, Recorder]:
+    inv, camp = _lab_files(tmp_path, nodes=nodes, cold_start=cold_start)
+    lab = load_lab(inv, camp)
+    results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
+    runner = CampaignRunner(
+        lab,
+        inv,
+        results,
+        Progress(),
+        wheel_cache=tmp_path / "cache",
+        probe_payload=lambda cell: {"probe-of": cell.id},
+    )
+    recorder = Recorder()
+    runner.playbooks = recorder  # type: ignore[assignment]
+    runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
+    return runner, recorder
+
+
+def _cell_json(runner: CampaignRunner, cell_id: str) -> dict[str, Any]:
+    import json
+
+    cell = next(c for c in runner.lab.cells if c.id == cell_id)
+    return dict(json.loads((runner.results.cell_dir(cell) / "cell.json").read_text()))
+
+
+def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fakes: dict[str, Any]) -> None:
+    runner, rec = _runner(tmp_path, nodes=1)
+    outcome = runner.run(provision=False)
+    assert len(outcome.done) == 6 and not outcome.failed
+    cycle = ["replay.yml", "collect.yml"]
+    assert rec.for_node("gpu01.lab.example") == [
+        "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
+        "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
+        "deploy.yml", *cycle, "reset.yml", *cycle, "teardown.yml",  # nvme: L2 wiped around a restart
+    ]  # fmt: skip
+    assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
+    # one reset per tier, external only where a connector runs, probing with the previous cell's prompt
+    assert [(external, payload is not None) for _r, external, payload in fakes["resets"]] == [
+        (False, True), (True, True), (True, True)
+    ]  # fmt: skip
+    order = [c.id for c in runner.plan(runner.lab.cells)[0].cells]
+    methods = [_cell_json(runner, i)["cold_start"]["method"] for i in order]
+    assert methods == ["restart", "reset", "restart", "reset", "restart", "reset"]
+    first, second = _cell_json(runner, order[0]), _cell_json(runner, order[1])
+    assert first["cold_start"]["reason"] == "first cell on the node"
+    assert first.get("engines_kept") is True and "teardown" not in first["timings"]
+    assert "reset" in second["timings"] and "deploy" not in second["timings"]
+    assert second["engine_key"] == first["engine_key"] and second["node"] == "gpu01.lab.example"
+    assert _cell_json(runner, order[2])["cold_start"]["reason"] == "the engine configuration changed"
+
+
+def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[str, Any]) -> None:
+    runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
+    runner.run(provision=False)
+    plays = rec.for_node("gpu01.lab.example")
+    assert plays == ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"] * 6
+    assert fakes["resets"] == []
+
+
+def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fakes: dict[str, Any]) -> None:
+    fakes["fail_resets"] = 1
+    runner, rec = _runner(tmp_path, nodes=1)
+    runner.run(provision=False)
+    plays = rec.for_node("gpu01.lab.example")
+    assert plays[:8] == [
+        "deploy.yml", "replay.yml", "collect.yml",
+        "teardown.yml", "deploy.yml", "replay.yml", "collect.yml", "teardown.yml",
+    ]  # fmt: skip
+    second = _cell_json(runner, runner.plan(runner.lab.cells)[0].cells[1].id)
+    assert second["cold_start"]["method"] == "restart"
+    assert second["cold_start"]["reason"].startswith("the reset failed: vllm-x-0: not cold after the reset")
+    assert second["status"] == "done"
+
+
+def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    runner, rec = _runner(tmp_path, nodes=2)
+    outcome = runner.run(provision=False)
+    assert len(outcome.done) == 6
+    assert rec.overlap  # the nodes were in their playbooks at the same time
+    nodes: dict[tuple[object, ...], set[str]] = {}
+    for cell in runner.lab.cells:
+        nodes.setdefault(group_key(cell), set()).add(_cell_json(runner, cell.id)["node"])
+    assert all(len(n) == 1 for n in nodes.values()) and len(set().union(*nodes.values())) == 2
+    for playbook, node, limit in rec.runs:
+        hosts = set((limit or "").split(","))
+        own = {node, "client01.lab.example"} if playbook in ("replay.yml", "collect.yml") else {node}
+        assert hosts == own, (playbook, node, limit)
+
+
+def test_schedule_balances_groups_and_keeps_tiers_together(tmp_path: Path) -> None:
+    inv, camp = _lab_files(tmp_path, nodes=2)
+    cells = load_lab(inv, camp).cells
+    plans = schedule(cells, ["a", "b", "c"])
+    assert [len(p.cells) for p in plans] == [3, 3, 0]
+    for plan in plans[:2]:
+        assert [c.tier for c in plan.cells] == ["gpu", "cpu", "nvme"] and plan.groups == 1
+    # weighted: the heavier group goes first, to the first node
+    heavy = schedule(cells, ["a", "b"], cost=lambda c: float(c.concurrency))
+    assert {c.concurrency for c in heavy[0].cells} == {8}
+    assert schedule(cells, ["a", "b"]) == schedule(cells, ["a", "b"])
+    with pytest.raises(ValueError, match="at least one node"):
+        schedule(cells, [])
