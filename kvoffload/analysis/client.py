@@ -6,7 +6,11 @@ statistics (numpy's default). The run's wall time is from the first `t_start` to
 The cached-token share is sum(cached_tokens) / sum(prompt_tokens) over ok requests that report
 cached_tokens (the server's `usage.prompt_tokens_details`; local and connector hits together).
 TTFT degradation = 100 * (stat(TTFT of rounds >= 2) - stat(TTFT of round 1)) / stat(TTFT of round 1),
-for stat = median and p95; None when either side has no ok request.
+for stat = median and p95; None when either side has no ok request. The later-round hit rate is the
+cached-token share of the ok requests of rounds >= 2 only (round 1 of a virtual user can hit only a
+prefix shared with other users). A session's live context is the most tokens (prompt + completion) any
+of its requests held, i.e. the KV history it needs kept to be served without recompute; the mean over
+the cell's sessions (virtual users) feeds the capacity figures.
 """
 
 from __future__ import annotations
@@ -78,9 +82,26 @@ def request_figures(requests: pd.DataFrame) -> dict[str, Any]:
     later = ok[ok["round"] >= 2]["ttft_s"]
     out["ttft_round1_p50_s"] = _pct(first, 50)
     out["ttft_later_p50_s"] = _pct(later, 50)
+    out["ttft_later_p95_s"] = _pct(later, 95)
+    later_known = known[known["round"] >= 2]
+    later_prompt = float(later_known["prompt_tokens"].sum()) if len(later_known) else 0.0
+    out["later_round_cached_share"] = (
+        float(later_known["cached_tokens"].sum()) / later_prompt if later_prompt > 0 else None
+    )
+    out.update(live_context(requests))
     out["ttft_degradation_p50_pct"] = _change_pct(_pct(later, 50), _pct(first, 50))
     out["ttft_degradation_p95_pct"] = _change_pct(_pct(later, 95), _pct(first, 95))
     return out
+
+
+def live_context(requests: pd.DataFrame) -> dict[str, Any]:
+    """Sessions replayed and their mean live context in tokens (see the module docstring)."""
+    rows = requests[requests["prompt_tokens"].notna()]
+    if rows.empty:
+        return {"sessions_replayed": 0, "live_context_mean_tokens": None}
+    held = rows["prompt_tokens"].astype(float) + rows["completion_tokens"].fillna(0).astype(float)
+    per_session = held.groupby(rows["user_id"]).max()
+    return {"sessions_replayed": len(per_session), "live_context_mean_tokens": float(per_session.mean())}
 
 
 def ttft_by_round(requests: pd.DataFrame) -> pd.DataFrame:

@@ -2,8 +2,9 @@
 
 A tier comparison holds model, concurrency, num_rounds, ISL, OSL and repeat fixed (GROUP_KEYS).
 Cells of a group whose session counts (achieved, complete, error, incomplete) differ, or any of which
-had a failed request or a fault (cell.json `valid: false`: a replica or lmcache-server that went
-down mid-replay), make the group not comparable; an offload tier
+had a failed request, a fault (cell.json `valid: false`: a replica or lmcache-server that went
+down mid-replay), a Caddy upstream flap or a restart of one of our units (analysis/health.py), make
+the group not comparable; an offload tier
 cell whose KV usage never came near full (< NEAR_FULL_PCT), with no LMCache eviction and no external
 prefix-cache hit, is flagged "offload never exercised". Cell warnings cover concurrency above the
 virtual-user ceiling, zero virtual users, unfinished cells, failed requests, scrape gaps, absent
@@ -19,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.nodes import node_differences, node_warning_text
 from kvoffload.analysis.software import version_splits
 
 GROUP_KEYS = ["model", "concurrency", "num_rounds", "isl", "osl", "repeat"]
@@ -30,10 +32,12 @@ WARNING_COLUMNS = ["scope", "cell_id", "group", "kind", "message"]
 
 def group_label(row: pd.Series | dict[str, Any]) -> str:
     """Human label of a comparison group."""
-    return (
+    label = (
         f"{row['model']} c={row['concurrency']} rounds={row['num_rounds']} "
         f"isl={row['isl']} osl={row['osl']} repeat={row['repeat']}"
     )
+    node = row.get("node")
+    return f"{label} on {node}" if isinstance(node, str) and node else label
 
 
 def _is_zero_or_none(v: Any) -> bool:
@@ -105,6 +109,34 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
                 f"(targets: {row['scrape_failed_targets']}); figures use the samples that exist",
             )
         )
+    if _positive(row, "caddy_upstream_flaps"):
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "caddy_upstream_flaps",
+                f"Caddy marked a replica unhealthy {int(row['caddy_upstream_flaps'])} time(s) during the "
+                "replay "
+                f"(upstreams {row.get('caddy_flapped_upstreams')}): requests went to fewer replicas",
+            )
+        )
+    if _positive(row, "unit_restarts"):
+        ours = _positive(row, "service_restarts")
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "unit_restarted",
+                f"systemd restarted units (NRestarts): {row.get('restarted_units')}"
+                + (
+                    ": the server restarted, its cache went cold"
+                    if ours
+                    else " (exporters only: figures from them may have gaps)"
+                ),
+            )
+        )
     if row.get("local_hit_rate_source") is None and row.get("kv_usage_source") is None:
         msg = "no vLLM metrics were sampled: hit rates and KV usage unknown"
         out.append(_w("cell", cid, grp, "no_engine_metrics", msg))
@@ -157,14 +189,29 @@ def _valid(row: pd.Series) -> bool:
     return value is None or bool(pd.isna(value)) or bool(value)
 
 
+def _positive(row: pd.Series, key: str) -> bool:
+    value = row.get(key)
+    return value is not None and not pd.isna(value) and int(value) > 0
+
+
 def _clean(group: pd.DataFrame) -> list[bool]:
-    """Per cell: valid (no fault) and no failed request."""
-    out = []
-    for _, row in group.iterrows():
-        failed = row.get("failed_requests")
-        has_failed = failed is not None and not pd.isna(failed) and int(failed) > 0
-        out.append(_valid(row) and not has_failed)
-    return out
+    """Per cell: valid (no fault), no failed request, no Caddy upstream flap, no restart of our units."""
+    return [_valid(row) and not any(_positive(row, k) for k in CLEAN_COUNTS) for _, row in group.iterrows()]
+
+
+def _unclean_text(row: pd.Series) -> str:
+    """What made one cell not clean, e.g. "1 failed request(s), 2 Caddy upstream flap(s)"."""
+    parts = [] if _valid(row) else [f"a fault ({row.get('invalid_reasons') or 'no reason recorded'})"]
+    for key, what in zip(
+        CLEAN_COUNTS, ("failed request(s)", "Caddy upstream flap(s)", "service restart(s)"), strict=True
+    ):
+        if _positive(row, key):
+            parts.append(f"{int(row[key])} {what}")
+    return ", ".join(parts)
+
+
+# Counts of a summary row that make its cell not clean when positive.
+CLEAN_COUNTS = ("failed_requests", "caddy_upstream_flaps", "service_restarts")
 
 
 def group_warnings(group: pd.DataFrame) -> list[dict[str, Any]]:
@@ -177,15 +224,18 @@ def group_warnings(group: pd.DataFrame) -> list[dict[str, Any]]:
         out.append(
             _w("group", None, grp, "sessions_differ", f"not comparable: session counts differ ({detail})")
         )
-    faulty = [str(t) for t, ok in zip(group["tier"], _clean(group), strict=True) if not ok]
+    faulty = [
+        (str(r["tier"]), r) for (_, r), ok in zip(group.iterrows(), _clean(group), strict=True) if not ok
+    ]
     if len(group) > 1 and faulty:
+        detail = "; ".join(f"{tier} {row['cell_id']}: {_unclean_text(row)}" for tier, row in faulty)
         out.append(
             _w(
                 "group",
                 None,
                 grp,
                 "cells_not_clean",
-                f"not comparable: the {', '.join(faulty)} cell(s) had failed requests or a fault",
+                f"not comparable: the {', '.join(t for t, _ in faulty)} cell(s) did not run clean ({detail})",
             )
         )
     for _, row in group[group["tier"].isin(OFFLOAD_TIERS)].iterrows():
@@ -241,15 +291,23 @@ def software_warnings(software: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def warnings_table(
-    summary: pd.DataFrame, skipped: Sequence[dict[str, str]] = (), software: pd.DataFrame | None = None
+    summary: pd.DataFrame,
+    skipped: Sequence[dict[str, str]] = (),
+    software: pd.DataFrame | None = None,
+    cells: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Every validity warning of a campaign: skipped cells, software changes (when `software`, the
-    `software_frame` of the cells, is given), cell warnings, group warnings."""
+    `software_frame` of the cells, is given), nodes whose hardware differs (when `cells`, the cells
+    table, is given), cell warnings, group warnings."""
     rows: list[dict[str, Any]] = [
         _w("cell", s["cell_id"], "", "skipped_cell", f"not ingested: {s['reason']}") for s in skipped
     ]
     if software is not None:
         rows.extend(software_warnings(software))
+    if cells is not None:
+        text = node_warning_text(node_differences(cells))
+        if text is not None:
+            rows.append(_w("campaign", None, "", "nodes_differ", text))
     for _, row in summary.iterrows():
         rows.extend(cell_warnings(row))
     if not summary.empty:

@@ -7,6 +7,9 @@
   histogram (before/after snapshots); None, never 0, when the histogram is absent or saw no request.
 - KV usage: mean (and max) of the gauge samples over the run in percent (the gauge is a 0..1 fraction);
   without run samples, the mean of the before and after snapshot values.
+- Where prompt tokens came from (increase over the run, summed over replicas): GPU prefix cache share =
+  local hits / prefix-cache queries (queries = every prompt token vLLM scheduled), LMCache share =
+  external hits / the same queries; the rest was computed.
 """
 
 from __future__ import annotations
@@ -108,12 +111,22 @@ def engine_figures(samples: pd.DataFrame) -> dict[str, Any]:
     local = rate_ratio(samples, N.VLLM_PREFIX_HITS, N.VLLM_PREFIX_QUERIES)
     external = rate_ratio(samples, N.VLLM_EXT_HITS, N.VLLM_EXT_QUERIES)
     kv = gauge_stats(samples, N.VLLM_KV_USAGE, scale=100.0)
+    queries, local_hits = increase(samples, N.VLLM_PREFIX_QUERIES), increase(samples, N.VLLM_PREFIX_HITS)
+    external_hits = increase(samples, N.VLLM_EXT_HITS)
+
+    def share(part: float | None) -> float | None:
+        return part / queries if part is not None and queries else None
+
     return {
         "local_hit_rate": local.value,
         "local_hit_rate_source": local.source,
         "external_hit_rate": external.value,
         "external_hit_rate_source": external.source,
-        "external_hit_tokens": increase(samples, N.VLLM_EXT_HITS),
+        "external_hit_tokens": external_hits,
+        "prefix_query_tokens": queries,
+        "local_hit_tokens": local_hits,
+        "gpu_prefix_token_share": share(local_hits),
+        "lmcache_token_share": share(external_hits),
         "prefill_mean_s": histogram_mean(samples, N.VLLM_PREFILL_TIME),
         "queue_mean_s": histogram_mean(samples, N.VLLM_QUEUE_TIME),
         "itl_mean_s": histogram_mean(samples, N.VLLM_ITL),

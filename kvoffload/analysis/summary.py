@@ -6,12 +6,15 @@ Inputs are the ingest tables as DataFrames; output DataFrames are what the repor
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.capacity import configured_l1_gb, gpu_cache_figures, lmcache_capacity_figures
 from kvoffload.analysis.client import request_figures, reuse_from_records, ttft_by_round
 from kvoffload.analysis.engine import engine_figures
+from kvoffload.analysis.health import caddy_flaps, unit_restarts
 from kvoffload.analysis.hosts import disk_figures, gpu_figures, parse_targets
 from kvoffload.analysis.lmcache import lmcache_figures
 
@@ -29,6 +32,8 @@ CONFIG_COLUMNS = [
     "done",
     "valid",
     "invalid_reasons",
+    "node",
+    "cold_start",
 ]
 # sessions.json key -> summary column.
 SESSION_COLUMNS = {
@@ -44,7 +49,15 @@ SESSION_COLUMNS = {
 
 # Metric families any figure reads; everything else (most of node-exporter, histogram buckets, process
 # and http metrics) is dropped before per-cell analysis so filters scan small frames.
-RELEVANT_PREFIXES = ("vllm:", "lmcache_mp_", "node_disk_", "node_cpu_seconds_total", "gpu_", "DCGM_FI_DEV_")
+RELEVANT_PREFIXES = (
+    "vllm:",
+    "lmcache_mp_",
+    "node_disk_",
+    "node_cpu_seconds_total",
+    "gpu_",
+    "DCGM_FI_DEV_",
+    "caddy_reverse_proxy_upstreams_healthy",
+)
 
 
 def relevant(samples: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +97,21 @@ def cell_summary(
     row.update(disk_figures(samples, parse_targets(cell["targets"]), cell["l2_device"]))
     row.update(gpu_figures(samples))
     row.update(scrape_health(samples))
+    row.update(caddy_flaps(samples))
+    row.update(unit_restarts(cell.get("units")))
+    row["caddy_policy"] = _caddy_policy(cell.get("profiles"))
+    row.update(gpu_cache_figures(samples))
+    row.update(lmcache_capacity_figures(samples))
+    row["lmcache_l1_size_gb"] = configured_l1_gb(cell.get("config"))
     return row
+
+
+def _caddy_policy(profiles: Any) -> str | None:
+    """cell.json `profiles.caddy`: the lb_policy in front of 2+ replicas (None: one replica, or unknown)."""
+    if not isinstance(profiles, str) or not profiles:
+        return None
+    value = json.loads(profiles).get("caddy")
+    return str(value) if value else None
 
 
 def _empty_like(frame: pd.DataFrame) -> pd.DataFrame:

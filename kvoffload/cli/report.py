@@ -2,7 +2,8 @@
 
 Thin CLI over `kvoffload.ingest` and `kvoffload.report` (controller extra). `report` ingests first when
 the tables are missing or older than the raw files. md/html write files under RESULTS_DIR/report/;
-json/csv print the summary table (one row per cell) to stdout or to --output.
+json prints {"summary": one object per cell, "findings", "capacity"} (docs/metrics.md "report --format
+json"), csv the summary table (one row per cell), to stdout or to --output.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def register(sub: Any) -> None:
         "--format",
         action="append",
         choices=FORMATS,
-        help="md and/or html (files under RESULTS_DIR/report; default both), or json/csv: the summary "
-        "table on stdout (or --output)",
+        help="md and/or html (files under RESULTS_DIR/report; default both), or json (summary, findings "
+        "and capacity) / csv (the summary table) on stdout (or --output)",
     )
     r.add_argument("--output", type=Path, help="file for --format json|csv (default: stdout)")
     r.set_defaults(func=_report)
@@ -56,7 +57,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from kvoffload.errors import UserError
-    from kvoffload.report.build import analyse, build_report, summary_csv, summary_json
+    from kvoffload.report.build import analyse, build_report, conclude, report_json, summary_csv
 
     _check_dir(args.results_dir)
     formats = tuple(args.format or ("md", "html"))
@@ -74,8 +75,11 @@ def _report(args: argparse.Namespace) -> int:
         for f in file_formats:
             print(f"report: {report_dir / ('index.html' if f == 'html' else 'report.md')}")
     if data_formats:
-        summary = analyse(args.results_dir).summary
-        text = summary_json(summary) if data_formats[0] == "json" else summary_csv(summary)
+        analysis = analyse(args.results_dir)
+        if data_formats[0] == "json":
+            text = report_json(analysis, conclude(analysis))
+        else:
+            text = summary_csv(analysis.summary)
         if args.output:
             args.output.write_text(text, encoding="utf-8")
         else:

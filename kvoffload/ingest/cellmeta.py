@@ -24,7 +24,10 @@ class DatasetRef(_Lenient):
     path: str = Field(description="dataset path on the client host")
 
 
-class CellConfig(_Lenient):
+class CellConfig(BaseModel):
+    # Other keys of the resolved cell (sim_profile, lmcache_l1_size_gb, ...) are kept for the analysis.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     tier: Literal["gpu", "cpu", "nvme"] = Field(description="KV tier of the cell")
     model: str = Field(description="model id or path (also the tokenizer)")
     concurrency: int = Field(ge=1, description="closed-loop slots of the replay")
@@ -59,6 +62,16 @@ class CellMeta(_Lenient):
     valid: bool = Field(default=True, description="false when a replica or lmcache-server faulted")
     invalid_reasons: list[str] = Field(
         default_factory=list, description="each fault of the cell: what, when and why"
+    )
+    profiles: dict[str, Any] = Field(
+        default_factory=dict, description="engine, lmcache and caddy profile names (caddy: its lb_policy)"
+    )
+    units: dict[str, Any] = Field(
+        default_factory=dict, description="`<host>--<unit>` -> systemctl show fields (NRestarts, ActiveState)"
+    )
+    node: str | None = Field(default=None, description="the node (vllm host) the cell ran on")
+    cold_start: dict[str, Any] = Field(
+        default_factory=dict, description="how the cell started cold: method restart or reset, and the proof"
     )
 
 

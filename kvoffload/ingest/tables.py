@@ -2,7 +2,9 @@
 
 Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCHEMA_VERSION`):
 - cells: one row per cell folder with a readable cell.json (config columns + JSON-text columns for
-  hosts, targets, timings, versions (controller), software (lab hosts); `done` says whether DONE exists).
+  hosts, targets, timings, versions (controller), software (lab hosts), config (every key of the
+  resolved cell), profiles and units (systemd states); the node that ran the cell and its cold-start
+  method (restart or reset); `done` says whether DONE exists).
 - requests: requests.jsonl rows (DESIGN.md section 6 schema).
 - sessions: sessions.json, one row per cell that has one.
 - samples: metric samples with `phase` = run (metrics/<target>.jsonl) | before | after (snapshots).
@@ -29,8 +31,9 @@ from kvoffload.ingest.layout import CampaignPaths, CellPaths
 
 log = logging.getLogger(__name__)
 
-# 2: cells gained `software`; 3: cells gained `valid` and `invalid_reasons`.
-TABLES_SCHEMA_VERSION = 3
+# 2: cells gained `software`; 3: cells gained `valid` and `invalid_reasons`; 4: cells gained `config`
+# (the whole resolved cell config), `profiles` and `units`.
+TABLES_SCHEMA_VERSION = 4
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 CELLS_SCHEMA = pa.schema(
@@ -56,6 +59,11 @@ CELLS_SCHEMA = pa.schema(
         ("software", pa.string()),
         ("valid", pa.bool_()),
         ("invalid_reasons", pa.string()),
+        ("config", pa.string()),
+        ("profiles", pa.string()),
+        ("units", pa.string()),
+        ("node", pa.string()),
+        ("cold_start", pa.string()),
     ]
 )
 SESSIONS_SCHEMA = pa.schema(
@@ -121,6 +129,11 @@ def _cell_row(cell: CellPaths) -> dict[str, Any]:
         "software": json.dumps(meta.software, sort_keys=True),
         "valid": meta.valid,
         "invalid_reasons": "; ".join(meta.invalid_reasons),
+        "config": json.dumps(c.model_dump(mode="json"), sort_keys=True),
+        "profiles": json.dumps(meta.profiles, sort_keys=True),
+        "units": json.dumps(meta.units, sort_keys=True),
+        "node": meta.node,
+        "cold_start": meta.cold_start.get("method"),
     }
 
 

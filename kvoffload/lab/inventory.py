@@ -2,12 +2,13 @@
 
 Host 1 is the client; the next hosts are the nodes (one by default; DESIGN.md section 3: a run is
 node-local, because LMCache's MP server shares KV with the replicas through CUDA IPC inside one host):
-each runs two vLLM replicas, its own lmcache-server with its own loop device as its NVMe device, and its
-own Caddy. Further hosts are spare, in no kvoffload group. The hosts have no GPU, so real vLLM runs its CPU build there
-(`kvoffload_engine_build: cpu`); the simulator ignores the setting. Host variables use the roles' own
-names (`vllm_replicas`, `nvme_storage_devices`). The ssh options that switch host-key checking off
-are inventory vars of these lab hosts only, never global ssh or Ansible settings. This module renders
-text; it does not validate it (kvoffload.config does, like any inventory).
+each runs two vLLM replicas, its own lmcache-server with its own loop device as its NVMe device, and
+its own Caddy. Further hosts are spare, in no kvoffload group. The hosts have no GPU, so real vLLM runs
+its CPU build there (`kvoffload_engine_build: cpu`); the simulator ignores the setting. Host variables
+use the roles' own names (`vllm_replicas`, `nvme_storage_devices`). The ssh options that switch
+host-key checking off are inventory vars of these lab hosts only, never global ssh or Ansible
+settings. This module renders text; it does not validate it (kvoffload.config does, like any
+inventory).
 """
 
 from __future__ import annotations

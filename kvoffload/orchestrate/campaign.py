@@ -15,6 +15,7 @@ import json
 import logging
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 import kvoffload
 from kvoffload.config import Cell, LabConfig
-from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
+from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed, ResetRecord
 from kvoffload.orchestrate.deployment import (
     cell_extravars,
     cell_units,
@@ -47,6 +48,9 @@ from kvoffload.profiles.resolve import caddy_profile
 
 log = logging.getLogger(__name__)
 CELL_SCHEMA = 1
+# Role tags a cell's playbooks skip: installing software and staging the model happen once per node
+# and campaign (the first cell's `install` phase), not in every cell.
+CELL_SKIP_TAGS = ("install", "model")
 
 
 class Progress(Protocol):
@@ -134,13 +138,22 @@ def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
 
 
 def _unit_states(cell_dir: Path) -> dict[str, Any]:
+    """`<host>--<unit>` -> the unit's collected state, from the collect role's `units/<host>.json`
+    (`{host, units: {unit: {property: value}}}`)."""
     units: dict[str, Any] = {}
     for path in sorted((cell_dir / "units").glob("*.json")):
         try:
-            units[path.stem] = json.loads(path.read_text())
-        except json.JSONDecodeError:
+            data = json.loads(path.read_text())
+            for unit, state in data["units"].items():
+                units[f"{data['host']}--{unit}"] = {**state, "host": data["host"]}
+        except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError):
             units[path.stem] = {"error": f"unreadable {path.name}"}
     return units
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
 
 
 def host_software(folder: Path) -> dict[str, Any]:
@@ -195,6 +208,7 @@ class CampaignRunner:
         self._lock = threading.Lock()  # the outcome and the cell counter, shared by the node threads
         self._started = 0
         self._last_key: dict[str, str] = {}  # node -> engine key of its latest cell
+        self._campaign_timings: dict[str, float] = {}
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
@@ -213,6 +227,8 @@ class CampaignRunner:
                 "inventory_sha256": hashlib.sha256(inv.read_bytes()).hexdigest() if inv.is_file() else None,
                 "cells": [{"id": c.id, **c.config} for c in self.lab.cells],
                 "versions": tool_versions(),
+                "nodes": [n.name for n in self.lab.nodes],
+                "timings": self._campaign_timings,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },
         )
@@ -246,6 +262,7 @@ class CampaignRunner:
         self.progress.phase(None, 0, total, "provision")
         result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
         self.facts = host_facts(result.artifacts / "fact_cache")
+        self._campaign_timings["provision"] = result.duration_s
         return result
 
     def teardown(self) -> PlaybookResult:
@@ -271,10 +288,25 @@ class CampaignRunner:
         if provision:
             self.provision()
         plans = self.plan(todo)
-        if len(plans) == 1:
-            self._run_node(plans[0], len(todo), outcome)
-        else:
-            self._run_nodes(plans, len(todo), outcome)
+        # The client's software and dataset, once (the node threads' replays then skip them).
+        self.progress.phase(None, 0, len(todo), "install (client)")
+        t0 = time.monotonic()
+        self.playbooks.run(
+            "replay.yml",
+            cell_extravars(self.lab, todo[0], self.results.cell_dir(todo[0]), self._wheels()),
+            tags=["install"],
+            ident=self._ident("install-client"),
+        )
+        self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        try:
+            if len(plans) == 1:
+                self._run_node(plans[0], len(todo), outcome)
+            else:
+                self._run_nodes(plans, len(todo), outcome)
+        finally:
+            self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
+            self.write_campaign_json()
         return outcome
 
     def _run_nodes(self, plans: Sequence[NodePlan], total: int, outcome: CampaignOutcome) -> None:
@@ -319,6 +351,8 @@ class CampaignRunner:
         deployed: str | None = None
         baseline: dict[str, Any] = {}
         previous: Cell | None = None
+        # The node installs once what its cells need: with an offload cell among them, the cache server.
+        install = next((c for c in plan.cells if c.tier != "gpu"), plan.cells[0])
         for i, cell in enumerate(plan.cells):
             following = plan.cells[i + 1] if i + 1 < len(plan.cells) else None
             with self._lock:
@@ -334,6 +368,7 @@ class CampaignRunner:
                     previous=previous,
                     following=following,
                     baseline=baseline,
+                    install=install if i == 0 else None,
                 )
             except KeyboardInterrupt:
                 with self._lock:
@@ -377,14 +412,16 @@ class CampaignRunner:
         previous: Cell | None = None,
         following: Cell | None = None,
         baseline: dict[str, Any] | None = None,
+        install: Cell | None = None,
     ) -> tuple[str, str | None, dict[str, Any]]:
         """Run one cell to DONE on `node` (default: the first node).
 
         `deployed` is the engine key of what already runs on the node (None: nothing of this
         campaign); when it is this cell's, the cell is made cold by a reset instead of a restart.
         Returns the status ("done" or a failure text), the engine key left running (None after a
-        teardown) and the unit states to judge the next cell's restart counts against. Ctrl-C tears
-        down and re-raises.
+        teardown) and the unit states to judge the next cell's restart counts against. `install`:
+        first install the node's software and model with that cell's variables (the node's first
+        cell). Ctrl-C tears down and re-raises.
         """
         node = node or self.lab.nodes[0].name
         was_deployed = deployed
@@ -433,11 +470,15 @@ class CampaignRunner:
                 timings[name] = round(time.monotonic() - t0, 3)
                 write_json_atomic(cell_dir / "cell.json", record)
 
-        def play(playbook: str, *, client: bool = False) -> PlaybookResult:
+        def play(
+            playbook: str, *, client: bool = False, tags: Sequence[str] = (), skip: Sequence[str] = ()
+        ) -> PlaybookResult:
             return self.playbooks.run(
                 playbook,
                 extravars,
                 limit=self._limit(node, client=client),
+                tags=tags,
+                skip_tags=skip,
                 ident=self._ident(playbook.removesuffix(".yml"), cell),
                 cancel=self._stopping,
             )
@@ -460,10 +501,27 @@ class CampaignRunner:
             else:
                 kept_units = {}
             if "cold_start" not in record:
-                if deployed is not None or reset_error is not None:
+                if install is not None:
+                    # Once per node and campaign: software and model (cells skip those tags), and
+                    # nothing left running by an earlier campaign that a deploy would not restart.
+                    with_all = cell_extravars(
+                        self.lab, install, self.results.cell_dir(install), self._wheels(), node
+                    )
+                    phase(
+                        "install",
+                        lambda: self.playbooks.run(
+                            "deploy.yml",
+                            with_all,
+                            limit=self._limit(node, client=False),
+                            tags=CELL_SKIP_TAGS,
+                            ident=self._ident("install", cell),
+                            cancel=self._stopping,
+                        ),
+                    )
+                if deployed is not None or reset_error is not None or install is not None:
                     phase("teardown-before", lambda: play("teardown.yml"))
                 kept_units = {}
-                phase("deploy", lambda: play("deploy.yml"))
+                phase("deploy", lambda: play("deploy.yml", skip=CELL_SKIP_TAGS))
                 deployed = key
                 cold = phase("cold-check", lambda: check_cold(targets))
                 record["cold_start"] = {
@@ -489,12 +547,17 @@ class CampaignRunner:
                     TargetWatch(targets) as watch,
                 ):
                     try:
-                        return play("replay.yml", client=True)
+                        return play("replay.yml", client=True, skip=CELL_SKIP_TAGS)
                     finally:
                         watched.extend(watch.faults())
 
             phase("replay", replay)
-            phase("collect", lambda: play("collect.yml", client=True))
+            same_software = record["cold_start"]["method"] == "reset" and previous is not None
+            skip = ["collect-software"] if same_software else []
+            phase("collect", lambda: play("collect.yml", client=True, skip=skip))
+            if same_software and previous is not None:
+                # the engines (and so every host's software) are those the previous cell recorded
+                _copy_tree(self.results.cell_dir(previous) / "software", cell_dir / "software")
         except KeyboardInterrupt:
             record["status"] = "interrupted"
             with _signals_deferred():
@@ -549,6 +612,9 @@ class CampaignRunner:
         payload = self.probe_payload(previous) if self.probe_payload and previous else None
         reset = CacheReset(Endpoints.from_targets(targets), external=cell.tier != "gpu")
         outcome = reset.run(payload).to_json()
+        if cell.tier == "nvme" and payload is not None:
+            play("reset.yml")  # the probes' own KV went on to L2: wipe it again
+            reset.empty_all(ResetRecord())
         outcome["seconds"] = round(time.monotonic() - t0, 3)
         outcome["l2_restarted"] = cell.tier == "nvme"
         if payload is None:

@@ -10,9 +10,12 @@ that share an engine configuration the orchestrator empties the caches in place 
   behind its back would leave stale).
 Then a probe proves the cell cold from counter deltas, never from absolute values (counters survive
 a reset): one request per replica that repeats a prompt the previous cell sent, directly to the
-replica, must see no cached tokens, no local or external prefix-cache hits and no LMCache lookup hits.
-The probe itself fills the caches, so everything is reset again after each probe. Any failure here is
-a `ResetFailed`; the caller then falls back to restarting the engines.
+replica. The first probe must see no cached tokens, no local or external prefix-cache hits and no
+LMCache lookup hits: the replica's GPU cache and the shared server hold nothing of that prompt. The
+probe itself stores its KV in the server (and, on nvme, in L2, which only a wipe removes), so the
+next replicas' probes may load exactly that back: for them only their own GPU prefix cache must miss.
+Every replica's cache and L1 are emptied again after each probe; the caller wipes L2 once more after
+the probes. Any failure here is a `ResetFailed`; the caller then falls back to restarting the engines.
 """
 
 from __future__ import annotations
@@ -165,8 +168,11 @@ class CacheReset:
         except httpx.HTTPError as exc:
             raise ResetFailed(f"{base}/metrics: {type(exc).__name__}: {exc}") from exc
 
-    def probe(self, name: str, base: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """One request repeating a prompt of the previous cell; the counter deltas it caused."""
+    def probe(
+        self, name: str, base: str, payload: Mapping[str, Any], *, first: bool = True
+    ) -> dict[str, Any]:
+        """One request repeating a prompt of the previous cell; the counter deltas it caused. `first`:
+        no probe ran before it (later ones may load the first one's KV from the shared server)."""
         before = self._counters(base)
         cache_before = self._counters(self.endpoints.lmcache) if self.endpoints.lmcache else {}
         body = {k: v for k, v in payload.items() if k != "stream_options"}
@@ -196,7 +202,7 @@ class CacheReset:
         if self.endpoints.lmcache is not None:
             result["lmcache_hit_tokens"] = delta(cache_after, cache_before, LMCACHE_HIT_TOKENS)
             result["lmcache_lookups"] = delta(cache_after, cache_before, LMCACHE_LOOKUPS)
-        result["problems"] = probe_problems(result, offload=self.endpoints.lmcache is not None)
+        result["problems"] = probe_problems(result, offload=self.endpoints.lmcache is not None, first=first)
         return result
 
     def run(self, probe_payload: Mapping[str, Any] | None) -> ResetRecord:
@@ -207,8 +213,8 @@ class CacheReset:
         if probe_payload is not None:
             # One replica at a time: a probe stores its KV in the shared server, where the next
             # replica's probe would find it.
-            for name, base in self.endpoints.replicas.items():
-                result = self.probe(name, base, probe_payload)
+            for i, (name, base) in enumerate(self.endpoints.replicas.items()):
+                result = self.probe(name, base, probe_payload, first=i == 0)
                 record.probes.append(result)
                 self.empty_all(record)
                 if result["problems"]:
@@ -223,16 +229,29 @@ class CacheReset:
         return record
 
 
-def probe_problems(result: Mapping[str, Any], *, offload: bool) -> list[str]:
-    """Why a probe's counter deltas say the cell is not cold (empty when it is)."""
+def probe_problems(result: Mapping[str, Any], *, offload: bool, first: bool = True) -> list[str]:
+    """Why a probe's counter deltas say the cell is not cold (empty when it is). A probe after the
+    first on an offload tier may find the first probe's KV in the shared server: only its replica's
+    own prefix cache is judged then (local hits, and cached tokens beyond the external ones)."""
     problems = []
-    for key, what in (
-        ("cached_tokens", "cached prompt tokens"),
-        ("local_hits", "local prefix-cache hits"),
-        ("external_hits", "external (connector) prefix-cache hits"),
-        ("lmcache_hit_tokens", "LMCache lookup hit tokens"),
-    ):
-        value = result.get(key)
+    if offload and not first:
+        local_cached = (result.get("cached_tokens") or 0) - (result.get("external_hits") or 0)
+        checks: tuple[tuple[str, Any, str], ...] = (
+            ("local_hits", result.get("local_hits"), "local prefix-cache hits"),
+            ("cached_tokens", local_cached if local_cached > 0 else 0, "cached prompt tokens beyond the "
+             "external hits (the first probe's KV)"),
+        )  # fmt: skip
+    else:
+        checks = tuple(
+            (key, result.get(key), what)
+            for key, what in (
+                ("cached_tokens", "cached prompt tokens"),
+                ("local_hits", "local prefix-cache hits"),
+                ("external_hits", "external (connector) prefix-cache hits"),
+                ("lmcache_hit_tokens", "LMCache lookup hit tokens"),
+            )
+        )
+    for _key, value, what in checks:
         if value:
             problems.append(f"{value:.0f} {what}")
     if not result.get("prompt_tokens"):

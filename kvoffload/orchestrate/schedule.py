@@ -1,11 +1,11 @@
 """Which node runs which cells, and in which order (DESIGN.md sections 3 and 5).
 
 A run is node-local, and a tier comparison never mixes hardware: every cell of a comparison group
-(the cells that differ only in tier) runs on one node. Groups are spread over the nodes so that their
-expected work is balanced (longest first, onto the least loaded node; ties go to the earlier node, so
-the plan is the same every time). On a node, cells run tier by tier (gpu, cpu, nvme), so that cells
-sharing an engine configuration follow each other and the engines restart only when the tier changes;
-within a tier the campaign's order is kept. Pure: no IO.
+(the cells that differ only in tier), and of its repeats, runs on one node. Groups are spread over the
+nodes so that their expected work is balanced (longest first, onto the least loaded node; ties go to
+the earlier node, so the plan is the same every time). On a node, cells run tier by tier (gpu, cpu,
+nvme), so that cells sharing an engine configuration follow each other and the engines restart only
+when the tier changes; within a tier the campaign's order is kept. Pure: no IO.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from kvoffload.config import Cell
 from kvoffload.config.campaign import TIER_ORDER
 
 # The keys a comparison group holds fixed (kvoffload/analysis/compare.py GROUP_KEYS, the model being
-# the campaign's own).
-GROUP_KEYS = ("concurrency", "num_rounds", "isl", "osl", "repeat")
+# the campaign's own) but the repeat: the repeats of a group run on its node too, so that the report's
+# confidence intervals across repeats never mix hardware either.
+GROUP_KEYS = ("concurrency", "num_rounds", "isl", "osl")
 
 
 def group_key(cell: Cell) -> tuple[object, ...]:

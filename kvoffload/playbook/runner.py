@@ -246,6 +246,7 @@ class PlaybookRunner:
         *,
         limit: str | None = None,
         tags: Sequence[str] = (),
+        skip_tags: Sequence[str] = (),
         check: bool = False,
         ident: str | None = None,
         cancel: Callable[[], bool] | None = None,
@@ -317,6 +318,7 @@ class PlaybookRunner:
                     extravars=variables,  # on the command line: never secret (docstring)
                     limit=limit,
                     tags=",".join(tags) if tags else None,
+                    skip_tags=",".join(skip_tags) if skip_tags else None,
                     cmdline=cmdline,
                     envvars=env,
                     ident=ident,

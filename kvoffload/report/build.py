@@ -16,25 +16,34 @@ from typing import Any
 
 import jinja2
 import pandas as pd
+import yaml
 
 from kvoffload import __version__
+from kvoffload.analysis import capacity as cap
+from kvoffload.analysis.capacity import Knee, Stated, TierCapacity
 from kvoffload.analysis.client import ttft_by_round, ttft_cdf
 from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
 from kvoffload.analysis.engine import engine_series
+from kvoffload.analysis.findings import ROUTING_NOTE, Finding, by_group, findings
 from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, parse_targets
+from kvoffload.analysis.recommend import Recommendation, recommend
 from kvoffload.analysis.software import software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
 from kvoffload.ingest import Tables, ensure_tables
 from kvoffload.ingest.layout import CampaignPaths
 from kvoffload.report import plots
 from kvoffload.report.views import (
+    CACHE_COLUMNS,
     COMPARISON_COLUMNS,
     DISK_COLUMNS,
+    LATENCY_COLUMNS,
     OFFLOAD_COLUMNS,
     SESSION_COLUMNS,
     Table,
     frame_table,
     hosts_table,
+    knee_table,
+    prediction_tables,
     rounds_pivot,
     software_view,
     table,
@@ -54,9 +63,31 @@ class Analysis:
 
 
 @dataclass(frozen=True)
+class Conclusions:
+    """The answers to the methodology's three questions: findings, capacity, recommendation."""
+
+    findings: list[Finding]
+    predictions: list[TierCapacity]
+    knees: list[Knee]
+    recommendations: list[Recommendation]
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """The findings of one comparison group with the plot shown beside them."""
+
+    title: str
+    comparable: bool
+    statements: list[str]
+    plot: str | None
+
+
+@dataclass(frozen=True)
 class GroupView:
     title: str
     comparison: Table
+    latency: Table
+    cache: Table
     offload: Table
     hardware: Table
     rounds: Table
@@ -72,10 +103,129 @@ def analyse(results_dir: Path) -> Analysis:
         tables=t,
         summary=summary,
         comparison=tier_comparison(summary, software),
-        warnings=warnings_table(summary, t.skipped, software),
+        warnings=warnings_table(summary, t.skipped, software, t.cells),
         rounds=rounds_table(t.cells, t.requests),
         software=software,
     )
+
+
+PROFILES = resources.files("kvoffload.profiles")
+
+
+def _yaml(relative: str) -> dict[str, Any] | None:
+    try:
+        data = yaml.safe_load(PROFILES.joinpath(relative).read_text("utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _kv_bytes_input(config: dict[str, Any]) -> Stated:
+    """KV bytes per token of one cell: the model's config.json when `model` is a folder here, else the
+    simulator profile the cell ran with."""
+    model = str(config.get("model") or "")
+    path = Path(model) / "config.json" if model else None
+    if path is not None and path.is_file():
+        try:
+            return cap.kv_bytes_from_model_config(json.loads(path.read_text("utf-8")), str(path))
+        except (OSError, json.JSONDecodeError) as exc:
+            return Stated("KV bytes per token", None, "B", f"{path}: unreadable ({exc})")
+    profile = config.get("sim_profile") if config.get("engine") == "sim" else None
+    if profile:
+        data = _yaml(f"sim/{profile}.yaml") or {}
+        value = (data.get("model") or {}).get("kv_bytes_per_token")
+        if isinstance(value, int | float):
+            source = f"kvoffload/profiles/sim/{profile}.yaml model.kv_bytes_per_token (the simulator's model)"
+            return Stated("KV bytes per token", float(value), "B", source)
+    return Stated("KV bytes per token", None, "B", f"model {model!r} is no folder with a config.json here")
+
+
+def capacity_inputs(
+    t: Tables,
+) -> tuple[dict[str, Stated], dict[str, Stated], dict[str, Stated]]:
+    """The file-backed inputs of the capacity prediction: KV bytes per token and L2 capacity per cell,
+    and the lmcache profiles' L1 size per tier."""
+    profile_l1: dict[str, Stated] = {}
+    for tier in ("cpu", "nvme"):
+        gb = (_yaml(f"lmcache/{tier}.yaml") or {}).get("l1_size_gb")
+        if isinstance(gb, int | float):
+            profile_l1[tier] = Stated(
+                "L1 pool", float(gb), "GiB", f"kvoffload/profiles/lmcache/{tier}.yaml l1_size_gb"
+            )
+    adapter = (_yaml("lmcache/nvme.yaml") or {}).get("l2_adapter") or {}
+    fraction_value = adapter.get("capacity_fraction")
+    fraction = Stated(
+        "L2 capacity fraction",
+        float(fraction_value) if isinstance(fraction_value, int | float) else None,
+        "",
+        "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.capacity_fraction",
+    )
+    kv: dict[str, Stated] = {}
+    l2: dict[str, Stated] = {}
+    for _, cell in t.cells.iterrows():
+        cid = str(cell["cell_id"])
+        config = json.loads(cell["config"]) if isinstance(cell.get("config"), str) else {}
+        kv[cid] = _kv_bytes_input(config)
+        if cell["tier"] == "nvme":
+            hosts = json.loads(cell["hosts"]) if isinstance(cell.get("hosts"), str) else {}
+            device = cell.get("l2_device")
+            l2[cid] = cap.l2_from_hosts(hosts, str(device) if isinstance(device, str) else None, fraction)
+    return kv, profile_l1, l2
+
+
+def conclude(a: Analysis, replicates: int | None = None) -> Conclusions:
+    """Findings (with bootstrap CIs), capacity predictions and knees, and the recommendation."""
+    split = _CellFrames(a.tables)
+    requests = {str(c): split(str(c))[0] for c in a.tables.cells["cell_id"]}
+    extra = {} if replicates is None else {"replicates": replicates}
+    kv, profile_l1, l2 = capacity_inputs(a.tables)
+    predictions = cap.predict(a.summary, kv, profile_l1, l2)
+    knees = cap.knees(a.summary)
+    return Conclusions(
+        findings=findings(a.comparison, a.warnings, requests, a.software, **extra),
+        predictions=predictions,
+        knees=knees,
+        recommendations=recommend(a.comparison, predictions, knees),
+    )
+
+
+def _finding_groups(c: Conclusions) -> list[FindingGroup]:
+    out = []
+    for title, items in by_group(c.findings).items():
+        rows = [f.as_dict() for f in items]
+        out.append(
+            FindingGroup(
+                title=title,
+                comparable=all(f.comparable for f in items),
+                statements=[f.statement for f in items],
+                plot=plots.later_ttft_ci(rows),
+            )
+        )
+    return out
+
+
+def _tradeoff_plot(a: Analysis, c: Conclusions) -> str | None:
+    points: dict[str, pd.DataFrame] = {}
+    for k in c.knees:
+        if k.axis != "concurrency":
+            continue
+        frame = pd.DataFrame(
+            {
+                "live_history_tokens": [p.live_history_tokens for p in k.points],
+                "ttft_later_p50_s": [_point_stat(a.summary, p.cells, "ttft_later_p50_s") for p in k.points],
+                "ttft_later_p95_s": [p.later_p95_s for p in k.points],
+            },
+            dtype=float,
+        )
+        label = k.tier if sum(1 for x in c.knees if x.tier == k.tier) == 1 else f"{k.tier} {k.fixed}"
+        points[label] = frame
+    capacities = {p.tier: p.tokens for p in c.predictions if p.tokens is not None}
+    return plots.tradeoff(points, capacities)
+
+
+def _point_stat(summary: pd.DataFrame, cells: list[str], column: str) -> float | None:
+    v = pd.to_numeric(summary.loc[summary["cell_id"].isin(cells), column], errors="coerce").dropna()
+    return float(v.mean()) if len(v) else None
 
 
 class _CellFrames:
@@ -119,6 +269,8 @@ def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
             GroupView(
                 title=title,
                 comparison=table("Tier comparison", group, COMPARISON_COLUMNS),
+                latency=table("TTFT, token latency and throughput", group, LATENCY_COLUMNS),
+                cache=table("Prefix cache, KV usage and engine times", group, CACHE_COLUMNS, key_columns=2),
                 offload=table("KV offload (LMCache) and reuse", group, OFFLOAD_COLUMNS, key_columns=2),
                 hardware=table("L2 disk and GPU", group, DISK_COLUMNS, key_columns=3),
                 rounds=rounds_pivot(curves),
@@ -180,9 +332,18 @@ def _title(a: Analysis, results_dir: Path) -> str:
     return str(name or results_dir.name)
 
 
-def _context(a: Analysis, results_dir: Path) -> dict[str, Any]:
+def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     frames = _CellFrames(a.tables)
+    predicted, inputs = prediction_tables(c.predictions)
     return {
+        "finding_groups": _finding_groups(c),
+        "routing_note": ROUTING_NOTE,
+        "predicted": predicted,
+        "capacity_inputs": inputs,
+        "knees": [k.statement for k in c.knees],
+        "knee_table": knee_table(c.knees),
+        "tradeoff": _tradeoff_plot(a, c),
+        "recommendations": [r.statement for r in c.recommendations],
         "title": _title(a, results_dir),
         "version": __version__,
         "campaign": _campaign_items(a.tables, results_dir),
@@ -214,10 +375,21 @@ def md_table(t: Table | None) -> str:
 
 
 def render_markdown(ctx: dict[str, Any]) -> str:
-    """The Markdown report (tables and warnings; plots are in the HTML report)."""
-    out = [f"# kvoffload-lab report: {ctx['title']}", ""]
-    out += ["## Campaign", ""] + [f"- **{k}**: {v}" for k, v in ctx["campaign"]] + [""]
-    out += [md_table(ctx["hosts"]), md_table(ctx["software"]), "## Validity warnings", ""]
+    """The Markdown report (findings first, campaign settings last; plots are in the HTML report)."""
+    out = [f"# kvoffload-lab report: {ctx['title']}", "", "## Findings", ""]
+    for g in ctx["finding_groups"]:
+        out += [f"### {g.title}", ""] + [f"- {s}" for s in g.statements] + [""]
+    if not ctx["finding_groups"]:
+        out += ["No comparison group has a measured cell.", ""]
+    out += [ctx["routing_note"], ""]
+    out += ["## Capacity: how much history each tier retains", ""]
+    out += [md_table(ctx["predicted"]), md_table(ctx["capacity_inputs"]), "### Measured knee", ""]
+    out += [f"- {k}" for k in ctx["knees"]] + [""]
+    out += [md_table(ctx["knee_table"]), "## Trade-off and recommendation", ""]
+    out += [f"- {r}" for r in ctx["recommendations"]] + [""]
+    if ctx["tradeoff"]:
+        out += ["Plot (later-round TTFT against live history, predicted capacities): see index.html.", ""]
+    out += ["## Validity warnings", ""]
     if ctx["warnings"]:
         for w in ctx["warnings"]:
             where = f" [{w['cell_id']}]" if w["cell_id"] else ""
@@ -227,11 +399,13 @@ def render_markdown(ctx: dict[str, Any]) -> str:
         out.append("No validity warnings.")
     out.append("")
     for g in ctx["groups"]:
-        out += [f"## {g.title}", "", md_table(g.comparison), md_table(g.rounds)]
-        out += [md_table(g.offload), md_table(g.hardware)]
+        out += [f"## {g.title}", "", md_table(g.comparison), md_table(g.latency), md_table(g.cache)]
+        out += [md_table(g.rounds), md_table(g.offload), md_table(g.hardware)]
         if g.plots:
             out += [f"Plots ({', '.join(n for n, _ in g.plots)}): see index.html.", ""]
     out += ["## Session counts", "", md_table(ctx["sessions"]), md_table(ctx["cpu"]), md_table(ctx["gpus"])]
+    out += ["## Campaign settings", ""] + [f"- **{k}**: {v}" for k, v in ctx["campaign"]] + [""]
+    out += [md_table(ctx["hosts"]), md_table(ctx["software"])]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -264,7 +438,7 @@ def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -
     """
     a = analyse(results_dir)
     write_derived_tables(a, results_dir)
-    ctx = _context(a, results_dir)
+    ctx = _context(a, results_dir, conclude(a))
     report_dir = CampaignPaths(results_dir).report_dir
     if "md" in formats:
         _write(report_dir / "report.md", render_markdown(ctx))
@@ -273,10 +447,41 @@ def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -
     return report_dir / "index.html"
 
 
+def summary_records(summary: pd.DataFrame) -> list[dict[str, Any]]:
+    """The summary table as a list of JSON-ready objects (NaN -> None)."""
+    records: list[dict[str, Any]] = json.loads(summary.to_json(orient="records", double_precision=10))
+    return records
+
+
 def summary_json(summary: pd.DataFrame) -> str:
     """The summary table as a JSON array of objects (NaN -> null)."""
-    records = json.loads(summary.to_json(orient="records", double_precision=10))
-    return json.dumps(records, indent=1, sort_keys=False) + "\n"
+    return json.dumps(summary_records(summary), indent=1, sort_keys=False) + "\n"
+
+
+def _clean_json(value: Any) -> Any:
+    """NaN and infinities -> None, recursively (JSON has neither)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_json(v) for v in value]
+    return value
+
+
+def report_json(a: Analysis, c: Conclusions) -> str:
+    """`report --format json`: {"summary": one object per cell (the summary table), "findings": one per
+    comparison group and tier, "capacity": {"predicted", "measured", "recommendation"}}."""
+    doc = {
+        "summary": summary_records(a.summary),
+        "findings": [f.as_dict() for f in c.findings],
+        "capacity": {
+            "predicted": [p.as_dict() for p in c.predictions],
+            "measured": [k.as_dict() for k in c.knees],
+            "recommendation": [r.as_dict() for r in c.recommendations],
+        },
+    }
+    return json.dumps(_clean_json(doc), indent=1, sort_keys=False) + "\n"
 
 
 def summary_csv(summary: pd.DataFrame) -> str:

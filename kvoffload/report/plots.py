@@ -7,7 +7,8 @@ or None when there is nothing to draw. Colours are fixed per tier so every plot 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -111,4 +112,58 @@ def disk_throughput(series: Mapping[str, pd.DataFrame]) -> str | None:
     ax.set_title("L2 disk throughput")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def later_ttft_ci(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Later-round p50 TTFT per tier with its 95 % CI (bar and whisker) and p95 (diamond), for one group.
+
+    `rows`: dicts with tier, later_p50_s, later_p50_ci_s ([low, high] or None), later_p95_s.
+    """
+    rows = [r for r in rows if r.get("later_p50_s") is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(4.2, 0.5 + 0.45 * len(rows)))
+    for i, r in enumerate(rows):
+        colour = _colour(str(r["tier"]))
+        p50 = float(r["later_p50_s"])
+        ax.barh(i, p50, color=colour, alpha=0.6, height=0.6)
+        ci = r.get("later_p50_ci_s")
+        if ci:
+            ax.errorbar(p50, i, xerr=[[p50 - ci[0]], [ci[1] - p50]], fmt="none", ecolor="#222", capsize=3)
+        if r.get("later_p95_s") is not None:
+            ax.plot(float(r["later_p95_s"]), i, "D", color=colour, ms=5, mec="#222")
+    ax.set_yticks(range(len(rows)), [str(r["tier"]) for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("later-round TTFT (s): bar p50 with 95 % CI, diamond p95")
+    ax.set_xlim(left=0)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def tradeoff(points: Mapping[str, pd.DataFrame], capacities: Mapping[str, float]) -> str | None:
+    """Later-round p50 (solid) and p95 (dashed) TTFT per tier against live history (tokens), with each
+    tier's predicted capacity as a dotted vertical line.
+
+    `points`: tier -> frame with live_history_tokens, ttft_later_p50_s, ttft_later_p95_s.
+    """
+    points = {t: p.dropna(subset=["live_history_tokens"]) for t, p in points.items()}
+    points = {t: p.sort_values("live_history_tokens") for t, p in points.items() if not p.empty}
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for tier, p in points.items():
+        colour = _colour(tier)
+        ax.plot(
+            p["live_history_tokens"], p["ttft_later_p50_s"], "-o", color=colour, ms=4, label=f"{tier} p50"
+        )
+        ax.plot(p["live_history_tokens"], p["ttft_later_p95_s"], "--", color=colour, label=f"{tier} p95")
+    for tier, tokens in capacities.items():
+        ax.axvline(tokens, color=_colour(tier), ls=":", lw=1.5, label=f"{tier} predicted capacity")
+    ax.set_xscale("log")
+    ax.set_xlabel("live history (concurrency x mean context, tokens)")
+    ax.set_ylabel("later-round TTFT (s)")
+    ax.set_title("latency against live history")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
     return _svg(fig)

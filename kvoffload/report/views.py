@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.capacity import Knee, TierCapacity, tokens_text
+
 MISSING = "–"
 
 
@@ -80,41 +82,57 @@ def _requests(r: pd.Series) -> str:
     return f"{fmt_int(r.get('requests_ok'))}/{fmt_int(r.get('requests'))}"
 
 
+# The first table of a group: what answers "does offload help", narrow enough for a laptop screen.
 COMPARISON_COLUMNS: list[Column] = [
     ("tier", lambda r: str(r["tier"])),
     ("cell", lambda r: str(r["cell_id"])),
     ("sessions achieved/available", _sessions),
     ("requests ok/all", _requests),
-    ("TTFT mean s", _col("ttft_mean_s")),
-    ("TTFT p50 s", _col("ttft_p50_s")),
-    ("TTFT p90 s", _col("ttft_p90_s")),
-    ("TTFT p95 s", _col("ttft_p95_s")),
-    ("TTFT p99 s", _col("ttft_p99_s")),
-    ("p50 vs gpu %", _col("ttft_p50_vs_gpu_pct", 1, signed=True)),
-    ("p95 vs gpu %", _col("ttft_p95_vs_gpu_pct", 1, signed=True)),
-    ("TPOT mean ms", _col("tpot_mean_s", 2, 1000.0)),
-    ("input tok/s", _col("input_tokens_per_s", 1)),
-    ("output tok/s", _col("output_tokens_per_s", 1)),
-    ("req/s", _col("requests_per_s", 3)),
-    ("TTFT degr. p50 %", _col("ttft_degradation_p50_pct", 1, signed=True)),
-    ("TTFT degr. p95 %", _col("ttft_degradation_p95_pct", 1, signed=True)),
-    ("local hit %", _col("local_hit_rate", 1, 100.0)),
-    ("external hit %", _col("external_hit_rate", 1, 100.0)),
-    ("KV usage mean %", _col("kv_usage_mean_pct", 1)),
-    ("KV usage max %", _col("kv_usage_max_pct", 1)),
-    ("prefill mean ms", _col("prefill_mean_s", 2, 1000.0)),
-    ("queue mean ms", _col("queue_mean_s", 2, 1000.0)),
+    ("later-round TTFT p50 (s)", _col("ttft_later_p50_s")),
+    ("later-round TTFT p95 (s)", _col("ttft_later_p95_s")),
+    ("TTFT p50 vs gpu (%)", _col("ttft_p50_vs_gpu_pct", 1, signed=True)),
+    ("TTFT p95 vs gpu (%)", _col("ttft_p95_vs_gpu_pct", 1, signed=True)),
+    ("TTFT degradation p50, later rounds vs round 1 (%)", _col("ttft_degradation_p50_pct", 1, signed=True)),
     ("comparable", lambda r: "yes" if bool(r.get("comparable", True)) else "NO"),
+]
+
+LATENCY_COLUMNS: list[Column] = [
+    ("tier", lambda r: str(r["tier"])),
+    ("cell", lambda r: str(r["cell_id"])),
+    ("TTFT mean (s)", _col("ttft_mean_s")),
+    ("TTFT p50 (s)", _col("ttft_p50_s")),
+    ("TTFT p90 (s)", _col("ttft_p90_s")),
+    ("TTFT p95 (s)", _col("ttft_p95_s")),
+    ("TTFT p99 (s)", _col("ttft_p99_s")),
+    ("TTFT degradation p95 (%)", _col("ttft_degradation_p95_pct", 1, signed=True)),
+    ("time per output token, mean (ms)", _col("tpot_mean_s", 2, 1000.0)),
+    ("input tokens per second", _col("input_tokens_per_s", 1)),
+    ("output tokens per second", _col("output_tokens_per_s", 1)),
+    ("requests per second", _col("requests_per_s", 3)),
+]
+
+CACHE_COLUMNS: list[Column] = [
+    ("tier", lambda r: str(r["tier"])),
+    ("cell", lambda r: str(r["cell_id"])),
+    ("later-round hit rate (%)", _col("later_round_cached_share", 1, 100.0)),
+    ("prompt tokens from GPU prefix cache (%)", _col("gpu_prefix_token_share", 1, 100.0)),
+    ("prompt tokens from LMCache (%)", _col("lmcache_token_share", 1, 100.0)),
+    ("local hit rate (%)", _col("local_hit_rate", 1, 100.0)),
+    ("external hit rate (%)", _col("external_hit_rate", 1, 100.0)),
+    ("KV cache usage mean (%)", _col("kv_usage_mean_pct", 1)),
+    ("KV cache usage max (%)", _col("kv_usage_max_pct", 1)),
+    ("prefill time mean (ms)", _col("prefill_mean_s", 2, 1000.0)),
+    ("queue time mean (ms)", _col("queue_mean_s", 2, 1000.0)),
 ]
 
 OFFLOAD_COLUMNS: list[Column] = [
     ("tier", lambda r: str(r["tier"])),
     ("cell", lambda r: str(r["cell_id"])),
-    ("LMCache hit %", _col("lmcache_hit_rate", 1, 100.0)),
-    ("lookup hit tok", _int("lmcache_lookup_hit_tokens")),
-    ("lookup req tok", _int("lmcache_lookup_requested_tokens")),
+    ("LMCache hit rate (%)", _col("lmcache_hit_rate", 1, 100.0)),
+    ("lookup hit tokens", _int("lmcache_lookup_hit_tokens")),
+    ("lookup requested tokens", _int("lmcache_lookup_requested_tokens")),
     (
-        "hit tok L1/L2",
+        "hit tokens L1/L2",
         lambda r: f"{fmt_int(r.get('lmcache_l1_hit_tokens'))}/{fmt_int(r.get('lmcache_l2_hit_tokens'))}",
     ),
     (
@@ -125,18 +143,18 @@ OFFLOAD_COLUMNS: list[Column] = [
         ),
     ),
     (
-        "evicted L1/L2 chunks",
+        "chunks evicted L1/L2",
         lambda r: (
             f"{fmt_int(r.get('lmcache_l1_evicted_chunks'))}/{fmt_int(r.get('lmcache_l2_evicted_chunks'))}"
         ),
     ),
-    ("usage GB (end)", _col("lmcache_usage_bytes_last", 3, 1e-9)),
+    ("LMCache usage at the end (GB)", _col("lmcache_usage_bytes_last", 3, 1e-9)),
     (
-        "L1 usage mean/max %",
+        "L1 usage mean/max (%)",
         lambda r: f"{fmt(r.get('lmcache_l1_usage_mean_pct'), 1)}/{fmt(r.get('lmcache_l1_usage_max_pct'), 1)}",
     ),
     (
-        "evict loop ticks/triggered",
+        "eviction loop ticks/triggered",
         lambda r: (
             f"{fmt_int(r.get('lmcache_eviction_loop_ticks'))}/"
             f"{fmt_int(r.get('lmcache_eviction_loop_triggered'))}"
@@ -144,35 +162,35 @@ OFFLOAD_COLUMNS: list[Column] = [
     ),
     ("chunks loaded", _int("lmcache_chunks_loaded")),
     (
-        "L0-L1 store/load GB/s",
+        "GPU-L1 store/load (GB/s)",
         lambda r: f"{fmt(r.get('lmcache_l0_l1_store_gbps'), 2)}/{fmt(r.get('lmcache_l0_l1_load_gbps'), 2)}",
     ),
     (
-        "L2 store/load GB/s",
+        "L2 store/load (GB/s)",
         lambda r: f"{fmt(r.get('lmcache_l2_store_gbps'), 2)}/{fmt(r.get('lmcache_l2_load_gbps'), 2)}",
     ),
     ("preemptions", _int("preemptions")),
-    ("cached share %", _col("cached_token_share", 1, 100.0)),
-    ("reuse share %", _col("reuse_share", 1, 100.0)),
+    ("cached token share (%)", _col("cached_token_share", 1, 100.0)),
+    ("reusable token share (%)", _col("reuse_share", 1, 100.0)),
 ]
 
 DISK_COLUMNS: list[Column] = [
     ("tier", lambda r: str(r["tier"])),
     ("cell", lambda r: str(r["cell_id"])),
     ("device", lambda r: text(r.get("disk_device"))),
-    ("read GB/s", _col("disk_read_gbps", 3)),
-    ("write GB/s", _col("disk_write_gbps", 3)),
+    ("read (GB/s)", _col("disk_read_gbps", 3)),
+    ("write (GB/s)", _col("disk_write_gbps", 3)),
     ("read IOPS", _col("disk_read_iops", 1)),
     ("write IOPS", _col("disk_write_iops", 1)),
-    ("read lat ms", _col("disk_read_latency_ms", 3)),
-    ("write lat ms", _col("disk_write_latency_ms", 3)),
-    ("util %", _col("disk_util_pct", 1)),
+    ("read latency (ms)", _col("disk_read_latency_ms", 3)),
+    ("write latency (ms)", _col("disk_write_latency_ms", 3)),
+    ("utilization (%)", _col("disk_util_pct", 1)),
     ("queue depth", _col("disk_queue_depth", 2)),
-    ("read GB", _col("disk_read_total_gb", 3)),
-    ("written GB", _col("disk_write_total_gb", 3)),
-    ("GPU power W", _col("gpu_power_w", 1)),
-    ("GPU util %", _col("gpu_util_pct", 1)),
-    ("GPU mem GiB", _col("gpu_mem_used_gib", 2)),
+    ("read total (GB)", _col("disk_read_total_gb", 3)),
+    ("written total (GB)", _col("disk_write_total_gb", 3)),
+    ("GPU power (W)", _col("gpu_power_w", 1)),
+    ("GPU utilization (%)", _col("gpu_util_pct", 1)),
+    ("GPU memory used (GiB)", _col("gpu_mem_used_gib", 2)),
 ]
 
 SESSION_COLUMNS: list[Column] = [
@@ -180,12 +198,14 @@ SESSION_COLUMNS: list[Column] = [
     ("tier", lambda r: str(r["tier"])),
     ("concurrency", _int("concurrency")),
     ("num_rounds", _int("num_rounds")),
-    ("virtual users", _int("virtual_users_available")),
-    ("achieved", _int("achieved_sessions")),
-    ("complete", _int("sessions_complete")),
-    ("incomplete", _int("sessions_incomplete")),
-    ("error", _int("sessions_error")),
+    ("virtual users available", _int("virtual_users_available")),
+    ("sessions achieved", _int("achieved_sessions")),
+    ("sessions complete", _int("sessions_complete")),
+    ("sessions incomplete", _int("sessions_incomplete")),
+    ("sessions ended in error", _int("sessions_error")),
     ("failed requests", _int("failed_requests")),
+    ("Caddy upstream flaps", _int("caddy_upstream_flaps")),
+    ("unit restarts", _int("unit_restarts")),
     ("status", lambda r: f"{r['status']}{'' if bool(r['done']) else ' (no DONE)'}"),
 ]
 
@@ -268,3 +288,70 @@ def software_view(frame: pd.DataFrame) -> Table:
         "tool reports them."
     )
     return Table(t.title, t.headers, t.rows, note)
+
+
+def _value_text(v: float | None, unit: str) -> str:
+    if v is None:
+        return MISSING
+    if unit == "B":
+        return f"{v:,.0f} B ({v / 2**30:.3g} GiB)" if v >= 2**20 else f"{v:,.0f} B"
+    return f"{v:,.6g}" + (f" {unit}" if unit else "")
+
+
+def prediction_tables(preds: Sequence[TierCapacity]) -> tuple[Table, Table]:
+    """Predicted capacity per tier (tokens, sessions) and every input with its source."""
+    rows, inputs = [], []
+    for p in preds:
+        where = [p.model, str(p.num_rounds), p.tier]
+        rows.append(
+            [
+                *where,
+                tokens_text(p.tokens) if p.tokens is not None else MISSING,
+                fmt(p.sessions, 1),
+                p.missing or "",
+            ]
+        )
+        inputs += [[*where, s.name, _value_text(s.value, s.unit), s.source] for s in p.inputs]
+    head = ["model", "num_rounds", "tier"]
+    note = (
+        "Tokens of KV history each tier retains before it must evict and recompute; sessions = tokens / "
+        "the mean live context of the sessions replayed at that num_rounds. An offload tier's figure is "
+        "its largest store (LMCache keeps every chunk in L1, the nvme tier copies it on to L2)."
+    )
+    predicted = Table(
+        "Predicted capacity",
+        [*head, "history retained (tokens)", "sessions of this dataset", "not predicted because"],
+        rows,
+        note,
+    )
+    return predicted, Table(
+        "Inputs of the prediction", [*head, "input", "value", "where it came from"], inputs
+    )
+
+
+def knee_table(knees: Sequence[Knee]) -> Table:
+    """Every measured point of every sweep: the figures the knee is judged on."""
+    rows = []
+    for k in knees:
+        for p in k.points:
+            rows.append(
+                [
+                    k.tier,
+                    f"{k.axis} {p.axis_value}",
+                    tokens_text(p.live_history_tokens) if p.live_history_tokens is not None else MISSING,
+                    fmt(p.later_hit_rate, 1, 100.0),
+                    fmt(p.degradation_p50_pct, 1, signed=True),
+                    fmt(p.later_p95_s),
+                    ", ".join(p.cells),
+                ]
+            )
+    headers = [
+        "tier",
+        "point",
+        "live history (tokens)",
+        "later-round hit rate (%)",
+        "TTFT degradation p50 (%)",
+        "later-round TTFT p95 (s)",
+        "cells",
+    ]
+    return Table("Measured sweep", headers, rows)

@@ -10,7 +10,8 @@
   the answer, as far as L1 has room (the rest fail as `l1_oom`). An adapter with an `eviction` block
   and a `max_capacity_gb` is checked once a second, like LMCache's L2 eviction controller: at or above
   the block's watermark its ratio of chunks is deleted, least recently used first. Without the block
-  LMCache never evicts from L2, and neither does the simulator.
+  LMCache never evicts from L2, and neither does the simulator. The same once-a-second pass drops the
+  chunks whose files were deleted from disk by hand, so usage and lookups follow a wiped folder.
 - Time: L2 reads and writes take `bytes / disk bandwidth` from `--sim-profile`, queued on one read and
   one write timeline (the drive is shared), and never less than the real file IO took.
 The engine protocol is `kvoffload.sim.protocol` on `--host:--port`. LMCache's HTTP API is served on
@@ -42,6 +43,9 @@ from kvoffload.sim.profile import Disk, load_profile
 log = logging.getLogger("kvoffload.sim.cache_server")
 
 EVICTION_INTERVAL_S = 1.0
+# On SIGTERM, in-flight requests (a lookup waiting on modelled L2 reads) get this long, then they are
+# cancelled; aiohttp's default of 60 s held the process past systemd's stop timeout.
+SHUTDOWN_GRACE_S = 0.25
 CLEAR_TIERS = ("l1", "l2", "all")  # LMCache's Tier values; /cache/clear supports l1 only
 
 
@@ -151,9 +155,23 @@ class CacheStore:
             total += len(evicted)
         return total
 
+    async def l2_reconcile(self) -> int:
+        """Forget L2 chunks whose files were deleted from disk (the orchestrator wipes L2 between cells
+        without a restart); the chunks forgotten. Not evictions: LMCache would not have chosen them."""
+        total = 0
+        for adapter in self.l2:
+            gone = await adapter.reconcile()
+            if gone:
+                log.info("L2 %s: %d chunk files gone from %s, dropped from the index", adapter.name,
+                         len(gone), adapter.base)  # fmt: skip
+                self._publish_l2(adapter)
+            total += len(gone)
+        return total
+
     async def l2_eviction_loop(self) -> None:
         while True:
             await asyncio.sleep(EVICTION_INTERVAL_S)
+            await self.l2_reconcile()
             self.l2_eviction_tick()
 
     # ---- engine operations ----------------------------------------------------------------------
@@ -509,8 +527,12 @@ async def _run(args: CacheArgs, disk: Disk) -> None:
     metrics = CacheMetrics()
     store = CacheStore(args, disk, metrics)
     server = CacheServer(args, store, metrics)
-    engine_runner = web.AppRunner(server.engine_app(), access_log=None)
-    http_runner = web.AppRunner(server.http_app(), access_log=None)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine_runner = web.AppRunner(server.engine_app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    http_runner = web.AppRunner(server.http_app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await engine_runner.setup()
     await http_runner.setup()
     try:
@@ -524,13 +546,9 @@ async def _run(args: CacheArgs, disk: Disk) -> None:
             args.http_host,
             args.http_port,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        log.info("shutting down")
     finally:
         server.stop_background()
-        await engine_runner.cleanup()
-        await http_runner.cleanup()
+        await asyncio.gather(engine_runner.cleanup(), http_runner.cleanup())
         store.close()

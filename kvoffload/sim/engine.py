@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -55,10 +56,18 @@ HANDOFF_WINDOW = 64
 WAKE_BATCH = 16
 
 
-def _sleep_until(deadline: float) -> None:
-    delay = deadline - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
+# The timer thread sleeps in slices of at most this much, so that a stopping engine never waits out a
+# long step (a 128K-token prefill is seconds) before the process can exit: a pool thread is joined at
+# interpreter exit. The last slice is one precise sleep, so slicing costs no precision.
+TIMER_SLICE_S = 0.05
+
+
+def _sleep_until(deadline: float, stop: threading.Event) -> None:
+    while not stop.is_set():
+        delay = deadline - time.monotonic()
+        if delay <= 0:
+            return
+        time.sleep(min(delay, TIMER_SLICE_S))
 
 
 def _precise_timer_thread() -> None:
@@ -147,6 +156,7 @@ class Engine:
         self._timer = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="sim-step-timer", initializer=_precise_timer_thread
         )
+        self._stopping = threading.Event()
         # How long the timer thread took to resume the loop, lately: a step with first tokens is woken
         # early by a high quantile of these, then waits on the clock.
         self._handoffs: deque[float] = deque(maxlen=HANDOFF_WINDOW)
@@ -207,7 +217,7 @@ class Engine:
         if target - self._clock() > 0:
             # A timer thread wakes the loop through its self-pipe: asyncio's own timers round the
             # epoll timeout up to whole milliseconds.
-            await loop.run_in_executor(self._timer, _sleep_until, target)
+            await loop.run_in_executor(self._timer, _sleep_until, target, self._stopping)
             late = max(0.0, self._clock() - target)
             self._handoffs.append(late)
             ordered = sorted(self._handoffs)
@@ -443,6 +453,11 @@ class Engine:
         m.waiting.set(len(self.waiting))
         m.waiting_capacity.set(len(self.waiting))
         m.kv_usage.set(self.kv.usage())
+
+    def close(self) -> None:
+        """At shutdown (after cancelling `run`): end the timer thread's sleep now, not at the step's end."""
+        self._stopping.set()
+        self._timer.shutdown(wait=False, cancel_futures=True)
 
     def abort(self, req: Request) -> None:
         """The client went away: release what the request holds."""

@@ -3,7 +3,9 @@
 Flags the simulator models are parsed into `EngineArgs`. Other flags that `vllm serve` accepts are
 accepted and logged as ignored (`IGNORED_VALUE_FLAGS`, `IGNORED_BOOL_FLAGS`); anything else is
 rejected the way argparse rejects it in vLLM ("unrecognized arguments", exit status 2). Capacity and
-limit checks that vLLM does at start-up live in `derive_capacity`. No IO, no networking.
+limit checks that vLLM does at start-up live in `derive_capacity`; how long the start-up takes (the
+profile's `startup` figures, or the simulator-only `--sim-model-load-s` / `--sim-graph-capture-s`, and
+`--enforce-eager`, which skips graph capture as in vLLM) in `derive_startup`. No IO, no networking.
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ IGNORED_VALUE_FLAGS = (
 )
 # `vllm serve` boolean flags that the simulator accepts but does not model.
 IGNORED_BOOL_FLAGS = (
-    "--enforce-eager",
     "--trust-remote-code",
     "--disable-log-requests",
     "--disable-log-stats",
@@ -149,6 +150,13 @@ def _memory_bytes(text: str) -> int:
     return int(value)
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
 def build_parser() -> VllmArgumentParser:
     p = VllmArgumentParser(
         prog="vllm serve",
@@ -171,10 +179,26 @@ def build_parser() -> VllmArgumentParser:
     p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
     p.add_argument("--kv-transfer-config", type=_json_object, default=None)
     p.add_argument("--enable-prompt-tokens-details", action="store_true")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: start-up skips capture")
     p.add_argument(
         "--sim-profile",
         default=DEFAULT_PROFILE,
         help="simulator only: cost profile name (kvoffload/profiles/sim) or path to a profile YAML",
+    )
+    p.add_argument(
+        "--sim-model-load-s",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="simulator only: start-up weight load time, instead of the profile's startup.model_load_s",
+    )
+    p.add_argument(
+        "--sim-graph-capture-s",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="simulator only: start-up compile + graph capture time, instead of the profile's "
+        "startup.graph_capture_s (0 under --enforce-eager whatever is given)",
     )
     add_ignored_flags(p, IGNORED_VALUE_FLAGS, IGNORED_BOOL_FLAGS)
     return p
@@ -212,6 +236,9 @@ class EngineArgs:
     enable_prompt_tokens_details: bool
     sim_profile: str
     ignored: tuple[str, ...]
+    enforce_eager: bool = False
+    sim_model_load_s: float | None = None
+    sim_graph_capture_s: float | None = None
 
 
 def _connector(cfg: dict[str, Any] | None) -> ConnectorConfig | None:
@@ -273,6 +300,9 @@ def parse_engine_args(argv: list[str]) -> EngineArgs:
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         sim_profile=ns.sim_profile,
         ignored=ignored,
+        enforce_eager=ns.enforce_eager,
+        sim_model_load_s=ns.sim_model_load_s,
+        sim_graph_capture_s=ns.sim_graph_capture_s,
     )
 
 
@@ -330,3 +360,34 @@ def derive_capacity(args: EngineArgs, profile: CostProfile) -> Capacity:
             "`gpu_memory_utilization` / --kv-cache-memory-bytes or decreasing `max_model_len`."
         )
     return Capacity(num_gpu_blocks=num_blocks, kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len)
+
+
+@dataclass(frozen=True)
+class StartupPlan:
+    """How long the simulated start-up takes before the API server listens, and where each figure is from."""
+
+    model_load_s: float
+    graph_capture_s: float
+    model_load_source: str
+    graph_capture_source: str
+
+    @property
+    def total_s(self) -> float:
+        return self.model_load_s + self.graph_capture_s
+
+
+def derive_startup(args: EngineArgs, profile: CostProfile) -> StartupPlan:
+    """The profile's `startup` figures, each overridden by its `--sim-...-s` flag; no capture when eager."""
+    prov = profile.provenance.startup
+    cited = f"profile {profile.name}, {prov.source}" if prov is not None else f"profile {profile.name}"
+    if args.sim_model_load_s is not None:
+        load, load_src = args.sim_model_load_s, "--sim-model-load-s"
+    else:
+        load, load_src = profile.startup.model_load_s, cited
+    if args.enforce_eager:
+        capture, capture_src = 0.0, "--enforce-eager (no CUDA graphs)"
+    elif args.sim_graph_capture_s is not None:
+        capture, capture_src = args.sim_graph_capture_s, "--sim-graph-capture-s"
+    else:
+        capture, capture_src = profile.startup.graph_capture_s, cited
+    return StartupPlan(load, capture, load_src, capture_src)

@@ -12,6 +12,7 @@ hashing in `kvoffload.sim.prep` (a worker process); scheduling and timing in `kv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -21,6 +22,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Coroutine
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -31,7 +33,7 @@ from kvoffload import aio
 from kvoffload.errors import UserError
 from kvoffload.sim.connector import CacheClient, CacheServerUnavailable
 from kvoffload.sim.engine import Engine, Request
-from kvoffload.sim.engine_args import Capacity, EngineArgs, derive_capacity
+from kvoffload.sim.engine_args import Capacity, EngineArgs, StartupPlan, derive_capacity, derive_startup
 from kvoffload.sim.engine_metrics import VERSION, EngineMetrics
 from kvoffload.sim.kv_cache import KVCache
 from kvoffload.sim.prep import PrepWorker
@@ -44,6 +46,9 @@ TIMINGS_ENV = "KVOFFLOAD_SIM_TIMINGS"
 FINGERPRINT = f"vllm-{VERSION}-kvsim"
 # Without max_tokens real vLLM generates until EOS; the simulator has no EOS, so it stops here.
 DEFAULT_MAX_TOKENS = 128
+# On SIGTERM, in-flight requests get this long to finish, then their handlers are cancelled (twice this
+# at most, in aiohttp's two shutdown phases); the process then exits well within systemd's stop timeout.
+SHUTDOWN_GRACE_S = 0.25
 _WORDS = (" the", " cache", " token", " block", " of", " and", " to", " prefix", " a", " is")
 
 
@@ -129,23 +134,61 @@ class EngineServer:
             app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         if self.timings is not None:
             app.router.add_get("/kvoffload/timings", self.timings_endpoint)
-        app.on_startup.append(self._start)
-        app.on_cleanup.append(self._stop)
         return app
 
-    async def _start(self, _app: web.Application) -> None:
+    async def start_up(self, plan: StartupPlan) -> None:
+        """What `vllm serve` does before its API server listens, in its order and with its log lines.
+
+        Weight load and graph capture take the plan's modelled seconds (the tokenizer worker starts
+        inside the load); the connector waits for the cache server between the two, where vLLM's
+        engine core creates it. Nothing listens meanwhile: /health is refused, as on a loading vLLM.
+        """
+        begun = time.monotonic()
+        log.info(
+            "simulated start-up: weights load %.1f s (%s), graph capture %.1f s (%s)",
+            plan.model_load_s,
+            plan.model_load_source,
+            plan.graph_capture_s,
+            plan.graph_capture_source,
+        )
+        log.info("Starting to load model %s...", self.args.model)
         await self.prep.start()
+        await asyncio.sleep(max(0.0, begun + plan.model_load_s - time.monotonic()))
+        loaded = time.monotonic() - begun
+        log.info("Loading weights took %.2f seconds", loaded)
+        log.info(
+            "Model loading took %.4f GiB memory and %.6f seconds",
+            self.profile.model.weights_gib / self.args.tensor_parallel_size,
+            loaded,
+        )
+        log.info("GPU KV cache size: %s tokens", f"{self.capacity.tokens(self.args.block_size):,}")
+        log.info(
+            "Maximum concurrency for %s tokens per request: %.2fx",
+            f"{self.capacity.max_model_len:,}",
+            self.capacity.tokens(self.args.block_size) / self.capacity.max_model_len,
+        )
         if self.cache is not None:
             await self.cache.connect()
             log.info(
                 "connected to LMCache MP server at %s (chunk size %d)", self.cache.base, self.cache.chunk_size
             )
+        if plan.graph_capture_s > 0:
+            captured = time.monotonic()
+            await asyncio.sleep(plan.graph_capture_s)
+            log.info(
+                "Graph capturing finished in %.0f secs, took %.2f GiB",
+                time.monotonic() - captured,
+                self.profile.model.runtime_overhead_gib,
+            )
+        log.info(
+            "init engine (profile, create kv cache, warmup model) took %.2f seconds", time.monotonic() - begun
+        )
         self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
+        self._engine_task.add_done_callback(self._engine_done)
         # Objects made at start-up live as long as the process: keep them out of every later
         # collection, so a full collection does not stall the loop for milliseconds (vLLM does the same).
         gc.collect()
         gc.freeze()
-        self._engine_task.add_done_callback(self._engine_done)
 
     def _engine_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
@@ -157,9 +200,13 @@ class EngineServer:
             self.failed = exc
             self.stop.set()
 
-    async def _stop(self, _app: web.Application) -> None:
+    async def shut_down(self) -> None:
+        """Stop the engine loop, its timer thread, the connector and the tokenizer worker."""
         if self._engine_task is not None:
             self._engine_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._engine_task
+        self.engine.close()
         if self.cache is not None:
             await self.cache.close()
         self.prep.close()
@@ -267,9 +314,10 @@ class EngineServer:
         try:
             prepared = await self.prep.prepare(messages, self.cache.chunk_size if self.cache else 0)
         except BrokenProcessPool as exc:
-            log.critical("tokenizer worker died: %r", exc)
-            self.failed = exc
-            self.stop.set()
+            if not self.stop.is_set():
+                log.critical("tokenizer worker died: %r", exc)
+                self.failed = exc
+                self.stop.set()
             return _error(500, "tokenizer worker died", "InternalServerError")
         n = prepared.num_tokens
         max_len = self.capacity.max_model_len
@@ -457,6 +505,7 @@ def serve(args: EngineArgs) -> int:
     """Run one simulated replica until SIGTERM/SIGINT; 1 if start-up fails like vLLM's would."""
     profile = load_profile(args.sim_profile)
     capacity = derive_capacity(args, profile)
+    plan = derive_startup(args, profile)
     sys.setswitchinterval(0.001)  # keep the event loop responsive next to tokenizer work
     log.info(
         "simulated vLLM %s: model %s served as %s, profile %s (%s)",
@@ -466,15 +515,9 @@ def serve(args: EngineArgs) -> int:
         profile.name,
         profile.hardware.gpu,
     )
-    log.info("GPU KV cache size: %s tokens", f"{capacity.tokens(args.block_size):,}")
-    log.info(
-        "Maximum concurrency for %s tokens per request: %.2fx",
-        f"{capacity.max_model_len:,}",
-        capacity.tokens(args.block_size) / capacity.max_model_len,
-    )
     server = EngineServer(args, profile, capacity)
     try:
-        aio.run(_run(server))
+        aio.run(_run(server, plan))
     except CacheServerUnavailable as exc:
         log.error("EngineCore failed to start: TimeoutError: %s", exc)
         return 1
@@ -485,19 +528,51 @@ def serve(args: EngineArgs) -> int:
     return 0
 
 
-async def _run(server: EngineServer) -> None:
-    runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
+async def _until_stopped(server: EngineServer, work: Coroutine[Any, Any, None]) -> bool:
+    """Run `work` unless SIGTERM/SIGINT comes first (then cancel it); whether it ran to the end."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(server.stop.wait())
     try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return False
+    task.result()  # start-up errors (the cache server never answered) propagate
+    return not server.stop.is_set()
+
+
+async def _run(server: EngineServer, plan: StartupPlan) -> None:
+    # Signals first: a stop during the modelled start-up ends it at once, and exits 0 like any stop.
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.stop.set)
+    runner: web.AppRunner | None = None
+    try:
+        if not await _until_stopped(server, server.start_up(plan)):
+            log.info("shutting down (start-up not finished)")
+            return
+        # aiohttp waits shutdown_timeout (60 s by default) for in-flight handlers: a stream or a queued
+        # request then held the process past systemd's TimeoutStopSec. vLLM's own SIGTERM handler
+        # cancels its server and engine, cutting open requests, so the simulator gives them a moment
+        # and then cancels them too. A client that hangs up has its request aborted, as vLLM does
+        # (aiohttp would otherwise run the handler on: a queued request kept the engine busy for nobody).
+        runner = web.AppRunner(
+            server.app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, handler_cancellation=True
+        )
+        await runner.setup()
         site = web.TCPSite(runner, server.args.host, server.args.port, backlog=1024)
         await site.start()
         log.info("Starting vLLM API server on http://%s:%d", server.args.host, server.args.port)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, server.stop.set)
         await server.stop.wait()
         log.info("shutting down")
     finally:
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
+        await server.shut_down()
     if server.failed is not None:
         raise EngineDead(str(server.failed))

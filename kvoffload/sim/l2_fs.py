@@ -9,7 +9,10 @@ whatever `use_odirect` says: a read served from the page cache would hide the di
 Usage, capacity (`max_capacity_gb`, GiB as in LMCache) and metrics count the modelled bytes, not the
 file sizes. Files already under `base_path` at start-up are indexed (LMCache's lookups find chunks on
 disk that an earlier run left); with `persist_enabled: false` the adapter deletes its files when the
-server stops, as LMCache does.
+server stops, as LMCache does. Files deleted from `base_path` while the server runs (a campaign wiping
+L2 between cells) leave the index at the next `reconcile` (the cache server calls it once a second) or at
+the first read that finds one gone, whichever comes first; a deleted folder is made again on the next
+write.
 
 Blocking file IO runs in worker threads; callers await it. Timing (the modelled disk bandwidth) and
 when to evict (the eviction block's watermark) are the cache server's business, not this module's.
@@ -43,7 +46,13 @@ def _drop_cache(fd: int) -> None:
 
 
 def _write(path: Path, tmp: Path, size: int) -> None:
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = os.open(tmp, flags, 0o644)
+    except FileNotFoundError:  # the folder was deleted under the running server
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o644)
     try:
         left = size
         while left > 0:
@@ -95,6 +104,17 @@ def _read(path: Path, size: int, direct: bool) -> int:
         os.close(fd)
 
 
+def _keys_on_disk(base: Path) -> set[str]:
+    try:
+        return {_key_of(entry.name) for entry in base.iterdir() if entry.name.endswith(_EXT)}
+    except FileNotFoundError:
+        return set()
+
+
+def _key_of(name: str) -> str:
+    return name.removesuffix(_EXT).rsplit("@", 1)[-1]
+
+
 class FsL2:
     """Index + files of one fs / fs_native adapter (see module docstring)."""
 
@@ -110,11 +130,12 @@ class FsL2:
         # key -> modelled bytes, least recently used first
         self.index: OrderedDict[str, int] = OrderedDict()
         self.used = 0
+        self._written: set[str] = set()  # keys written while a reconcile lists the folder
         self._recover()
 
     def _recover(self) -> None:
         for path in sorted(self.base.glob(f"*{_EXT}")):
-            key = path.name.removesuffix(_EXT).rsplit("@", 1)[-1]
+            key = _key_of(path.name)
             size = path.stat().st_size * self.scale
             self.index[key] = size
             self.used += size
@@ -131,6 +152,7 @@ class FsL2:
         return self.used / self.capacity_bytes if self.capacity_bytes > 0 else -1.0
 
     async def write(self, key: str, nbytes: int) -> None:
+        self._written.add(key)
         tmp = self.tmp_dir / f"kvsim@{key}.tmp"
         await asyncio.to_thread(_write, self.path(key), tmp, scaled_size(nbytes, self.scale))
         if key not in self.index:
@@ -153,6 +175,20 @@ class FsL2:
             self.forget(key)
             raise
         return nbytes
+
+    async def reconcile(self) -> list[str]:
+        """Drop the chunks whose files are gone from `base_path` (deleted by hand); the keys dropped.
+
+        The folder is listed in a worker thread; a chunk written meanwhile is kept, as its file may
+        have been created after the listing.
+        """
+        self._written.clear()
+        known = list(self.index)
+        on_disk = await asyncio.to_thread(_keys_on_disk, self.base)
+        gone = [k for k in known if k not in on_disk and k not in self._written and k in self.index]
+        for key in gone:
+            self.forget(key)
+        return gone
 
     def forget(self, key: str) -> None:
         size = self.index.pop(key, None)

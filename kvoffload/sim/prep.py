@@ -4,8 +4,11 @@ The engine's event loop must wake within a fraction of a millisecond of each mod
 Tokenizing a long prompt is pure-Python work; on a thread it would hold the GIL in 1 ms slices
 against the event loop and the step timer, so it runs in one worker process instead (like vLLM's
 own frontend process does its tokenizing apart from the engine core). The worker memoises token ids
-per message: multi-turn prompts re-send the same history. This module knows nothing of HTTP or of
-scheduling.
+per message: multi-turn prompts re-send the same history. The engine process owns the worker's
+lifetime: the worker ignores SIGTERM and SIGINT (systemd signals the whole unit, a terminal the whole
+process group, and a worker dying first would fail the request it holds while the engine shuts down
+cleanly) and exits by itself within a second of the engine process going away. This module knows
+nothing of HTTP or of scheduling.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +30,7 @@ from kvoffload.tokenizer import Tokenizer, load_tokenizer, render_message
 
 _MESSAGE_CACHE_ENTRIES = 65536
 PREP_NICENESS = 10
+PARENT_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -75,8 +82,18 @@ class _Setup:
 _worker: tuple[ChatTokenizer, _Setup] | None = None
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Daemon thread of the worker: exit once the engine process is gone (re-parented worker)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(0)
+
+
 def _init_worker(setup: _Setup) -> None:
     global _worker
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     # Below the engine's priority: when the cores are busy, a due step end must win over tokenizing
     # (which only delays the next request's start, and that delay is inside its modelled TTFT).
     os.nice(PREP_NICENESS)

@@ -17,6 +17,10 @@ How the engine uses the figures (docs/simulator.md has the worked formulas):
   least squares when loaded.
 - transfer (cpu tier): moving one KV chunk of `n` bytes costs `per_chunk_overhead_s + n / bandwidth`.
 - disk (nvme tier): the same with the drive's read/write bandwidth.
+- startup (optional): what a (re)start of `vllm serve` costs before it listens, in two parts as vLLM
+  logs them: loading the weights, then compiling and capturing CUDA graphs (skipped under
+  `--enforce-eager`). A profile without the group starts at once; one with a non-zero figure must say
+  where it comes from in `provenance.startup`.
 Bandwidths are in gigabytes (10^9 bytes) per second, whatever the `gbps` suffix suggests elsewhere.
 
 This module only validates and loads; it does no timing and knows nothing about HTTP.
@@ -223,6 +227,23 @@ class Disk(_Strict):
         return nbytes / (self.write_gbps * 1e9)
 
 
+class Startup(_Strict):
+    """Engine start-up before the API server listens (vLLM's weight load, then compile + graph capture)."""
+
+    model_load_s: NonNegative = Field(
+        default=0.0, description="Seconds to load the weights onto the device (vLLM: 'Loading weights took')."
+    )
+    graph_capture_s: NonNegative = Field(
+        default=0.0,
+        description="Seconds of torch.compile, warm-up and CUDA graph capture after the load (vLLM: "
+        "'Graph capturing finished in'); skipped with --enforce-eager.",
+    )
+
+    @property
+    def total_s(self) -> float:
+        return self.model_load_s + self.graph_capture_s
+
+
 class Provenance(_Strict):
     """Where one figure group comes from."""
 
@@ -252,6 +273,7 @@ class ProvenanceMap(_Strict):
     decode: Provenance
     transfer: Provenance
     disk: Provenance
+    startup: Provenance | None = Field(default=None, description="Required when startup is not zero.")
 
 
 class CostProfile(_Strict):
@@ -265,7 +287,17 @@ class CostProfile(_Strict):
     decode: Decode
     transfer: Transfer
     disk: Disk
+    startup: Startup = Field(default=Startup(), description="Engine start-up; none when left out.")
     provenance: ProvenanceMap
+
+    @model_validator(mode="after")
+    def _startup_sourced(self) -> Self:
+        if self.startup.total_s > 0 and self.provenance.startup is None:
+            raise ValueError(
+                "startup gives a start-up time but provenance.startup is missing: say where "
+                "startup.model_load_s and startup.graph_capture_s come from"
+            )
+        return self
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """One decode step for `batch` sequences whose contexts sum to `context_tokens`."""

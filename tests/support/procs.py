@@ -26,6 +26,28 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
         proc.wait()
 
 
+def pids_with_environ(needle: str) -> list[int]:
+    """PIDs of this machine's processes whose environment holds `needle` (e.g. a test's own artifact
+    folder, which ansible-runner hands every process of a run in AWX_ISOLATED_DATA_DIR)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle.encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def sse_server(*args: str, timeout: float = 20.0, script: Path | None = None) -> Iterator[str]:
     """Run tests/support/sse_server.py (or `script`, which prints `PORT <n>` the same way) on a free

@@ -40,10 +40,18 @@ BASE_CAMPAIGN: dict[str, Any] = {
 }
 
 
+SECOND_NODE = "gpu02.lab.example"
+
+
 def base_inventory() -> dict[str, Any]:
+    """The example inventory with its first node only (the cases of a lab of two nodes add the second
+    back, see test_inventories.py)."""
     inventory: dict[str, Any] = yaml.safe_load(EXAMPLE_INVENTORY.read_text())
     inventory["all"]["vars"].pop(CAMPAIGN_VAR)
     inventory["all"]["vars"]["ansible_port"] = 9  # discard: nothing listens there
+    del inventory["all"]["hosts"][SECOND_NODE]
+    for group in ("vllm", "lmcache", "lb"):
+        del inventory["all"]["children"][group]["hosts"][SECOND_NODE]
     return inventory
 
 

@@ -108,10 +108,12 @@ CASES = [
     Case(
         "unknown-key",
         _set(concurrencies=[2]),
-        (CAMPAIGN + "concurrencies: unknown key (allowed: concurrency, dataset,",),
+        (CAMPAIGN + "concurrencies: unknown key (allowed: cold_start, concurrency, dataset,",),
     ),
     Case(
-        "unknown-cold-start-key", _set(cold_start="skip"), (CAMPAIGN + "cold_start: unknown key (allowed:",)
+        "unknown-cold-start-method",
+        _set(cold_start="skip"),
+        (CAMPAIGN + "cold_start: Input should be 'reset' or 'restart', got 'skip'",),
     ),
     Case("missing-model", _drop("model"), (CAMPAIGN + "model: required key is missing",)),
     Case("missing-dataset", _drop("dataset"), (CAMPAIGN + "dataset: required key is missing",)),

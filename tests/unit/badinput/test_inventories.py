@@ -79,6 +79,17 @@ def _replica_on_other_node(lab: Lab) -> None:
     lab.children()["vllm"]["hosts"]["gpu02.lab.example"] = None
 
 
+def _second_node_with_caddy_on_the_client(lab: Lab) -> None:
+    lab.hosts()["gpu02.lab.example"] = {
+        "ansible_host": "192.0.2.12",
+        "vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}],
+        "nvme_storage_devices": [{"device": "/dev/nvme1n1", "mount": "/mnt/kvoffload-nvme"}],
+    }
+    for group in ("vllm", "lmcache"):
+        lab.children()[group]["hosts"]["gpu02.lab.example"] = None
+    lab.children()["lb"]["hosts"]["client01.lab.example"] = None
+
+
 def _file(name: str, text: str) -> Any:
     return _bytes_file(name, text.encode())
 
@@ -198,14 +209,18 @@ CASES = [
         ("{inv}: all.children.lmcache: tiers cpu, nvme", "tiers) need exactly one host in group lmcache"),
     ),
     Case(
-        "two-lmcache-hosts", _second_in("lmcache"), ("{inv}: all.children.lmcache: at most one host, has 2",)
+        "two-lmcache-hosts",
+        _second_in("lmcache"),
+        ("{inv}: all.children.lmcache: at most one host with one node in vllm, has 2",),
     ),
     Case(
         "no-lb-group",
         _drop_group("lb"),
         ("{inv}: all.children.lb: 8 vLLM replicas need one host in group lb",),
     ),
-    Case("two-lb-hosts", _second_in("lb"), ("{inv}: all.children.lb: at most one host, has 2",)),
+    Case(
+        "two-lb-hosts", _second_in("lb"), ("{inv}: all.children.lb: at most one host with one node in vllm",)
+    ),
     Case(
         "vllm-host-without-replicas",
         lambda lab: lab.node().pop("vllm_replicas"),
@@ -215,9 +230,17 @@ CASES = [
         "offload-replica-off-the-lmcache-host",
         _replica_on_other_node,
         (
-            "{inv}: all.children.vllm: tiers cpu, nvme",
-            f"every vLLM replica on the lmcache host {NODE}",
-            "gpu02.lab.example",
+            "{inv}: host gpu02.lab.example (group vllm): tiers cpu, nvme",
+            "need every node in group lmcache (its replicas share KV with a server on the same node)",
+            "{inv}: host gpu02.lab.example: nvme_storage_devices is empty",
+        ),
+    ),
+    Case(
+        "second-node-caddy-elsewhere",
+        _second_node_with_caddy_on_the_client,
+        (
+            "{inv}: all.children.lb: client01.lab.example is not a node (group vllm)",
+            "{inv}: host gpu02.lab.example (group vllm): 2 replicas need Caddy on the node: add it to group",
         ),
     ),
     Case(

@@ -42,8 +42,8 @@ def test_every_node_of_several_runs_its_own_cache_server_and_caddy(
     assert problems == [
         f"{inv}: all.children.lb: h1 is not a node (group vllm): with several nodes each node runs its own "
         "lb service, so list nodes only",
-        f"{inv}: host h3 (group vllm): tiers cpu, nvme ({inv.parent / 'campaign.yml'}: tiers) need every node "
-        "in group lmcache (its replicas share KV with a server on the same node)",
+        f"{inv}: host h3 (group vllm): tiers cpu, nvme ({inv.parent / 'campaign.yml'}: tiers) need every "
+        "node in group lmcache (its replicas share KV with a server on the same node)",
         f"{inv}: host h3: nvme_storage_devices is empty, but {inv.parent / 'campaign.yml'}: tiers has nvme: "
         "every node needs the NVMe device for its L2 cache",
     ]

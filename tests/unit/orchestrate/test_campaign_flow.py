@@ -71,12 +71,19 @@ class Recorder:
     def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
         ev = extravars or {}
         node = str(ev.get("kvoffload_node"))
+        if kw.get("tags"):  # the once-per-campaign install of a node (deploy) or of the client (replay)
+            playbook = f"{playbook}:{','.join(kw['tags'])}"
+        else:
+            assert set(kw.get("skip_tags") or ()) >= {"install", "model"} or playbook not in (
+                "deploy.yml",
+                "replay.yml",
+            ), (playbook, kw)
         with self.lock:
             self.runs.append((playbook, node, kw.get("limit")))
             self.active[node] = self.active.get(node, 0) + 1
             self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
         try:
-            if playbook == "replay.yml":
+            if playbook == "replay.yml" and not kw.get("tags"):
                 folder = Path(ev["replay_controller_dir"])
                 (folder / "requests.jsonl").write_text("")
                 (folder / "sessions.json").write_text("{}")
@@ -122,6 +129,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
                 raise ResetFailed("vllm-x-0: not cold after the reset: 96 cached prompt tokens")
             return ResetRecord(cold=True)
 
+        def empty_all(self, record: ResetRecord) -> None:
+            state["emptied"] = state.get("emptied", 0) + 1
+
     monkeypatch.setattr(campaign_mod, "CacheReset", FakeReset)
     monkeypatch.setattr(campaign_mod, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
     monkeypatch.setattr(campaign_mod, "ReplayWatcher", _quiet_watch)
@@ -160,9 +170,12 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
     assert len(outcome.done) == 6 and not outcome.failed
     cycle = ["replay.yml", "collect.yml"]
     assert rec.for_node("gpu01.lab.example") == [
+        "replay.yml:install",  # the client, once
+        "deploy.yml:install,model", "teardown.yml",  # the node, once; and nothing left running
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
-        "deploy.yml", *cycle, "reset.yml", *cycle, "teardown.yml",  # nvme: L2 wiped around a restart
+        # nvme: L2 wiped around a restart of the cache server, before the probes and after them
+        "deploy.yml", *cycle, "reset.yml", "reset.yml", *cycle, "teardown.yml",
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
     # one reset per tier, external only where a connector runs, probing with the previous cell's prompt
@@ -184,7 +197,8 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")
-    assert plays == ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"] * 6
+    assert plays[:3] == ["replay.yml:install", "deploy.yml:install,model", "teardown.yml"]
+    assert plays[3:] == ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"] * 6
     assert fakes["resets"] == []
 
 
@@ -192,7 +206,7 @@ def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fak
     fakes["fail_resets"] = 1
     runner, rec = _runner(tmp_path, nodes=1)
     runner.run(provision=False)
-    plays = rec.for_node("gpu01.lab.example")
+    plays = rec.for_node("gpu01.lab.example")[3:]
     assert plays[:8] == [
         "deploy.yml", "replay.yml", "collect.yml",
         "teardown.yml", "deploy.yml", "replay.yml", "collect.yml", "teardown.yml",
@@ -214,7 +228,13 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
     for cell in runner.lab.cells:
         nodes.setdefault(group_key(cell), set()).add(_cell_json(runner, cell.id)["node"])
     assert all(len(n) == 1 for n in nodes.values()) and len(set().union(*nodes.values())) == 2
+    assert [r for r in rec.runs if r[0] == "replay.yml:install"] == [
+        ("replay.yml:install", "gpu01.lab.example", None)  # once, for the client, before the nodes start
+    ]
     for playbook, node, limit in rec.runs:
+        if playbook == "replay.yml:install":
+            continue
+        playbook = playbook.split(":")[0]
         hosts = set((limit or "").split(","))
         own = {node, "client01.lab.example"} if playbook in ("replay.yml", "collect.yml") else {node}
         assert hosts == own, (playbook, node, limit)

@@ -152,6 +152,22 @@ def test_probe_problems_say_when_nothing_was_proven() -> None:
     assert probe_problems({**cold, "external_hits": None}, offload=False) == []
 
 
+def test_a_later_probe_may_load_the_first_probes_kv_but_must_miss_its_own_gpu_cache() -> None:
+    later = {"prompt_tokens": 128, "cached_tokens": 96, "local_hits": 0, "external_hits": 96,
+             "lmcache_hit_tokens": 96, "lmcache_lookups": 1}  # fmt: skip
+    assert probe_problems(later, offload=True, first=False) == []
+    assert probe_problems(later, offload=True, first=True) == [
+        "96 cached prompt tokens", "96 external (connector) prefix-cache hits", "96 LMCache lookup hit tokens"
+    ]  # fmt: skip
+    own = {**later, "cached_tokens": 128, "local_hits": 32}
+    assert probe_problems(own, offload=True, first=False) == [
+        "32 local prefix-cache hits",
+        "32 cached prompt tokens beyond the external hits (the first probe's KV)",
+    ]
+    # without a shared server every probe is judged in full
+    assert probe_problems({**later, "lmcache_lookups": None}, offload=False, first=False) != []
+
+
 def test_without_a_probe_prompt_the_reset_still_empties_everything() -> None:
     lab = FakeLab()
     record = _reset(lab).run(None)

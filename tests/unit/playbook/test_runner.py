@@ -17,6 +17,7 @@ from kvoffload.orchestrate.deployment import cell_extravars
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookCanceled, PlaybookFailed, PlaybookRunner, request_stop
 from kvoffload.playbook.runner import HF_TOKEN_FILE_VAR, SECRET_NAME
+from tests.support.procs import kill_pids, pids_with_environ
 
 CANARY = "kvoffload-canary-7f3c9a"
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
@@ -166,7 +167,9 @@ def test_stop_request_kills_ansible_playbook(ansible_home: Path, tmp_path: Path)
         if not left.stdout.strip() or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    subprocess.run(["pkill", "-f", "sleep 120"], check=False)
+    # The task's own `sleep` on the (local) host may outlive its worker: stop exactly what this run
+    # started, found by the artifact folder in its environment, never by a name other processes share.
+    kill_pids(pids_with_environ(str(tmp_path / "art")))
     assert left.stdout.strip() == "", "ansible-playbook or one of its workers outlived the canceled run"
 
 

@@ -80,7 +80,12 @@ def test_report_shows_each_hosts_software_and_flags_the_vllm_change(campaign: Pa
     gpu1 = "| gpu1 | lmcache,vllm | all but b2cpu | 0.32.0 | 0.5.6 | 0.1.0 | 2.9.0 | – | 1.5.0-1+b6 |"
     assert gpu1 + " 580.159.04 | 13.0 |" in md
     assert "| gpu1 | lmcache,vllm | b2cpu | 0.33.0 | 0.5.6 |" in md
-    assert md.index("### Software per host") < md.index("## Validity warnings")
+    # The campaign's settings, hosts and software come last: findings first.
+    assert (
+        md.index("## Validity warnings")
+        < md.index("## Campaign settings")
+        < md.index("### Software per host")
+    )
     assert (
         "- **software_differs**: not comparable across these cells: vllm differs on the lmcache, vllm hosts "
         "(0.32.0 in a1gpu, a2cpu, a3nvme, b1gpu; 0.33.0 in b2cpu)"
@@ -90,6 +95,34 @@ def test_report_shows_each_hosts_software_and_flags_the_vllm_change(campaign: Pa
     assert "<h3>Software per host</h3>" in html
     assert "<td>all but b2cpu</td><td>0.32.0</td>" in html
     assert "<strong>software_differs</strong>" in html
+
+
+def test_report_puts_findings_first_and_settings_last(campaign: Path) -> None:
+    index = build_report(campaign)
+    md = (campaign / "report" / "report.md").read_text()
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[:4] == [
+        "## Findings",
+        "## Capacity: how much history each tier retains",
+        "## Trade-off and recommendation",
+        "## Validity warnings",
+    ]
+    assert sections[-1] == "## Campaign settings"
+    # group b is not comparable (fixture README): the statement says so and why, in the findings
+    findings = md[: md.index("## Capacity")]
+    assert "- NOT A VALID COMPARISON (session counts differ (gpu: 4 achieved, 3 complete, 1 error" in findings
+    assert "the gpu cell(s) did not run clean (gpu b1gpu: 1 failed request(s))" in findings
+    assert "offload was never exercised: KV usage peaked at 50 %" in findings
+    # a2cpu has TTFT x0.8 of a1gpu at every request: -20 % exactly.
+    assert "- cpu cuts later-round p50 TTFT by 20 % (95 % CI " in findings
+    assert "gpu tier routes sticky by the X-User-Id header" in findings
+    # the first table of a group fits a laptop screen: at most 10 columns, headers spelled out
+    first = md[md.index("### Tier comparison") :].splitlines()[2]
+    assert first.count("|") - 1 <= 10 and "degr." not in md
+    html = index.read_text()
+    assert html.index("<h2>Findings</h2>") < html.index("<h2>Validity warnings</h2>")
+    assert html.index("<h2>Findings</h2>") == html.index("<h2>")
+    assert 'aria-label="later-round TTFT per tier"' in html
 
 
 def test_summary_json_and_csv(campaign: Path) -> None:
@@ -104,7 +137,29 @@ def test_summary_json_and_csv(campaign: Path) -> None:
 def test_cli_report_json_to_file_and_bad_flags(campaign: Path, tmp_path: Path) -> None:
     out = tmp_path / "summary.json"
     assert main(["report", str(campaign), "--format", "json", "--output", str(out)]) == 0
-    assert len(json.loads(out.read_text())) == 5
+    doc = json.loads(out.read_text())
+    assert list(doc) == ["summary", "findings", "capacity"]
+    assert [r["cell_id"] for r in doc["summary"]] == ["a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"]
+    assert [(f["tier"], f["concurrency"], f["comparable"]) for f in doc["findings"]] == [
+        ("gpu", 2, True),
+        ("cpu", 2, True),
+        ("nvme", 2, True),
+        ("gpu", 8, False),
+        ("cpu", 8, False),
+    ]
+    cpu = doc["findings"][1]
+    assert cpu["p50_change_vs_gpu_pct"] == pytest.approx(-20.0)
+    low, high = cpu["p50_change_ci_pct"]
+    assert low < -20.0 < high < 0
+    assert list(doc["capacity"]) == ["predicted", "measured", "recommendation"]
+    cpu_pred = next(p for p in doc["capacity"]["predicted"] if p["tier"] == "cpu")
+    # a2cpu's L1: 1e9 bytes at a usage ratio of 0.5 (fixture generator) = a 2e9-byte pool; no KV bytes
+    # per token for model "tiny", so no tokens, and the output says why.
+    l1 = next(i for i in cpu_pred["inputs"] if i["name"] == "L1 pool")
+    assert l1["value"] == pytest.approx(2e9) and "lmcache_mp_l1_usage_ratio" in l1["source"]
+    assert cpu_pred["tokens"] is None and "KV bytes per token" in cpu_pred["missing"]
+    measured = {k["tier"]: k["status"] for k in doc["capacity"]["measured"]}
+    assert measured == {"gpu": "not_reached", "cpu": "not_reached", "nvme": "too_few_points"}
     assert main(["report", str(campaign), "--format", "json", "--format", "csv"]) == 2
     assert main(["report", str(tmp_path / "missing")]) == 2
 

@@ -70,7 +70,7 @@ def test_a_complete_inventory_passes(tmp_path: Path, tier: str) -> None:
         (
             inventory(vllm={"gpu1": {}}, client={"c1": {}}),
             "cpu",
-            "exactly 1 in lmcache for tier cpu (have 0)",
+            "exactly 1 host in lmcache for tier cpu (have 0)",
         ),
         (
             inventory(vllm={"gpu1": {}}, lmcache={"cache": {}}, client={"c1": {}}),
@@ -102,3 +102,45 @@ def test_a_bad_inventory_is_refused_with_the_group_or_variable_named(
     result = preflight(tmp_path, inv, tier)
     assert result.returncode != 0
     assert message in " ".join(result.stdout.split()), result.stdout[-3000:]
+
+
+TWO = [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}]
+NVME = [{"device": "/dev/nvme1n1", "mount": "/mnt/kvoffload-nvme"}]
+TWO_NODES = inventory(
+    vllm={"gpu1": {"vllm_replicas": TWO, "nvme_storage_devices": NVME}, "gpu2": {"vllm_replicas": TWO}},
+    lmcache={"gpu1": {}, "gpu2": {"nvme_storage_devices": NVME}},
+    lb={"gpu1": {}, "gpu2": {}},
+    client={"client": {}},
+)
+
+
+@pytest.mark.parametrize("tier", ["gpu", "cpu", "nvme"])
+def test_two_nodes_each_with_its_own_cache_server_and_caddy_pass(tmp_path: Path, tier: str) -> None:
+    result = preflight(tmp_path, TWO_NODES, tier)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("change", "tier", "message"),
+    [
+        # a node outside lmcache has no cache server for its offload cells
+        (lambda inv: inv["all"]["children"]["lmcache"]["hosts"].pop("gpu2"), "cpu", "inventory host gpu2:"),
+        # Caddy on a host that is no node
+        (
+            lambda inv: inv["all"]["children"]["lb"]["hosts"].update({"client": {}}),
+            "gpu",
+            "groups lmcache and lb",
+        ),
+        # a node with two replicas and no Caddy of its own
+        (lambda inv: inv["all"]["children"]["lb"]["hosts"].pop("gpu1"), "gpu", "inventory host gpu1:"),
+    ],
+)
+def test_a_lab_of_two_nodes_needs_each_nodes_own_services(
+    tmp_path: Path, change: Any, tier: str, message: str
+) -> None:
+    inv = json.loads(json.dumps(TWO_NODES))
+    change(inv)
+    result = preflight(tmp_path, inv, tier)
+    assert result.returncode != 0
+    text = " ".join(result.stdout.split())
+    assert message in text and "a node with 2 or more replicas is in lb" in text, result.stdout[-3000:]

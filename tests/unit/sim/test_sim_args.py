@@ -8,7 +8,7 @@ import pytest
 
 from kvoffload.errors import UserError
 from kvoffload.sim.cache_args import parse_cache_args
-from kvoffload.sim.engine_args import LMCACHE_MP_MODULE, derive_capacity, parse_engine_args
+from kvoffload.sim.engine_args import LMCACHE_MP_MODULE, derive_capacity, derive_startup, parse_engine_args
 from kvoffload.sim.profile import load_profile
 
 LMCACHE = {
@@ -56,7 +56,8 @@ def test_profile_flags_are_parsed_with_vllm_spelling() -> None:
     assert args.max_model_len == 32768 and args.max_num_seqs == 128
     assert args.connector is not None
     assert (args.connector.host, args.connector.port, args.connector.mq_timeout_s) == ("10.0.0.5", 5566, 30.0)
-    assert set(args.ignored) == {"--dtype", "--enforce-eager"}
+    assert set(args.ignored) == {"--dtype"}
+    assert args.enforce_eager  # modelled: no graph capture at start-up
     assert args.connector.module_path == LMCACHE_MP_MODULE
 
 
@@ -77,6 +78,8 @@ def test_kv_connector_module_path_is_the_lmcache_module_or_refused() -> None:
         ["m", "--max-num-seqs", "0"],
         ["m", "--kv-transfer-config", "{not json"],
         ["m", "--no-such-flag"],
+        ["m", "--sim-model-load-s", "-1"],
+        ["m", "--sim-graph-capture-s", "nan"],
     ],
 )
 def test_invalid_values_exit_like_vllm(argv: list[str]) -> None:
@@ -207,3 +210,29 @@ def test_cache_server_requires_l1_size_and_policy() -> None:
 def test_bad_l2_adapter_is_refused(spec: str) -> None:
     with pytest.raises(UserError, match="--l2-adapter"):
         parse_cache_args(["--l1-size-gb", "1", "--eviction-policy", "LRU", "--l2-adapter", spec])
+
+
+def test_startup_comes_from_the_profile_each_part_overridable_and_eager_skips_capture() -> None:
+    profile = load_profile("h200-llama-8b-cited")
+    assert profile.provenance.startup is not None
+    plan = derive_startup(parse_engine_args(["m"]), profile)
+    assert (plan.model_load_s, plan.graph_capture_s) == (
+        profile.startup.model_load_s,
+        profile.startup.graph_capture_s,
+    )
+    assert plan.total_s > 0
+    assert plan.model_load_source == f"profile h200-llama-8b-cited, {profile.provenance.startup.source}"
+    plan = derive_startup(parse_engine_args(["m", "--sim-model-load-s", "45"]), profile)
+    assert (plan.model_load_s, plan.model_load_source) == (45.0, "--sim-model-load-s")
+    assert plan.graph_capture_s == profile.startup.graph_capture_s
+    plan = derive_startup(
+        parse_engine_args(["m", "--sim-graph-capture-s", "15", "--sim-model-load-s", "0"]), profile
+    )
+    assert (plan.model_load_s, plan.graph_capture_s) == (0.0, 15.0)
+    plan = derive_startup(parse_engine_args(["m", "--enforce-eager", "--sim-graph-capture-s", "15"]), profile)
+    assert plan.graph_capture_s == 0.0 and plan.model_load_s == profile.startup.model_load_s
+
+
+def test_tiny_starts_at_once() -> None:
+    plan = derive_startup(parse_engine_args(["m"]), load_profile("tiny"))
+    assert plan.total_s == 0.0

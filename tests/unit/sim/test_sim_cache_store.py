@@ -144,6 +144,56 @@ def test_l2_write_through_and_prefetch_back_into_l1(tmp_path: Path) -> None:
     assert "lmcache_mp_l2_evicted_objects_chunks_total" not in v  # no eviction block: never evicts
 
 
+def test_l2_files_deleted_under_the_running_server_leave_usage_and_lookups(tmp_path: Path) -> None:
+    """The campaign's wipe between cells: clear L1, delete L2's files, no restart."""
+    store, metrics = _store(_l2(tmp_path))
+
+    async def body() -> tuple[int, int, int, float]:
+        store.store("m", ["a", "b", "c"], MIB)
+        await _settle(store)
+        store.clear()
+        for path in tmp_path.glob("*.data"):
+            path.unlink()
+        forgotten = await store.l2_reconcile()
+        usage = _values(metrics)["lmcache_mp_l2_usage_bytes"]
+        hits, l2 = await store.lookup("m", ["a", "b", "c"], MIB)
+        return forgotten, hits, l2, usage
+
+    assert _with_l2_writer(store, body) == (3, 0, 0, 0.0)
+    v = _values(metrics)
+    assert v["lmcache_mp_l1_memory_usage_bytes"] == 0
+    assert "lmcache_mp_l2_prefetch_failure_chunks_total" not in v  # the index knew: no read was tried
+    assert store.l2[0].used == 0 and not store.l2[0].index
+
+
+def test_a_chunk_written_while_the_folder_is_listed_is_kept(tmp_path: Path) -> None:
+    store, _metrics = _store(_l2(tmp_path))
+    adapter = store.l2[0]
+
+    async def body() -> list[str]:
+        await adapter.write("gone", MIB)
+        await adapter.write("again", MIB)
+        for key in ("gone", "again"):
+            (tmp_path / f"kvsim@{key}.data").unlink()
+        listing = asyncio.ensure_future(adapter.reconcile())
+        await asyncio.sleep(0)  # the listing has started in its thread
+        await adapter.write("again", MIB)  # rewritten meanwhile: its file may postdate the listing
+        return await listing
+
+    assert asyncio.run(body()) == ["gone"]
+    assert set(adapter.index) == {"again"} and adapter.used == MIB
+    assert (tmp_path / "kvsim@again.data").exists()
+
+
+def test_a_deleted_l2_folder_is_made_again_on_the_next_write(tmp_path: Path) -> None:
+    base = tmp_path / "l2"
+    store, _metrics = _store(_l2(base))
+    adapter = store.l2[0]
+    base.rmdir()
+    asyncio.run(adapter.write("k", MIB))
+    assert (base / "kvsim@k.data").stat().st_size == MIB // 16
+
+
 def test_a_prefetch_that_l1_cannot_hold_fails_as_l1_oom(tmp_path: Path) -> None:
     store, metrics = _store(_l2(tmp_path))
 

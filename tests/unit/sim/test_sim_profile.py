@@ -11,6 +11,7 @@ from kvoffload.errors import UserError
 from kvoffload.sim.profile import PROFILE_DIR, Decode, Prefill, load_profile, shipped_profiles
 
 SHIPPED = shipped_profiles()
+STARTS_AT_ONCE = {"tiny", "h200-llama-8b", "h200-qwen3-8b", "h200-qwen3-32b", "h200-llama-70b"}
 
 
 def test_required_profiles_are_shipped() -> None:
@@ -23,6 +24,14 @@ def test_shipped_profile_loads_and_names_itself(name: str) -> None:
     assert p.name == name
     for group in ("hardware", "model", "prefill", "decode", "transfer", "disk"):
         assert getattr(p.provenance, group).source
+    # A start-up time is always sourced; the hand-written real-device profiles state one (so a restart
+    # costs what it would there); tiny (tests, demo) and the calibrated ones (calibrate does not
+    # measure start-up) start at once.
+    if name in STARTS_AT_ONCE:
+        assert p.startup.total_s == 0 and p.provenance.startup is None
+    else:
+        assert p.startup.model_load_s > 0 and p.startup.graph_capture_s > 0
+        assert p.provenance.startup is not None and p.provenance.startup.method
 
 
 def test_prefill_interpolates_and_charges_attention_on_cached_prefix() -> None:
@@ -79,3 +88,19 @@ def test_kv_bytes_must_match_the_shape(tmp_path: Path) -> None:
 def test_unknown_profile_name_lists_the_shipped_ones() -> None:
     with pytest.raises(UserError, match="tiny"):
         load_profile("no-such-profile")
+
+
+def test_a_startup_time_needs_its_source(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"provenance\.startup is missing"):
+        load_profile(str(_write(tmp_path, {"startup": {"model_load_s": 30}})))
+    prov = dict(load_profile("tiny").provenance.model_dump(exclude_none=True))
+    prov["startup"] = {
+        "source": "measured",
+        "method": "vLLM log",
+        "device": "NVIDIA H200",
+        "date": "2026-12-01",
+    }
+    p = load_profile(str(_write(tmp_path, {"startup": {"model_load_s": 30}, "provenance": prov})))
+    assert (p.startup.model_load_s, p.startup.graph_capture_s, p.startup.total_s) == (30.0, 0.0, 30.0)
+    with pytest.raises(UserError, match=r"startup\.model_load_s"):
+        load_profile(str(_write(tmp_path, {"startup": {"model_load_s": -1}, "provenance": prov})))

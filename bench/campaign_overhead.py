@@ -1,0 +1,98 @@
+"""Where a campaign's wall time goes: each cell's phases and its overhead (everything but the replay).
+
+Reads the `timings` every cell.json records (deploy, cold-check or reset, replay, collect, teardown)
+and the task durations in the teardown playbooks' ansible-runner events, and prints per cell and in
+total: each phase's seconds, the overhead and its share of the cell's time, and the campaign's wall
+time from its first cell's start to its last cell's end. Give several campaign folders (for example
+the demo with cold_start: reset and with restart, or on one node and on two) to compare them; the
+last line then gives each one's wall time as a ratio of the first's.
+
+    python bench/campaign_overhead.py results/demo [results/demo-restart ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+PHASES = ("teardown-before", "deploy", "cold-check", "reset", "replay", "collect", "teardown")
+
+
+def cells(campaign: Path) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted((campaign / "cells").glob("*/cell.json")):
+        records.append(json.loads(path.read_text()))
+    return sorted(records, key=lambda r: r.get("started_at") or 0)
+
+
+def teardown_tasks(campaign: Path) -> list[tuple[float, str, str]]:
+    """(seconds, task, host) of every task result in the campaign's teardown playbook runs."""
+    out = []
+    for events in (campaign / "ansible" / "artifacts").glob("*-teardown/job_events"):
+        for path in events.glob("*.json"):
+            try:
+                event = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            data = event.get("event_data") or {}
+            if event.get("event") in ("runner_on_ok", "runner_on_failed") and "duration" in data:
+                out.append((float(data["duration"]), str(data.get("task")), str(data.get("host"))))
+    return sorted(out, reverse=True)
+
+
+def report(campaign: Path) -> dict[str, float]:
+    records = cells(campaign)
+    if not records:
+        print(f"{campaign}: no cells", file=sys.stderr)
+        return {}
+    print(f"\n== {campaign} ({len(records)} cells)")
+    header = f"{'cell':10} {'tier':5} {'node':10} {'start':8}" + "".join(f"{p[:10]:>11}" for p in PHASES)
+    print(header + f"{'total':>9}{'overhead':>10}{'share':>7}")
+    overheads = []
+    for r in records:
+        t = r.get("timings") or {}
+        total = float(t.get("total") or 0.0)
+        over = total - float(t.get("replay") or 0.0)
+        overheads.append(over)
+        method = (r.get("cold_start") or {}).get("method", "-")
+        row = f"{r['cell_id']:10} {r['config']['tier']:5} {str(r.get('node', '-'))[:10]:10} {method:8}"
+        row += "".join(f"{t[p]:>11.1f}" if p in t else f"{'-':>11}" for p in PHASES)
+        print(row + f"{total:>9.1f}{over:>10.1f}{over / total:>7.0%}" if total else row)
+    wall = max(r.get("finished_at") or 0 for r in records) - min(r.get("started_at") or 0 for r in records)
+    replay = sum(float((r.get("timings") or {}).get("replay") or 0) for r in records)
+    busy = sum(float((r.get("timings") or {}).get("total") or 0) for r in records)
+    print(
+        f"wall {wall:.0f} s (cells back to back or in parallel); cell time {busy:.0f} s, of which replay "
+        f"{replay:.0f} s; overhead per cell: median {statistics.median(overheads):.1f} s, "
+        f"max {max(overheads):.1f} s; outside replays: {1 - replay / busy:.0%} of cell time"
+    )
+    tasks = teardown_tasks(campaign)
+    if tasks:
+        seconds, task, host = tasks[0]
+        print(f"slowest teardown task: {seconds:.1f} s ({task} on {host}); {len(tasks)} task results")
+    return {"wall": wall, "median_overhead": statistics.median(overheads)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("campaigns", nargs="+", type=Path, help="results/<campaign> folders")
+    args = parser.parse_args()
+    figures = [report(c) for c in args.campaigns]
+    if len(figures) > 1 and figures[0].get("wall"):
+        ratios = ", ".join(
+            f"{c.name}: {f['wall'] / figures[0]['wall']:.2f}x"
+            for c, f in zip(args.campaigns, figures, strict=True)
+            if f
+        )
+        print(f"\nwall time against {args.campaigns[0].name}: {ratios}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,556 @@
+"""How much conversation history each tier retains: predicted from sizes, measured as a sweep's knee.
+
+Pure: summary rows, one cell's samples or small dicts in; frozen dataclasses and dicts out. Inputs that
+need files (a model's config.json, the simulator and lmcache-server profiles) are read at the report's
+edge and passed in as `Stated` values, each carrying where it came from; an input that is unavailable
+stays None with the reason, and nothing is predicted from it.
+
+Predicted, per tier, in tokens of KV history and in sessions of the replayed dataset at that num_rounds:
+- gpu: the vLLM prefix cache, sum over replicas of `num_gpu_blocks x block_size` (labels of
+  `vllm:cache_config_info`);
+- cpu: LMCache's L1 pool bytes / KV bytes per token;
+- nvme: the L2 capacity bytes / KV bytes per token.
+An offload tier's capacity is that of its largest store: LMCache stores every chunk in L1 (and the
+nvme tier's L1 copies it on to L2), so the smaller stores hold copies of it. Sessions = tokens / the
+mean live context per session (client.live_context) pooled over every cell of the same model,
+num_rounds, ISL and OSL.
+
+Measured: along a sweep (the cells of one tier that differ only in concurrency, or only in num_rounds
+when the campaign has one concurrency), the knee is the first point whose later-round hit rate (cached
+share of rounds >= 2) falls below HIT_COLLAPSE_FRACTION of the sweep's first point; without hit rates,
+the first point whose p50 TTFT degradation exceeds the first point's by DEGRADATION_RISE_POINTS. It is
+reported with the bracket of measured points around it, or as not reached in the measured range. Live
+history at a point = min(concurrency, virtual users available) x mean live context.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from kvoffload.analysis.series import labels_of
+
+GIB = 2.0**30  # LMCache sizes: `--l1-size-gb` and `max_capacity_gb` count GiB (status.json shows it)
+HIT_COLLAPSE_FRACTION = 0.5
+DEGRADATION_RISE_POINTS = 50.0
+SWEEP_KEYS = ["model", "num_rounds", "isl", "osl"]
+CACHE_CONFIG = "vllm:cache_config_info"
+L1_BYTES = "lmcache_mp_l1_memory_usage_bytes"
+L1_RATIO = "lmcache_mp_l1_usage_ratio"
+L2_BYTES = "lmcache_mp_l2_usage_bytes"
+# Below this usage ratio the bytes/ratio quotient is too coarse to give the pool size.
+_MIN_RATIO = 0.01
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "bf16": 2,
+    "fp16": 2,
+    "float32": 4,
+    "fp32": 4,
+    "fp8": 1,
+}
+
+
+@dataclass(frozen=True)
+class Stated:
+    """One input of a prediction: its value (None: unavailable), unit, and where it came from (or why
+    it is unavailable)."""
+
+    name: str
+    value: float | None
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TierCapacity:
+    """Predicted history a tier retains, with every input it used."""
+
+    model: str
+    num_rounds: int
+    isl: int
+    osl: str
+    tier: str
+    tokens: float | None
+    sessions: float | None
+    inputs: list[Stated] = field(default_factory=list)
+    missing: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KneePoint:
+    """One measured point of a sweep."""
+
+    axis_value: int
+    cells: list[str]
+    live_history_tokens: float | None
+    later_hit_rate: float | None
+    degradation_p50_pct: float | None
+    later_p95_s: float | None
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where a sweep's later-round hit rate collapses (or TTFT degradation rises)."""
+
+    model: str
+    tier: str
+    axis: str  # concurrency | num_rounds
+    fixed: dict[str, Any]
+    status: str  # found | not_reached | too_few_points | no_figures
+    criterion: str
+    bracket: list[int] | None
+    history_bracket_tokens: list[float | None] | None
+    points: list[KneePoint]
+    statement: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def as_int(v: Any) -> int:
+    """int() of a pandas group key or scalar (typed Any: pandas types them as Hashable)."""
+    return int(v)
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, str):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _label_int(labels: Mapping[str, str], key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def gpu_cache_figures(samples: pd.DataFrame) -> dict[str, Any]:
+    """From `vllm:cache_config_info` of one cell: replicas reporting it, blocks and block size per
+    replica (None when they differ), total prefix-cache tokens, and KV bytes per token where vLLM gives
+    both `kv_cache_memory_bytes` and `kv_cache_size_tokens`."""
+    rows = samples[samples["name"] == CACHE_CONFIG]
+    out: dict[str, Any] = {
+        "gpu_replicas": None,
+        "gpu_num_blocks": None,
+        "gpu_block_size": None,
+        "gpu_cache_tokens": None,
+        "vllm_kv_bytes_per_token": None,
+    }
+    if rows.empty:
+        return out
+    per_target = rows.drop_duplicates("target", keep="last")
+    blocks, sizes, ratios = [], [], []
+    for text in per_target["labels"]:
+        labels = labels_of(str(text))
+        n, b = _label_int(labels, "num_gpu_blocks"), _label_int(labels, "block_size")
+        if n is None or b is None:
+            return out
+        blocks.append(n)
+        sizes.append(b)
+        mem, toks = _label_int(labels, "kv_cache_memory_bytes"), _label_int(labels, "kv_cache_size_tokens")
+        if mem and toks:
+            ratios.append(mem / toks)
+    out["gpu_replicas"] = len(blocks)
+    out["gpu_num_blocks"] = blocks[0] if len(set(blocks)) == 1 else None
+    out["gpu_block_size"] = sizes[0] if len(set(sizes)) == 1 else None
+    out["gpu_cache_tokens"] = float(sum(n * b for n, b in zip(blocks, sizes, strict=True)))
+    out["vllm_kv_bytes_per_token"] = ratios[0] if ratios and len(set(ratios)) == 1 else None
+    return out
+
+
+def lmcache_capacity_figures(samples: pd.DataFrame) -> dict[str, Any]:
+    """L1 pool size as the server reports it (median of usage bytes / usage ratio over samples whose
+    ratio is at least 1 %) and the most L2 bytes held (a lower bound of its capacity)."""
+    out: dict[str, Any] = {"lmcache_l1_capacity_bytes": None, "lmcache_l2_usage_bytes_max": None}
+    used, ratio = samples[samples["name"] == L1_BYTES], samples[samples["name"] == L1_RATIO]
+    if not used.empty and not ratio.empty:
+        keys = ["phase", "ts", "target", "labels"]
+        both = used[[*keys, "value"]].merge(ratio[[*keys, "value"]], on=keys, suffixes=("_b", "_r"))
+        both = both[both["value_r"] >= _MIN_RATIO]
+        if not both.empty:
+            out["lmcache_l1_capacity_bytes"] = float((both["value_b"] / both["value_r"]).median())
+    l2 = samples[(samples["name"] == L2_BYTES) & samples["value"].notna()]
+    if not l2.empty:
+        out["lmcache_l2_usage_bytes_max"] = float(l2.groupby(["phase", "ts"])["value"].sum().max())
+    return out
+
+
+def kv_bytes_from_model_config(config: Mapping[str, Any], source: str) -> Stated:
+    """KV bytes per token = 2 (K and V) x layers x KV heads x head dim x dtype bytes of a HF config.json."""
+    name = "KV bytes per token"
+    text = config.get("text_config")
+    cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    layers, heads = (
+        cfg.get("num_hidden_layers"),
+        cfg.get("num_key_value_heads", cfg.get("num_attention_heads")),
+    )
+    head_dim = cfg.get("head_dim")
+    if head_dim is None and cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        head_dim = int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", config.get("torch_dtype")))))
+    if not (isinstance(layers, int) and isinstance(heads, int) and isinstance(head_dim, int) and dtype):
+        return Stated(
+            name, None, "B", f"{source}: lacks num_hidden_layers, num_key_value_heads, head_dim or dtype"
+        )
+    value = 2 * layers * heads * head_dim * dtype
+    how = f"2 x {layers} layers x {heads} KV heads x head_dim {head_dim} x {dtype} B"
+    return Stated(name, float(value), "B", f"{source} ({how})")
+
+
+def mean_live_context(summary: pd.DataFrame) -> dict[tuple[Any, ...], tuple[float, int]]:
+    """(model, num_rounds, isl, osl) -> (mean live context tokens, sessions) pooled over its cells."""
+    out: dict[tuple[Any, ...], tuple[float, int]] = {}
+    if summary.empty or "live_context_mean_tokens" not in summary:
+        return out
+    for key, g in summary.groupby(SWEEP_KEYS, sort=False, dropna=False):
+        n = pd.to_numeric(g["sessions_replayed"], errors="coerce").fillna(0)
+        m = pd.to_numeric(g["live_context_mean_tokens"], errors="coerce")
+        ok = m.notna() & (n > 0)
+        if ok.any():
+            out[tuple(key)] = (float((m[ok] * n[ok]).sum() / n[ok].sum()), int(n[ok].sum()))
+    return out
+
+
+def configured_l1_gb(config: Any) -> float | None:
+    """`lmcache_l1_size_gb` of a cells-table `config` JSON text (None: absent, or the profile's)."""
+    parsed = json.loads(config) if isinstance(config, str) and config else {}
+    return _num(parsed.get("lmcache_l1_size_gb")) if isinstance(parsed, dict) else None
+
+
+def _first(rows: pd.DataFrame, column: str) -> tuple[float | None, str | None]:
+    for _, r in rows.iterrows():
+        v = _num(r.get(column))
+        if v is not None:
+            return v, str(r["cell_id"])
+    return None, None
+
+
+def _kv_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
+    for cid in rows["cell_id"].astype(str):
+        s = stated.get(cid)
+        if s is not None and s.value is not None:
+            return s
+    v, first = _first(rows, "vllm_kv_bytes_per_token")
+    if v is not None:
+        return Stated(
+            "KV bytes per token",
+            v,
+            "B",
+            f"vllm:cache_config_info kv_cache_memory_bytes / kv_cache_size_tokens (cell {first})",
+        )
+    reasons = sorted({s.source for cid in rows["cell_id"].astype(str) if (s := stated.get(cid)) is not None})
+    why = "; ".join(reasons) or "no model config.json or profile was readable"
+    return Stated(
+        "KV bytes per token", None, "B", f"unavailable: {why}; vLLM did not report kv_cache_memory_bytes"
+    )
+
+
+def _l1_bytes(rows: pd.DataFrame, profile_l1_gb: Mapping[str, Stated]) -> Stated:
+    v, cid = _first(rows, "lmcache_l1_capacity_bytes")
+    if v is not None:
+        source = f"lmcache /metrics: {L1_BYTES} / {L1_RATIO} (cell {cid})"
+        return Stated("L1 pool", v, "B", source)
+    gb, cid = _first(rows, "lmcache_l1_size_gb")
+    if gb is not None:
+        return Stated(
+            "L1 pool", gb * GIB, "B", f"cell.json config.lmcache_l1_size_gb = {gb:g} GiB (cell {cid})"
+        )
+    tier = str(rows["tier"].iloc[0])
+    prof = profile_l1_gb.get(tier)
+    if prof is not None and prof.value is not None:
+        return Stated("L1 pool", prof.value * GIB, "B", f"{prof.source} = {prof.value:g} GiB")
+    return Stated(
+        "L1 pool", None, "B", "unavailable: no L1 usage ratio sampled, no lmcache_l1_size_gb, no profile"
+    )
+
+
+def _l2_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
+    for cid in rows["cell_id"].astype(str):
+        s = stated.get(cid)
+        if s is not None and s.value is not None:
+            return s
+    seen, where = _first(rows, "lmcache_l2_usage_bytes_max")
+    floor = f"; the most it held was {seen / 1e9:.3g} GB (cell {where})" if seen else ""
+    why = next((s.source for c in rows["cell_id"].astype(str) if (s := stated.get(c)) is not None), None)
+    return Stated(
+        "L2 capacity",
+        None,
+        "B",
+        "unavailable: "
+        + (why or "LMCache exports no L2 capacity and cell.json records no NVMe device size").removeprefix(
+            "unavailable: "
+        )
+        + floor,
+    )
+
+
+def predict(
+    summary: pd.DataFrame,
+    kv_bytes: Mapping[str, Stated] | None = None,
+    profile_l1_gb: Mapping[str, Stated] | None = None,
+    l2_bytes: Mapping[str, Stated] | None = None,
+) -> list[TierCapacity]:
+    """One prediction per (model, num_rounds, isl, osl) and tier present in `summary`.
+
+    `summary` rows need the gpu_cache_figures / lmcache_capacity_figures columns and
+    `lmcache_l1_size_gb`. `kv_bytes` and `l2_bytes` are per cell id, `profile_l1_gb` per tier (value in GiB).
+    """
+    kv_bytes, profile_l1_gb, l2_bytes = kv_bytes or {}, profile_l1_gb or {}, l2_bytes or {}
+    contexts = mean_live_context(summary)
+    out: list[TierCapacity] = []
+    if summary.empty:
+        return out
+    for key, rows in summary.groupby([*SWEEP_KEYS, "tier"], sort=False, dropna=False):
+        model, num_rounds, isl, osl, tier = key
+        context = contexts.get((model, num_rounds, isl, osl))
+        ctx_input = Stated(
+            "mean live context per session",
+            None if context is None else context[0],
+            "tokens",
+            "unavailable: no request recorded prompt tokens"
+            if context is None
+            else f"requests.jsonl: mean over {context[1]} sessions of their largest prompt + completion, "
+            f"num_rounds={num_rounds}",
+        )
+        inputs: list[Stated] = []
+        tokens: float | None = None
+        if tier == "gpu":
+            total, cid = _first(rows, "gpu_cache_tokens")
+            blocks, _ = _first(rows, "gpu_num_blocks")
+            size, _ = _first(rows, "gpu_block_size")
+            replicas, _ = _first(rows, "gpu_replicas")
+            src = (
+                f"vllm:cache_config_info (cell {cid})"
+                if cid
+                else "unavailable: no vllm:cache_config_info sampled"
+            )
+            inputs += [
+                Stated("num_gpu_blocks per replica", blocks, "blocks", src),
+                Stated("block_size", size, "tokens", src),
+                Stated("replicas", replicas, "", src),
+            ]
+            tokens = total
+        else:
+            kv = _kv_bytes(rows, kv_bytes)
+            store = _l1_bytes(rows, profile_l1_gb) if tier == "cpu" else _l2_bytes(rows, l2_bytes)
+            inputs += [store, kv]
+            if store.value is not None and kv.value:
+                tokens = store.value / kv.value
+        inputs.append(ctx_input)
+        missing = [f"{s.name} ({s.source.removeprefix('unavailable: ')})" for s in inputs if s.value is None]
+        sessions = tokens / context[0] if tokens is not None and context and context[0] > 0 else None
+        out.append(
+            TierCapacity(
+                model=str(model),
+                num_rounds=as_int(num_rounds),
+                isl=as_int(isl),
+                osl=str(osl),
+                tier=str(tier),
+                tokens=tokens,
+                sessions=sessions,
+                inputs=inputs,
+                missing="; ".join(missing) or None,
+            )
+        )
+    return out
+
+
+def _mean(g: pd.DataFrame, column: str) -> float | None:
+    if column not in g:
+        return None
+    v = pd.to_numeric(g[column], errors="coerce").dropna()
+    return float(v.mean()) if len(v) else None
+
+
+def _effective(g: pd.DataFrame) -> float | None:
+    c = _mean(g, "concurrency")
+    users = _mean(g, "virtual_users_available")
+    if c is None:
+        return None
+    return min(c, users) if users is not None else c
+
+
+def sweep_points(rows: pd.DataFrame, axis: str, context: float | None) -> list[KneePoint]:
+    """Points of one sweep (rows of one tier), repeats averaged, sorted along `axis`."""
+    points = []
+    for value, g in rows.groupby(axis, sort=True):
+        eff = _effective(g)
+        points.append(
+            KneePoint(
+                axis_value=as_int(value),
+                cells=sorted(g["cell_id"].astype(str)),
+                live_history_tokens=None if eff is None or context is None else eff * context,
+                later_hit_rate=_mean(g, "later_round_cached_share"),
+                degradation_p50_pct=_mean(g, "ttft_degradation_p50_pct"),
+                later_p95_s=_mean(g, "ttft_later_p95_s"),
+            )
+        )
+    return points
+
+
+def tokens_text(tokens: float | None) -> str:
+    """0.4 M / 12 k / 830 tokens."""
+    if tokens is None:
+        return "unknown"
+    if tokens >= 1e6:
+        return f"{tokens / 1e6:.3g} M"
+    if tokens >= 1e3:
+        return f"{tokens / 1e3:.3g} k"
+    return f"{tokens:.0f}"
+
+
+def _point_text(axis: str, p: KneePoint) -> str:
+    hit = "–" if p.later_hit_rate is None else f"{100 * p.later_hit_rate:.0f} %"
+    deg = "–" if p.degradation_p50_pct is None else f"{p.degradation_p50_pct:+.0f} %"
+    return (
+        f"{axis} {p.axis_value} ({tokens_text(p.live_history_tokens)} tokens of live history, "
+        "later-round hit "
+        f"rate {hit}, p50 TTFT degradation {deg})"
+    )
+
+
+def find_knee(points: Sequence[KneePoint], axis: str) -> tuple[str, str, int | None]:
+    """(status, criterion, index of the knee point) over points sorted along the axis."""
+    if len(points) < 2:
+        return "too_few_points", "a knee needs at least two points along the sweep", None
+    base = points[0]
+    if (
+        base.later_hit_rate is not None
+        and base.later_hit_rate > 0
+        and all(p.later_hit_rate is not None for p in points)
+    ):
+        limit = HIT_COLLAPSE_FRACTION * base.later_hit_rate
+        criterion = (
+            f"later-round hit rate below {HIT_COLLAPSE_FRACTION:.0%} of its value at {axis} "
+            f"{base.axis_value} ({100 * base.later_hit_rate:.0f} %), i.e. below {100 * limit:.0f} %"
+        )
+        for i, p in enumerate(points[1:], start=1):
+            if p.later_hit_rate is not None and p.later_hit_rate < limit:
+                return "found", criterion, i
+        return "not_reached", criterion, None
+    if base.degradation_p50_pct is not None and all(p.degradation_p50_pct is not None for p in points):
+        limit = base.degradation_p50_pct + DEGRADATION_RISE_POINTS
+        criterion = (
+            f"no hit rates were recorded; p50 TTFT degradation above {limit:+.0f} % "
+            f"({DEGRADATION_RISE_POINTS:.0f} points over its value at {axis} {base.axis_value})"
+        )
+        for i, p in enumerate(points[1:], start=1):
+            if p.degradation_p50_pct is not None and p.degradation_p50_pct > limit:
+                return "found", criterion, i
+        return "not_reached", criterion, None
+    return (
+        "no_figures",
+        "neither later-round hit rates nor TTFT degradation were measured at every point",
+        None,
+    )
+
+
+def knees(summary: pd.DataFrame) -> list[Knee]:
+    """The measured knee of every sweep of `summary` (one per tier and fixed configuration)."""
+    out: list[Knee] = []
+    if summary.empty:
+        return out
+    contexts = mean_live_context(summary)
+    by_concurrency = summary.groupby([*SWEEP_KEYS, "tier"], sort=False, dropna=False)
+    multi = any(len(set(g["concurrency"])) > 1 for _, g in by_concurrency)
+    axis = "concurrency" if multi or len(set(summary["num_rounds"])) <= 1 else "num_rounds"
+    fixed_keys = [k for k in ["model", "concurrency", "num_rounds", "isl", "osl"] if k != axis]
+    for key, rows in summary.groupby([*fixed_keys, "tier"], sort=False, dropna=False):
+        fixed = dict(zip(fixed_keys, (v.item() if hasattr(v, "item") else v for v in key[:-1]), strict=True))
+        tier = str(key[-1])
+        if axis == "concurrency":
+            ctx = contexts.get((fixed["model"], fixed["num_rounds"], fixed["isl"], fixed["osl"]))
+            points = sweep_points(rows, axis, ctx[0] if ctx else None)
+        else:
+            points = []
+            for _, g in rows.groupby("num_rounds", sort=True):
+                ctx = contexts.get((fixed["model"], g["num_rounds"].iloc[0], fixed["isl"], fixed["osl"]))
+                points += sweep_points(g, axis, ctx[0] if ctx else None)
+        status, criterion, i = find_knee(points, axis)
+        fixed_text = ", ".join(f"{k}={v}" for k, v in fixed.items() if k != "model")
+        if status == "found" and i is not None:
+            lo, hi = points[i - 1], points[i]
+            statement = (
+                f"{tier} ({fixed_text}): the knee lies between {_point_text(axis, lo)} and "
+                f"{_point_text(axis, hi)}"
+            )
+            bracket: list[int] | None = [lo.axis_value, hi.axis_value]
+            history: list[float | None] | None = [lo.live_history_tokens, hi.live_history_tokens]
+        elif status == "not_reached":
+            last = points[-1]
+            reach = _point_text(axis, last)
+            statement = f"{tier} ({fixed_text}): knee not reached in the measured range, up to {reach}"
+            bracket, history = None, None
+        else:
+            statement = f"{tier} ({fixed_text}): no knee can be measured: {criterion}"
+            bracket, history = None, None
+        out.append(
+            Knee(
+                model=str(fixed["model"]),
+                tier=tier,
+                axis=axis,
+                fixed=fixed,
+                status=status,
+                criterion=criterion,
+                bracket=bracket,
+                history_bracket_tokens=history,
+                points=points,
+                statement=statement,
+            )
+        )
+    return out
+
+
+def prediction_text(p: TierCapacity) -> str:
+    """One sentence: tokens and sessions a tier is predicted to retain, or why not."""
+    if p.tokens is None:
+        return f"{p.tier}: no prediction: {p.missing}"
+    sessions = (
+        ""
+        if p.sessions is None
+        else f", {p.sessions:.3g} sessions of this dataset at num_rounds={p.num_rounds}"
+    )
+    return f"{p.tier}: {tokens_text(p.tokens)} tokens of KV history{sessions}"
+
+
+def l2_from_hosts(hosts: Mapping[str, Any], l2_device: str | None, fraction: Stated) -> Stated:
+    """L2 capacity = the profile's capacity fraction x the size of the NVMe device behind the L2 path,
+    from cell.json `hosts.<host>.nvme` (the lmcache_server role applies the fraction to the mounted
+    filesystem's size, a little smaller than the device, so this is an upper bound)."""
+    name = "L2 capacity"
+    if not l2_device:
+        return Stated(name, None, "B", "unavailable: cell.json names no l2_device")
+    if fraction.value is None:
+        return Stated(name, None, "B", f"unavailable: {fraction.source}")
+    for host, record in sorted(hosts.items()):
+        for dev in (record or {}).get("nvme") or []:
+            if not isinstance(dev, Mapping) or str(dev.get("device", "")).rsplit("/", 1)[-1] != l2_device:
+                continue
+            size = _num(dev.get("size_bytes"))
+            if size:
+                return Stated(
+                    name,
+                    fraction.value * size,
+                    "B",
+                    f"{fraction.value:g} ({fraction.source}) x {size / 1e12:.3g} TB, the size of "
+                    f"{l2_device} on {host} (cell.json hosts); the role applies the fraction to the "
+                    "filesystem's size, a little smaller",
+                )
+    return Stated(
+        name, None, "B", f"unavailable: cell.json hosts record no size for the L2 device {l2_device}"
+    )

@@ -1,0 +1,327 @@
+"""The report's first screen: one short statement per comparison group and tier, with numbers.
+
+Pure: the tier comparison (summary rows with `comparable`), the warnings table, the software frame and
+each cell's request records in; `Finding`s out. A finding's group holds model, concurrency, num_rounds,
+ISL and OSL fixed and pools the repeats (FINDING_KEYS); its confidence intervals come from
+kvoffload/analysis/bootstrap.py (sessions within a cell, cells across repeats). Each statement says
+whether the comparison is valid (and if not, why), whether offload was exercised, where prompt tokens
+came from (GPU prefix cache, LMCache L1 and L2), and how requests were routed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from kvoffload.analysis import bootstrap
+from kvoffload.analysis.compare import (
+    GROUP_KEYS,
+    NEAR_FULL_PCT,
+    OFFLOAD_TIERS,
+    group_label,
+    offload_exercised,
+)
+from kvoffload.analysis.software import version_splits
+
+FINDING_KEYS = [k for k in GROUP_KEYS if k != "repeat"]
+# Warning kinds that make a comparison invalid, and the ones that qualify it.
+INVALIDATING = (
+    "sessions_differ",
+    "cells_not_clean",
+    "cell_faulted",
+    "failed_requests",
+    "caddy_upstream_flaps",
+)
+CAVEATS = (
+    "cell_not_done",
+    "concurrency_above_ceiling",
+    "scrape_gaps",
+    "no_engine_metrics",
+    "no_virtual_users",
+)
+ROUTING = {
+    "header X-User-Id": "sticky by X-User-Id",
+    "least_conn": "least_conn",
+}
+ROUTING_NOTE = (
+    "Routing differs by design: with two or more replicas the gpu tier routes sticky by the X-User-Id "
+    "header (a user's rounds return to the replica whose prefix cache holds its history), while the cpu "
+    "and nvme tiers use least_conn (every replica reads the one shared LMCache server), as the methodology "
+    "requires."
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One tier of one comparison group, as the first screen states it."""
+
+    group: str
+    model: str
+    concurrency: int
+    num_rounds: int
+    isl: int
+    osl: str
+    tier: str
+    cells: list[str]
+    repeats: int
+    comparable: bool
+    not_comparable_reasons: list[str]
+    caveats: list[str]
+    offload_exercised: bool | None
+    later_p50_s: float | None
+    later_p50_ci_s: list[float] | None
+    later_p95_s: float | None
+    later_p95_ci_s: list[float] | None
+    p50_change_vs_gpu_pct: float | None
+    p50_change_ci_pct: list[float] | None
+    p95_change_vs_gpu_pct: float | None
+    p95_change_ci_pct: list[float] | None
+    sessions: int
+    gpu_prefix_token_share: float | None
+    lmcache_token_share: float | None
+    lmcache_l1_hit_share: float | None
+    lmcache_l2_hit_share: float | None
+    routing: str | None
+    statement: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mean(rows: pd.DataFrame, column: str) -> float | None:
+    if column not in rows:
+        return None
+    v = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(v.mean()) if len(v) else None
+
+
+def _sum(rows: pd.DataFrame, column: str) -> float | None:
+    if column not in rows:
+        return None
+    v = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(v.sum()) if len(v) else None
+
+
+def _pct(share: float | None) -> str:
+    return "–" if share is None else f"{100 * share:.0f} %"
+
+
+def _seconds(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3g} s"
+
+
+def _change_text(what: str, est: float | None, ci: list[float] | None) -> str:
+    """ "cuts X by 56 % (95 % CI 41-66 %)" and its kin."""
+    if est is None:
+        return f"{what}: no change can be computed (no later-round TTFT on one side)"
+    if ci is None:
+        return f"changes {what} by {est:+.0f} % (no interval: too few sessions)"
+    lo, hi = ci
+    if hi < 0:
+        return f"cuts {what} by {-est:.0f} % (95 % CI {-hi:.0f}-{-lo:.0f} %)"
+    if lo > 0:
+        return f"raises {what} by {est:.0f} % (95 % CI {lo:.0f}-{hi:.0f} %)"
+    return f"does not change {what} measurably: {est:+.0f} % (95 % CI {lo:+.0f} to {hi:+.0f} %)"
+
+
+def _sources_text(gpu: float | None, lmc: float | None, l1: float | None, l2: float | None) -> str:
+    parts = []
+    if lmc is not None:
+        split = ""
+        if l1 is not None and l2 is not None and (l1 or l2):
+            split = f" (L1 {_pct(l1)}, L2 {_pct(l2)} of its hits)"
+        parts.append(f"{_pct(lmc)} of prompt tokens came from LMCache{split}")
+    if gpu is not None:
+        parts.append(f"{_pct(gpu)} {'from' if parts else 'of prompt tokens came from'} the GPU prefix cache")
+    return ", ".join(parts)
+
+
+def _exercised(rows: pd.DataFrame) -> bool | None:
+    values = [offload_exercised(r) for _, r in rows.iterrows()]
+    if any(v is True for v in values):
+        return True
+    if values and all(v is False for v in values):
+        return False
+    return None
+
+
+def _not_exercised_text(rows: pd.DataFrame) -> str:
+    kv = _mean(rows, "kv_usage_max_pct")
+    kv_text = "unknown" if kv is None else f"{kv:.0f} %"
+    return (
+        f"offload was never exercised: KV usage peaked at {kv_text} (below {NEAR_FULL_PCT:.0f} %), "
+        "no LMCache evictions, no external prefix-cache hits, so this comparison does not measure offloading"
+    )
+
+
+def _routing(rows: pd.DataFrame) -> str | None:
+    policies = {str(p) for p in rows.get("caddy_policy", pd.Series(dtype=object)).dropna()}
+    if policies:
+        return " / ".join(ROUTING.get(p, p) for p in sorted(policies))
+    replicas = _mean(rows, "gpu_replicas")
+    return "one replica, no load balancer" if replicas == 1 else None
+
+
+def _reasons(
+    rows: pd.DataFrame, warnings: pd.DataFrame, labels: set[str], software: pd.DataFrame | None
+) -> tuple[list[str], list[str]]:
+    """(why not comparable, caveats) of one pooled group, from its group warnings (which name the cells
+    at fault) and the cell warnings of its cells, and from the software its cells ran."""
+    cells = set(rows["cell_id"].astype(str))
+    reasons: list[str] = []
+    caveats: list[str] = []
+    if not warnings.empty:
+        groups = warnings[(warnings["scope"] == "group") & warnings["group"].isin(labels)]
+        for _, w in groups.iterrows():
+            if w["kind"] in INVALIDATING:
+                reasons.append(str(w["message"]).removeprefix("not comparable: "))
+        mine = warnings[(warnings["scope"] == "cell") & warnings["cell_id"].isin(cells)]
+        for _, w in mine.iterrows():
+            if w["kind"] in CAVEATS:
+                caveats.append(f"{w['cell_id']}: {w['message']}")
+    splits = version_splits(software, cells) if software is not None else pd.DataFrame()
+    if not splits.empty:
+        reasons.append(f"software differs between its cells ({', '.join(sorted(set(splits['item'])))})")
+    return list(dict.fromkeys(reasons)), list(dict.fromkeys(caveats))
+
+
+def group_findings(
+    rows: pd.DataFrame,
+    warnings: pd.DataFrame,
+    requests: Mapping[str, pd.DataFrame],
+    software: pd.DataFrame | None = None,
+    replicates: int = bootstrap.REPLICATES,
+) -> list[Finding]:
+    """The findings of one pooled group (rows of tier_comparison sharing FINDING_KEYS)."""
+    first = rows.iloc[0]
+    labels = {group_label(r) for _, r in rows.iterrows()}
+    reasons, caveats = _reasons(rows, warnings, labels, software)
+    comparable = bool(rows["comparable"].fillna(True).astype(bool).all()) and not reasons
+    empty = pd.DataFrame(columns=["user_id", "round", "status", "ttft_s"])
+
+    def cells_of(tier: str) -> list[pd.DataFrame]:
+        return [requests.get(str(c), empty) for c in rows.loc[rows["tier"] == tier, "cell_id"]]
+
+    base = cells_of("gpu") if (rows["tier"] == "gpu").any() else []
+    where = f"at concurrency {int(first['concurrency'])}, num_rounds {int(first['num_rounds'])}"
+    out = []
+    for tier in [t for t in ("gpu", "cpu", "nvme") if (rows["tier"] == t).any()]:
+        mine_rows = rows[rows["tier"] == tier]
+        mine = cells_of(tier)
+        p50 = bootstrap.later_percentile(mine, 50, replicates)
+        p95 = bootstrap.later_percentile(mine, 95, replicates)
+        c50 = bootstrap.change_pct(mine, base, 50, replicates) if base and tier != "gpu" else None
+        c95 = bootstrap.change_pct(mine, base, 95, replicates) if base and tier != "gpu" else None
+        l1, l2 = _sum(mine_rows, "lmcache_l1_hit_tokens"), _sum(mine_rows, "lmcache_l2_hit_tokens")
+        hits = (l1 or 0.0) + (l2 or 0.0)
+        l1_share = l1 / hits if l1 is not None and hits > 0 else None
+        l2_share = l2 / hits if l2 is not None and hits > 0 else None
+        gpu_share, lmc_share = (
+            _mean(mine_rows, "gpu_prefix_token_share"),
+            _mean(mine_rows, "lmcache_token_share"),
+        )
+        exercised = _exercised(mine_rows) if tier in OFFLOAD_TIERS else None
+        routing = _routing(mine_rows)
+        later = (
+            f"later-round p50 TTFT {_seconds(p50.estimate)}"
+            + (
+                f" (95 % CI {p50.low:.3g}-{p50.high:.3g} s)"
+                if p50.low is not None and p50.high is not None
+                else ""
+            )
+            + f", p95 {_seconds(p95.estimate)}"
+        )
+        if tier == "gpu":
+            text = f"gpu (the baseline) {where}: {later}"
+            sources = _sources_text(gpu_share, None, None, None)
+        elif c50 is None:
+            text = f"{tier} {where}: no gpu cell to compare against; {later}"
+            sources = _sources_text(gpu_share, lmc_share, l1_share, l2_share)
+        else:
+            text = (
+                f"{tier} {_change_text('later-round p50 TTFT', c50.estimate, c50.as_list())} "
+                f"against gpu {where}"
+                f" (p95: {_change_text('it', c95.estimate, c95.as_list()) if c95 else '–'})"
+            )
+            sources = _sources_text(gpu_share, lmc_share, l1_share, l2_share)
+        if tier in OFFLOAD_TIERS:
+            if exercised is True:
+                text += "; offload was exercised" + (f": {sources}" if sources else "")
+            elif exercised is False:
+                text += f"; {_not_exercised_text(mine_rows)}"
+            else:
+                text += (
+                    "; whether offload was exercised is unknown (no KV usage, eviction or external-hit data)"
+                )
+        elif sources:
+            text += f"; {sources}"
+        if routing:
+            text += f"; routing {routing}"
+        if not comparable:
+            text = (
+                "NOT A VALID COMPARISON ("
+                + "; ".join(reasons or ["see the validity warnings"])
+                + "). "
+                + text
+            )
+        out.append(
+            Finding(
+                group=group_label(first).rsplit(" repeat=", 1)[0],
+                model=str(first["model"]),
+                concurrency=int(first["concurrency"]),
+                num_rounds=int(first["num_rounds"]),
+                isl=int(first["isl"]),
+                osl=str(first["osl"]),
+                tier=tier,
+                cells=sorted(mine_rows["cell_id"].astype(str)),
+                repeats=len(mine_rows),
+                comparable=comparable,
+                not_comparable_reasons=reasons,
+                caveats=caveats,
+                offload_exercised=exercised,
+                later_p50_s=p50.estimate,
+                later_p50_ci_s=p50.as_list(),
+                later_p95_s=p95.estimate,
+                later_p95_ci_s=p95.as_list(),
+                p50_change_vs_gpu_pct=None if c50 is None else c50.estimate,
+                p50_change_ci_pct=None if c50 is None else c50.as_list(),
+                p95_change_vs_gpu_pct=None if c95 is None else c95.estimate,
+                p95_change_ci_pct=None if c95 is None else c95.as_list(),
+                sessions=p50.sessions,
+                gpu_prefix_token_share=gpu_share,
+                lmcache_token_share=lmc_share,
+                lmcache_l1_hit_share=l1_share,
+                lmcache_l2_hit_share=l2_share,
+                routing=routing,
+                statement=text + ".",
+            )
+        )
+    return out
+
+
+def findings(
+    comparison: pd.DataFrame,
+    warnings: pd.DataFrame,
+    requests: Mapping[str, pd.DataFrame],
+    software: pd.DataFrame | None = None,
+    replicates: int = bootstrap.REPLICATES,
+) -> list[Finding]:
+    """Every finding of a campaign, groups in summary order, tiers gpu, cpu, nvme."""
+    out: list[Finding] = []
+    if comparison.empty:
+        return out
+    for _, rows in comparison.groupby(FINDING_KEYS, sort=False, dropna=False):
+        out.extend(group_findings(rows, warnings, requests, software, replicates))
+    return out
+
+
+def by_group(items: Sequence[Finding]) -> dict[str, list[Finding]]:
+    """Findings keyed by their group label, in order."""
+    out: dict[str, list[Finding]] = {}
+    for f in items:
+        out.setdefault(f.group, []).append(f)
+    return out

@@ -1,0 +1,74 @@
+"""Whether the nodes of a node-parallel campaign are alike (DESIGN.md section 3).
+
+A comparison group runs on one node, so a tier comparison never mixes hardware; but figures of groups
+that ran on different nodes (a concurrency sweep spread over two nodes) compare only when the nodes
+are alike. This reads the host facts every cell.json records (`hosts`: CPU, vCPUs, RAM, OS, kernel,
+GPUs, NVMe) for the nodes that ran cells (the `node` column of the cells table) and says what differs.
+Software differences are `analysis.software`'s (version_splits across the cells of one role's hosts).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+# Host facts compared between nodes, with the words the warning uses.
+COMPARED_FACTS = {
+    "cpu": "CPU",
+    "vcpus": "vCPUs",
+    "ram_gib": "RAM GiB",
+    "os": "OS",
+    "kernel": "kernel",
+    "gpus": "GPUs",
+    "nvme": "NVMe",
+}
+
+
+def _fact_text(value: Any) -> str:
+    if isinstance(value, list):
+        models = [json.dumps(v, sort_keys=True) if not isinstance(v, str) else v for v in value]
+        return f"{len(models)} x {' + '.join(sorted(set(models)))}" if models else "none"
+    return "unknown" if value is None else str(value)
+
+
+def node_facts(cells: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """node -> compared fact -> its text, for every node that ran a cell (facts from any cell.json)."""
+    if "node" not in cells or cells.empty:
+        return {}
+    hosts: dict[str, dict[str, Any]] = {}
+    for text in cells["hosts"].dropna():
+        hosts.update(json.loads(text))
+    out = {}
+    for node in sorted({str(n) for n in cells["node"].dropna()}):
+        facts = hosts.get(node, {})
+        out[node] = {key: _fact_text(facts.get(key)) for key in COMPARED_FACTS}
+    return out
+
+
+def node_differences(cells: pd.DataFrame) -> list[dict[str, Any]]:
+    """One entry per compared fact whose value differs between the campaign's nodes:
+    {fact, values: {node: text}}. Empty with one node, or when every node is alike."""
+    facts = node_facts(cells)
+    if len(facts) < 2:
+        return []
+    out = []
+    for key, words in COMPARED_FACTS.items():
+        values = {node: f[key] for node, f in facts.items()}
+        if len(set(values.values())) > 1:
+            out.append({"fact": words, "values": values})
+    return out
+
+
+def node_warning_text(differences: list[dict[str, Any]]) -> str | None:
+    """The campaign warning for nodes that differ, or None when they are alike."""
+    if not differences:
+        return None
+    parts = [
+        f"{d['fact']} ({', '.join(f'{n}: {v}' for n, v in sorted(d['values'].items()))})" for d in differences
+    ]
+    return (
+        "the nodes differ in " + "; ".join(parts) + ": tier comparisons stay within one node and remain "
+        "valid, but figures of groups that ran on different nodes do not compare with each other"
+    )

@@ -1,0 +1,95 @@
+"""A node-parallel campaign on a virtual lab of two nodes and a client (`lab up --nodes 2`).
+
+Each node runs its own replicas, lmcache-server and Caddy. The campaign's two comparison groups run
+one per node, at the same time; every tier of a group on its node; each cell samples only its node
+and the client, and records which node ran it; the report names the node of each cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.lab import kvlab, lab_marks, small_campaign
+
+pytestmark = lab_marks(2400)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    base = tmp_path_factory.mktemp("nodes")
+    env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
+    inventory = base / "hosts.yml"
+    up = kvlab(env, "lab", "up", "--hosts", "3", "--nodes", "2", "--bridge", "kvlabn0", "--prefix", "kvn",
+               "--subnet", "10.213.12.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        campaign = small_campaign("two-nodes", ["gpu", "cpu"], concurrency=[2, 4], sample_interval_s=2)
+        (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
+        plan = kvlab(env, "plan", str(inventory), "--campaign", str(base / "campaign.yml"),
+                     "--results", str(base / "results"), timeout=300)  # fmt: skip
+        assert plan.returncode == 0, plan.stderr[-3000:]
+        run = kvlab(env, "run", str(inventory), "--campaign", str(base / "campaign.yml"),
+                    "--results", str(base / "results"))  # fmt: skip
+        assert run.returncode == 0, run.stderr[-6000:]
+        yield base / "results" / "two-nodes", plan.stdout
+    finally:
+        down = kvlab(env, "lab", "down", timeout=300)
+        assert down.returncode == 0, down.stderr[-2000:]
+
+
+def _records(results: Path) -> list[dict[str, Any]]:
+    return [json.loads((c / "cell.json").read_text()) for c in sorted((results / "cells").iterdir())]
+
+
+def test_plan_shows_which_node_runs_which_cells(two_nodes: tuple[Path, str]) -> None:
+    plan = two_nodes[1]
+    assert "node kvn2: 2 replica(s); lmcache: kvn2; lb: kvn2" in plan
+    assert "node kvn3: 2 replica(s); lmcache: kvn3; lb: kvn3" in plan
+    rows = [line for line in plan.splitlines() if "to run" in line]
+    assert len(rows) == 4 and {r.split()[1] for r in rows} == {"kvn2", "kvn3"}, plan
+
+
+def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, str]) -> None:
+    records = _records(two_nodes[0])
+    assert len(records) == 4 and all(r["status"] == "done" for r in records), records
+    by_group: dict[int, set[str]] = {}
+    for r in records:
+        by_group.setdefault(r["config"]["concurrency"], set()).add(r["node"])
+    assert all(len(nodes) == 1 for nodes in by_group.values()), by_group
+    assert set().union(*by_group.values()) == {"kvn2", "kvn3"}
+    # the two nodes' replays overlapped in time
+    spans = {}
+    for r in records:
+        lo, hi = spans.get(r["node"], (r["started_at"], r["finished_at"]))
+        spans[r["node"]] = (min(lo, r["started_at"]), max(hi, r["finished_at"]))
+    (a0, a1), (b0, b1) = spans.values()
+    assert a0 < b1 and b0 < a1, spans
+
+
+def test_a_cell_samples_its_own_node_and_the_client_only(two_nodes: tuple[Path, str]) -> None:
+    for r in _records(two_nodes[0]):
+        hosts = {t["host"] for t in r["targets"].values()}
+        assert hosts == {r["node"], "kvn1"}, r["targets"]
+        assert r["replay_argv"][r["replay_argv"].index("--base-url") + 1].startswith("http://10.213.12.")
+        counts = json.loads((two_nodes[0] / "cells" / r["cell_id"] / "sessions.json").read_text())
+        assert counts["failed_requests"] == 0 and counts["complete"] == 8, counts
+        samples = (two_nodes[0] / "cells" / r["cell_id"] / "metrics").glob("*.jsonl")
+        seen = {json.loads(line)["target"] for f in samples for line in f.read_text().splitlines()}
+        assert seen and all(t.startswith(("vllm-" + r["node"], "node-" + r["node"], "node-kvn1", "lmcache",
+                                          "caddy")) for t in seen), seen  # fmt: skip
+
+
+def test_each_node_starts_its_own_engines_and_the_report_names_the_nodes(two_nodes: tuple[Path, str]) -> None:
+    methods = {(r["node"], r["config"]["tier"]): r["cold_start"]["method"] for r in _records(two_nodes[0])}
+    # one group per node: each tier runs once on each node, on engines started for it
+    assert sorted(methods) == [("kvn2", "cpu"), ("kvn2", "gpu"), ("kvn3", "cpu"), ("kvn3", "gpu")]
+    assert set(methods.values()) == {"restart"}, methods
+    report = (two_nodes[0] / "report" / "report.md").read_text()
+    assert "kvn2" in report and "kvn3" in report

@@ -1,0 +1,243 @@
+"""Capacity predictions, the measured knee and the recommendation's bounds, worked out by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from kvoffload.analysis.capacity import (
+    GIB,
+    Stated,
+    gpu_cache_figures,
+    knees,
+    kv_bytes_from_model_config,
+    l2_from_hosts,
+    lmcache_capacity_figures,
+    predict,
+)
+from kvoffload.analysis.recommend import recommend
+from tests.unit.analysis.analysis_frames import samples_frame
+
+CACHE_LABELS = {"block_size": "16", "num_gpu_blocks": "1000", "kv_cache_memory_bytes": "65536000"}
+
+
+def test_gpu_capacity_from_cache_config_info_of_every_replica() -> None:
+    labels = {**CACHE_LABELS, "kv_cache_size_tokens": "16000"}
+    s = samples_frame(
+        [
+            ("run", 0, "vllm-0", "vllm:cache_config_info", labels, 1.0),
+            ("run", 15, "vllm-0", "vllm:cache_config_info", labels, 1.0),
+            ("run", 0, "vllm-1", "vllm:cache_config_info", labels, 1.0),
+        ]
+    )
+    f = gpu_cache_figures(s)
+    # 2 replicas x 1000 blocks x 16 tokens; 65536000 B / 16000 tokens = 4096 B per token.
+    assert f["gpu_replicas"] == 2 and f["gpu_num_blocks"] == 1000 and f["gpu_block_size"] == 16
+    assert f["gpu_cache_tokens"] == 32000.0
+    assert f["vllm_kv_bytes_per_token"] == 4096.0
+    assert gpu_cache_figures(samples_frame([]))["gpu_cache_tokens"] is None
+
+
+def test_l1_pool_size_from_usage_bytes_over_ratio() -> None:
+    lab = {"backend": "dram", "l1_tag": "_default"}
+    s = samples_frame(
+        [
+            ("run", 0, "lmcache", "lmcache_mp_l1_memory_usage_bytes", lab, 1.0e6),
+            ("run", 0, "lmcache", "lmcache_mp_l1_usage_ratio", lab, 0.001),  # below 1 %: too coarse
+            ("run", 15, "lmcache", "lmcache_mp_l1_memory_usage_bytes", lab, 5.0e8),
+            ("run", 15, "lmcache", "lmcache_mp_l1_usage_ratio", lab, 0.25),
+            ("run", 15, "lmcache", "lmcache_mp_l2_usage_bytes", {"l2_name": "fs_native"}, 3.0e9),
+            ("run", 30, "lmcache", "lmcache_mp_l2_usage_bytes", {"l2_name": "fs_native"}, 2.0e9),
+        ]
+    )
+    f = lmcache_capacity_figures(s)
+    assert f["lmcache_l1_capacity_bytes"] == pytest.approx(2.0e9)  # 5e8 / 0.25
+    assert f["lmcache_l2_usage_bytes_max"] == pytest.approx(3.0e9)
+
+
+def test_kv_bytes_from_a_model_config() -> None:
+    cfg = {"num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}
+    s = kv_bytes_from_model_config(cfg, "/models/qwen3-8b/config.json")
+    assert s.value == 2 * 36 * 8 * 128 * 2 == 147456
+    assert "/models/qwen3-8b/config.json" in s.source and "36 layers" in s.source
+    # head_dim from hidden_size / heads when absent
+    llama = {
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "num_attention_heads": 32,
+        "hidden_size": 4096,
+    }
+    assert kv_bytes_from_model_config({**llama, "torch_dtype": "float16"}, "x").value == 131072
+    missing = kv_bytes_from_model_config({"num_hidden_layers": 2}, "y")
+    assert missing.value is None and "lacks" in missing.source
+
+
+def test_l2_capacity_from_the_device_size() -> None:
+    hosts = {"gpu1": {"nvme": [{"device": "/dev/nvme0n1", "size_bytes": 4.0e12}]}}
+    frac = Stated("L2 capacity fraction", 0.9, "", "nvme.yaml")
+    s = l2_from_hosts(hosts, "nvme0n1", frac)
+    assert s.value == pytest.approx(3.6e12)
+    assert "nvme0n1 on gpu1" in s.source
+    assert l2_from_hosts(hosts, "loop3", frac).value is None
+    assert l2_from_hosts(hosts, None, frac).source == "unavailable: cell.json names no l2_device"
+
+
+def _cell(cell_id: str, tier: str, concurrency: int, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "cell_id": cell_id,
+        "tier": tier,
+        "model": "m",
+        "concurrency": concurrency,
+        "num_rounds": 10,
+        "isl": 32768,
+        "osl": "recorded",
+        "repeat": 0,
+        "virtual_users_available": 1000,
+        "sessions_replayed": 100,
+        "live_context_mean_tokens": 10000.0,
+        "gpu_cache_tokens": None,
+        "gpu_num_blocks": None,
+        "gpu_block_size": None,
+        "gpu_replicas": None,
+        "vllm_kv_bytes_per_token": None,
+        "lmcache_l1_capacity_bytes": None,
+        "lmcache_l2_usage_bytes_max": None,
+        "lmcache_l1_size_gb": None,
+        "later_round_cached_share": 0.9,
+        "ttft_degradation_p50_pct": 10.0,
+        "ttft_later_p50_s": 1.0,
+        "ttft_later_p95_s": 2.0,
+        "comparable": True,
+    }
+    row.update(over)
+    return row
+
+
+def test_predictions_in_tokens_and_sessions() -> None:
+    """gpu: 2 replicas x 25000 blocks x 16 = 800 k tokens; cpu: 4 GiB L1 / 4096 B = 1,048,576 tokens;
+    nvme: 1e12 B L2 / 4096 B. Mean live context over the three cells:
+    (10000 x 100 + 20000 x 300 + 10000 x 100) / 500 = 16000 tokens."""
+    gpu = {"gpu_cache_tokens": 800000.0, "gpu_num_blocks": 25000, "gpu_block_size": 16, "gpu_replicas": 2}
+    summary = pd.DataFrame(
+        [
+            _cell("g", "gpu", 8, **gpu),
+            _cell(
+                "c", "cpu", 8, sessions_replayed=300, live_context_mean_tokens=20000.0, lmcache_l1_size_gb=4.0
+            ),
+            _cell("n", "nvme", 8),
+        ]
+    )
+    kv = {cid: Stated("KV bytes per token", 4096.0, "B", "profile") for cid in ("c", "n")}
+    l2 = {"n": Stated("L2 capacity", 1.0e12, "B", "device")}
+    preds = {p.tier: p for p in predict(summary, kv, {}, l2)}
+    assert preds["gpu"].tokens == 800000.0
+    assert preds["gpu"].sessions == pytest.approx(50.0)
+    assert preds["cpu"].tokens == pytest.approx(4 * GIB / 4096)
+    assert preds["cpu"].sessions == pytest.approx(4 * GIB / 4096 / 16000)
+    assert preds["nvme"].tokens == pytest.approx(1.0e12 / 4096)
+    sources = {s.name: s.source for s in preds["cpu"].inputs}
+    assert "lmcache_l1_size_gb = 4 GiB" in sources["L1 pool"]
+    assert "mean over 500 sessions" in sources["mean live context per session"]
+    # Without an L2 size nothing is predicted for nvme, and the reason says so.
+    bare = {p.tier: p for p in predict(summary, kv, {}, {})}
+    assert bare["nvme"].tokens is None and bare["nvme"].missing is not None
+    assert "L2 capacity" in bare["nvme"].missing
+
+
+def test_vllm_kv_bytes_is_the_fallback_and_metrics_win_for_l1() -> None:
+    summary = pd.DataFrame(
+        [
+            _cell(
+                "c",
+                "cpu",
+                8,
+                vllm_kv_bytes_per_token=2048.0,
+                lmcache_l1_capacity_bytes=2.0e9,
+                lmcache_l1_size_gb=64,
+            )
+        ]
+    )
+    (p,) = predict(summary)
+    assert p.tokens == pytest.approx(2.0e9 / 2048)
+    assert "lmcache /metrics" in p.inputs[0].source and "cache_config_info" in p.inputs[1].source
+
+
+def test_knee_bracket_on_the_hit_rate_collapse() -> None:
+    """Hit rates 90, 80, 40, 10 % at concurrency 8, 16, 32, 64: the first below half of 90 % (45 %) is
+    at 32, so the knee lies between 16 and 32; live history 16 x 10000 and 32 x 10000 tokens."""
+    summary = pd.DataFrame(
+        [
+            _cell(f"g{c}", "gpu", c, later_round_cached_share=h)
+            for c, h in ((8, 0.9), (16, 0.8), (32, 0.4), (64, 0.1))
+        ]
+        + [_cell(f"c{c}", "cpu", c, later_round_cached_share=0.9) for c in (8, 16, 32, 64)]
+    )
+    found = {k.tier: k for k in knees(summary)}
+    g = found["gpu"]
+    assert g.status == "found" and g.axis == "concurrency"
+    assert g.bracket == [16, 32]
+    assert g.history_bracket_tokens == [160000.0, 320000.0]
+    assert "between concurrency 16 (160 k tokens" in g.statement
+    c = found["cpu"]
+    assert c.status == "not_reached" and "not reached in the measured range" in c.statement
+
+
+def test_knee_on_degradation_without_hit_rates_and_the_user_ceiling() -> None:
+    """No hit rates: degradation +10, +40, +70 %; the limit is +10 + 50 = +60, crossed at 32. Concurrency
+    64 with 40 virtual users holds only 40 sessions of live history."""
+    rows = [
+        _cell(f"g{c}", "gpu", c, later_round_cached_share=None, ttft_degradation_p50_pct=d)
+        for c, d in ((8, 10.0), (16, 40.0), (32, 70.0))
+    ]
+    rows.append(_cell("g64", "gpu", 64, later_round_cached_share=None, virtual_users_available=40))
+    (k,) = knees(pd.DataFrame(rows))
+    assert k.status == "found" and k.bracket == [16, 32]
+    assert "degradation" in k.criterion
+    assert k.points[-1].live_history_tokens == 40 * 10000.0
+
+
+def test_recommendation_bounds_come_from_measured_cells() -> None:
+    """gpu fastest at 8 and 16, cpu at 32 and 64, nvme at 128: ranges bounded by those cells' live
+    history (x 10000 tokens); gpu's hit rate collapses at 32, so a capacity was crossed."""
+    rows = []
+    best = {8: "gpu", 16: "gpu", 32: "cpu", 64: "cpu", 128: "nvme"}
+    for c, winner in best.items():
+        for tier in ("gpu", "cpu", "nvme"):
+            hit = 0.1 if tier == "gpu" and c >= 32 else 0.9
+            rows.append(
+                _cell(
+                    f"{tier}{c}",
+                    tier,
+                    c,
+                    ttft_later_p50_s=0.5 if tier == winner else 1.0,
+                    later_round_cached_share=hit,
+                )
+            )
+    summary = pd.DataFrame(rows)
+    ks = knees(summary)
+    (r,) = recommend(summary, predict(summary), ks)
+    assert [(s.tier, s.from_concurrency, s.to_concurrency) for s in r.segments] == [
+        ("gpu", 8, 16),
+        ("cpu", 32, 64),
+        ("nvme", 128, 128),
+    ]
+    assert [(s.from_history_tokens, s.to_history_tokens) for s in r.segments][1] == (320000.0, 640000.0)
+    assert r.knee_crossed and r.extend_to_concurrency is None
+    assert r.statement.startswith("gpu up to 160 k (concurrency 16) tokens of live history, cpu from 320 k")
+    assert "the gpu-to-cpu crossover lies between 160 k and 320 k tokens" in r.statement
+
+
+def test_recommendation_without_a_knee_says_how_far_to_extend() -> None:
+    """No knee; gpu's predicted capacity is 500 k tokens = 50 sessions of 10000: extend to 50."""
+    gpu = {"gpu_cache_tokens": 500000.0, "gpu_num_blocks": 31250, "gpu_block_size": 16, "gpu_replicas": 1}
+    rows = [_cell(f"g{c}", "gpu", c, **gpu) for c in (8, 16)]
+    rows += [_cell(f"c{c}", "cpu", c, ttft_later_p50_s=0.8) for c in (8, 16)]
+    rows[1]["comparable"] = rows[3]["comparable"] = False
+    summary = pd.DataFrame(rows)
+    (r,) = recommend(summary, predict(summary), knees(summary))
+    assert not r.knee_crossed and r.extend_to_concurrency == 50
+    assert "extend concurrency to 50 (where live history reaches gpu's predicted 500 k tokens)" in r.statement
+    assert r.excluded == ["concurrency 16: not comparable"]
+    assert r.segments[0].tier == "cpu" and r.segments[0].to_concurrency == 8
