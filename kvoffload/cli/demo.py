@@ -24,6 +24,7 @@ DEMO_CAMPAIGNS = {
     "vllm": Path("inventories/local/campaign-vllm.yml"),
 }
 DEMO_INVENTORY = Path("inventories/local/hosts.yml")
+DEFAULT_NODES = 1
 
 
 def register(sub: Any) -> None:
@@ -48,6 +49,15 @@ def register(sub: Any) -> None:
         "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
     )
     p.add_argument(
+        "--nodes",
+        type=int,
+        choices=range(1, 5),
+        default=DEFAULT_NODES,
+        metavar="N",
+        help=f"nodes of the virtual lab, 1-4 (default {DEFAULT_NODES}); the campaign's comparison groups "
+        "run on them in parallel",
+    )
+    p.add_argument(
         "--keep-lab", action="store_true", help="leave the lab up afterwards (`lab down` stops it)"
     )
     p.add_argument(
@@ -70,10 +80,16 @@ def demo(args: argparse.Namespace) -> int:
 
         model = build_tiny_model(cache_root() / "models" / "tiny-llama")
         print(f"demo: tiny random-weight Llama in {model}", file=sys.stderr)
-    if not status().healthy:
-        down()  # a half-up lab from an earlier failure: start clean
-    print("demo: bringing up the virtual lab (2 systemd-nspawn hosts)...", file=sys.stderr)
-    up(UpOptions(hosts=2, inventory=DEMO_INVENTORY))
+    hosts = args.nodes + 1
+    current = status()
+    if not current.healthy or len(current.hosts) != hosts:
+        down()  # a half-up lab from an earlier failure, or one of another size: start clean
+    print(
+        f"demo: bringing up the virtual lab ({hosts} systemd-nspawn hosts: the client and "
+        f"{args.nodes} node(s))...",
+        file=sys.stderr,
+    )
+    up(UpOptions(hosts=hosts, nodes=args.nodes, inventory=DEMO_INVENTORY))
     try:
         run_args = argparse.Namespace(
             inventory=DEMO_INVENTORY,

@@ -185,6 +185,18 @@ def _plan(args: argparse.Namespace) -> int:
                 f"max_sessions {campaign.max_sessions}; the extra slots add no load"
             )
     console.print(cells)
+    knee = campaign.knee_search
+    if knee is not None:
+        limits = []
+        if knee.slo_p95_ttft_s is not None:
+            limits.append(f"later-round p95 TTFT exceeds {knee.slo_p95_ttft_s:g} s")
+        if knee.min_later_hit_rate is not None:
+            limits.append(f"the later-round hit rate falls below {100 * knee.min_later_hit_rate:g} %")
+        console.print(
+            f"knee search: then, per tier on node {lab.nodes[0].name}, concurrency grows x{knee.factor:g} "
+            f"from the measured cells (up to {knee.max_concurrency}) until {' or '.join(limits)}, and "
+            f"bisects to a bracket of {knee.resolution}; its cells are decided as it goes"
+        )
     for line in warnings:
         console.print(f"[yellow]warning:[/] {line}")
     console.print(f"{len(lab.cells) - done} cell(s) to run, {done} already DONE under {done_root}")

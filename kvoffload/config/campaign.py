@@ -46,6 +46,31 @@ class DatasetSpec(_Strict):
         return value
 
 
+class KneeSearch(_Strict):
+    """Ramp concurrency per tier past the campaign's own cells until a limit is crossed (the knee)."""
+
+    slo_p95_ttft_s: float | None = Field(
+        default=None, gt=0, description="later-round p95 TTFT (s) a concurrency may not exceed"
+    )
+    min_later_hit_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="later-round prefix hit rate (0-1) a concurrency may not fall below",
+    )
+    max_concurrency: PositiveInt = Field(default=1024, description="never ramp beyond this concurrency")
+    factor: float = Field(default=2.0, gt=1, description="growth per step until the first breach")
+    resolution: PositiveInt = Field(
+        default=1, description="stop bisecting once the knee's bracket is this narrow (in concurrency)"
+    )
+
+    @model_validator(mode="after")
+    def _a_limit(self) -> KneeSearch:
+        if self.slo_p95_ttft_s is None and self.min_later_hit_rate is None:
+            raise KeyedError("slo_p95_ttft_s", "set slo_p95_ttft_s, min_later_hit_rate or both")
+        return self
+
+
 class L1Sizes(_Strict):
     """lmcache-server L1 pool size per offload tier; a tier left out keeps its profile's size."""
 
@@ -153,6 +178,11 @@ class Campaign(_Strict):
         default=None,
         description="lmcache-server L1 size in GB per offload tier, e.g. {nvme: 0.5} (default: profile's)",
     )
+    knee_search: KneeSearch | None = Field(
+        default=None,
+        description="after the campaign's cells, ramp concurrency per tier until later-round p95 TTFT "
+        "exceeds slo_p95_ttft_s or the later-round hit rate falls below min_later_hit_rate",
+    )
     cold_start: Literal["reset", "restart"] = Field(
         default="reset",
         description="how a cell starts cold: reset (empty the caches of running engines and prove it "
@@ -208,6 +238,12 @@ class Campaign(_Strict):
         if self.kv_cache_memory_bytes is not None and self.num_gpu_blocks_override is not None:
             raise KeyedError(
                 "num_gpu_blocks_override", "set kv_cache_memory_bytes or num_gpu_blocks_override, not both"
+            )
+        if self.knee_search is not None and max(self.concurrency) > self.knee_search.max_concurrency:
+            raise KeyedError(
+                "knee_search.max_concurrency",
+                f"{self.knee_search.max_concurrency} is below the campaign's own concurrency "
+                f"{max(self.concurrency)}",
             )
         floor = chunk_floor(self.dataset.code)
         for i, rounds in enumerate(self.num_rounds):

@@ -50,7 +50,18 @@ class Cell:
 
 
 # Keys that become per-cell values (or, for the L1 sizes, the value of the cell's tier).
-_MATRIX_KEYS = ("name", "tiers", "concurrency", "num_rounds", "isl", "osl", "repeats", "lmcache_l1_size_gb")
+# The knee search only decides which further cells run: it is no part of any cell's configuration.
+_MATRIX_KEYS = (
+    "name",
+    "tiers",
+    "concurrency",
+    "num_rounds",
+    "isl",
+    "osl",
+    "repeats",
+    "lmcache_l1_size_gb",
+    "knee_search",
+)
 
 
 def _fixed_setup(campaign: Campaign, *, exclude_defaults: bool = False) -> dict[str, Any]:
@@ -66,30 +77,38 @@ def cell_id(config: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:CELL_ID_LENGTH]
 
 
-def resolve_cells(campaign: Campaign) -> list[Cell]:
-    """Every cell, ordered by tier (gpu, cpu, nvme) and then by the campaign's list order."""
+def make_cell(
+    campaign: Campaign, tier: Tier, concurrency: int, num_rounds: int, isl: int, osl: Osl, repeat: int
+) -> Cell:
+    """One cell of the campaign at these values (also a cell outside the campaign's lists, such as a
+    step of its knee search)."""
     fixed = _fixed_setup(campaign)
     hashed = _fixed_setup(campaign, exclude_defaults=True)
-    cells = []
-    for tier, concurrency, rounds, isl, osl, repeat in itertools.product(
-        campaign.ordered_tiers(),
-        campaign.concurrency,
-        campaign.num_rounds,
-        campaign.isl,
-        campaign.osl,
-        range(1, campaign.repeats + 1),
-    ):
-        own: dict[str, Any] = {
-            "tier": tier,
-            "concurrency": concurrency,
-            "num_rounds": rounds,
-            "isl": isl,
-            "osl": osl,
-            "repeat": repeat,
-        }
-        sizes = campaign.lmcache_l1_size_gb
-        l1: float | None = None if tier == "gpu" or sizes is None else getattr(sizes, tier)
-        ident = cell_id({**hashed, **own, **({"lmcache_l1_size_gb": l1} if l1 is not None else {})})
-        own["lmcache_l1_size_gb"] = l1
-        cells.append(Cell(ident, tier, concurrency, rounds, isl, osl, repeat, {**fixed, **own}))
-    return cells
+    own: dict[str, Any] = {
+        "tier": tier,
+        "concurrency": concurrency,
+        "num_rounds": num_rounds,
+        "isl": isl,
+        "osl": osl,
+        "repeat": repeat,
+    }
+    sizes = campaign.lmcache_l1_size_gb
+    l1: float | None = None if tier == "gpu" or sizes is None else getattr(sizes, tier)
+    ident = cell_id({**hashed, **own, **({"lmcache_l1_size_gb": l1} if l1 is not None else {})})
+    own["lmcache_l1_size_gb"] = l1
+    return Cell(ident, tier, concurrency, num_rounds, isl, osl, repeat, {**fixed, **own})
+
+
+def resolve_cells(campaign: Campaign) -> list[Cell]:
+    """Every cell, ordered by tier (gpu, cpu, nvme) and then by the campaign's list order."""
+    return [
+        make_cell(campaign, tier, concurrency, rounds, isl, osl, repeat)
+        for tier, concurrency, rounds, isl, osl, repeat in itertools.product(
+            campaign.ordered_tiers(),
+            campaign.concurrency,
+            campaign.num_rounds,
+            campaign.isl,
+            campaign.osl,
+            range(1, campaign.repeats + 1),
+        )
+    ]

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import kvoffload
 from kvoffload.config import Cell, LabConfig
+from kvoffload.orchestrate import knee
 from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed, ResetRecord
 from kvoffload.orchestrate.deployment import (
     cell_extravars,
@@ -209,6 +210,7 @@ class CampaignRunner:
         self._started = 0
         self._last_key: dict[str, str] = {}  # node -> engine key of its latest cell
         self._campaign_timings: dict[str, float] = {}
+        self._knee: list[knee.RampLog] = []
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
@@ -229,6 +231,7 @@ class CampaignRunner:
                 "versions": tool_versions(),
                 "nodes": [n.name for n in self.lab.nodes],
                 "timings": self._campaign_timings,
+                "knee_search": [log.to_json() for log in self._knee] or None,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },
         )
@@ -283,31 +286,100 @@ class CampaignRunner:
                 outcome.skipped.append(cell.id)
             else:
                 todo.append(cell)
-        if not todo:
+        knee_search = self.lab.campaign.knee_search is not None and not only
+        if not todo and not knee_search:
             return outcome
-        if provision:
-            self.provision()
-        plans = self.plan(todo)
-        # The client's software and dataset, once (the node threads' replays then skip them).
-        self.progress.phase(None, 0, len(todo), "install (client)")
-        t0 = time.monotonic()
-        self.playbooks.run(
-            "replay.yml",
-            cell_extravars(self.lab, todo[0], self.results.cell_dir(todo[0]), self._wheels()),
-            tags=["install"],
-            ident=self._ident("install-client"),
-        )
-        self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
+        self._provision = provision
         t0 = time.monotonic()
         try:
-            if len(plans) == 1:
-                self._run_node(plans[0], len(todo), outcome)
-            else:
-                self._run_nodes(plans, len(todo), outcome)
+            if todo:
+                self._prepare(todo[0], len(todo))
+                plans = self.plan(todo)
+                if len(plans) == 1:
+                    self._run_node(plans[0], len(todo), outcome)
+                else:
+                    self._run_nodes(plans, len(todo), outcome)
+            if knee_search:
+                self._knee_search(len(todo), outcome)
         finally:
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
             self.write_campaign_json()
         return outcome
+
+    _provision = True
+    _prepared = False
+
+    def _prepare(self, cell: Cell, total: int) -> None:
+        """Once per run, before its first cell: provision, and the client's software and dataset (the
+        node threads' replays then skip those)."""
+        if self._prepared:
+            return
+        self._prepared = True
+        if self._provision:
+            self.provision()
+        self.progress.phase(None, 0, total, "install (client)")
+        t0 = time.monotonic()
+        self.playbooks.run(
+            "replay.yml",
+            cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels()),
+            tags=["install"],
+            ident=self._ident("install-client"),
+        )
+        self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
+
+    def _knee_search(self, total: int, outcome: CampaignOutcome) -> None:
+        """The campaign's knee search (kvoffload/orchestrate/knee.py), on the first node."""
+        node = self.lab.nodes[0].name
+        deployed: str | None = None
+        baseline: dict[str, Any] = {}
+        previous: Cell | None = None
+        last: tuple[Cell, dict[str, Any]] | None = None
+        self._knee = []
+        try:
+            for seed in knee.ramps(self.lab.cells):
+                log = knee.RampLog(seed.tier, seed.num_rounds, seed.isl, str(seed.osl))
+                self._knee.append(log)
+                for cell in knee.walk(
+                    self.lab.campaign, seed, lambda: knee.campaign_summary(self.results.root), log
+                ):
+                    if self.results.is_done(cell):
+                        outcome.skipped.append(cell.id)
+                        continue
+                    first = not self._prepared  # a resumed run whose campaign cells were all done
+                    self._prepare(cell, total)
+                    with self._lock:
+                        self._started += 1
+                        index = self._started
+                    status, deployed, baseline = self.run_cell(
+                        cell,
+                        index,
+                        max(total, index),
+                        node=node,
+                        deployed=deployed,
+                        previous=previous,
+                        following=cell,  # keep the engines: the ramp may go on at this tier
+                        baseline=baseline,
+                        install=cell if first else None,
+                    )
+                    previous = cell
+                    last = (
+                        cell,
+                        cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels(), node),
+                    )
+                    if status == "done":
+                        outcome.done.append(cell.id)
+                    else:
+                        outcome.failed[cell.id] = status
+        finally:
+            if deployed is not None and last is not None:
+                t0 = time.monotonic()
+                self.playbooks.run(
+                    "teardown.yml",
+                    last[1],
+                    limit=self._limit(node, client=False),
+                    ident=self._ident("teardown-knee"),
+                )
+                self._campaign_timings["teardown-knee-search"] = round(time.monotonic() - t0, 3)
 
     def _run_nodes(self, plans: Sequence[NodePlan], total: int, outcome: CampaignOutcome) -> None:
         """One thread per node. A node that fails a cell goes on with its next one; Ctrl-C stops every

@@ -340,7 +340,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "routing_note": ROUTING_NOTE,
         "predicted": predicted,
         "capacity_inputs": inputs,
-        "knees": [k.statement for k in c.knees],
+        "knees": [k.statement for k in c.knees] + knee_search_lines(a.tables.campaign.get("knee_search")),
         "knee_table": knee_table(c.knees),
         "tradeoff": _tradeoff_plot(a, c),
         "recommendations": [r.statement for r in c.recommendations],
@@ -469,6 +469,20 @@ def _clean_json(value: Any) -> Any:
     return value
 
 
+def knee_search_lines(ramps: Any) -> list[str]:
+    """campaign.json `knee_search` (the campaign option that ramps concurrency) in words: one line per
+    tier's ramp with its outcome and the concurrencies it ran."""
+    lines = []
+    for ramp in ramps or []:
+        ran = [str(step["concurrency"]) for step in ramp["steps"] if step["action"] == "try"]
+        last = ramp["steps"][-1]["reason"] if ramp["steps"] else "no step"
+        lines.append(
+            f"knee search, {ramp['tier']} (num_rounds={ramp['num_rounds']}, isl={ramp['isl']}, "
+            f"osl={ramp['osl']}): {ramp['outcome']}; ran concurrency {', '.join(ran) or 'none'}; {last}"
+        )
+    return lines
+
+
 def report_json(a: Analysis, c: Conclusions) -> str:
     """`report --format json`: {"summary": one object per cell (the summary table), "findings": one per
     comparison group and tier, "capacity": {"predicted", "measured", "recommendation"}}."""
@@ -479,6 +493,7 @@ def report_json(a: Analysis, c: Conclusions) -> str:
             "predicted": [p.as_dict() for p in c.predictions],
             "measured": [k.as_dict() for k in c.knees],
             "recommendation": [r.as_dict() for r in c.recommendations],
+            "knee_search": a.tables.campaign.get("knee_search"),
         },
     }
     return json.dumps(_clean_json(doc), indent=1, sort_keys=False) + "\n"

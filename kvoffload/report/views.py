@@ -206,6 +206,8 @@ SESSION_COLUMNS: list[Column] = [
     ("failed requests", _int("failed_requests")),
     ("Caddy upstream flaps", _int("caddy_upstream_flaps")),
     ("unit restarts", _int("unit_restarts")),
+    ("node", lambda r: str(r.get("node") or MISSING)),
+    ("cold start", lambda r: str(r.get("cold_start") or MISSING)),  # restart, or reset in place
     ("status", lambda r: f"{r['status']}{'' if bool(r['done']) else ' (no DONE)'}"),
 ]
 

@@ -115,6 +115,16 @@ CASES = [
         _set(cold_start="skip"),
         (CAMPAIGN + "cold_start: Input should be 'reset' or 'restart', got 'skip'",),
     ),
+    Case(
+        "knee-search-without-a-limit",
+        _set(knee_search={"max_concurrency": 64}),
+        (CAMPAIGN + "knee_search.slo_p95_ttft_s: set slo_p95_ttft_s, min_later_hit_rate or both",),
+    ),
+    Case(
+        "knee-search-hit-rate-as-percent",
+        _set(knee_search={"min_later_hit_rate": 50}),
+        (CAMPAIGN + "knee_search.min_later_hit_rate: Input should be less than or equal to 1",),
+    ),
     Case("missing-model", _drop("model"), (CAMPAIGN + "model: required key is missing",)),
     Case("missing-dataset", _drop("dataset"), (CAMPAIGN + "dataset: required key is missing",)),
     Case("name-with-space", _set(name="my campaign"), (CAMPAIGN + "name: String should match pattern",)),

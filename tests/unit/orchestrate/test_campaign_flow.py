@@ -253,3 +253,50 @@ def test_schedule_balances_groups_and_keeps_tiers_together(tmp_path: Path) -> No
     assert schedule(cells, ["a", "b"]) == schedule(cells, ["a", "b"])
     with pytest.raises(ValueError, match="at least one node"):
         schedule(cells, [])
+
+
+def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
+    tmp_path: Path, fakes: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import pandas as pd
+
+    inv, camp = _lab_files(tmp_path, nodes=1)
+    doc = yaml.safe_load(camp.read_text())
+    doc.update(tiers=["gpu"], knee_search={"slo_p95_ttft_s": 1.0, "max_concurrency": 32})
+    camp.write_text(yaml.safe_dump(doc))
+    lab = load_lab(inv, camp)
+    results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
+    runner = CampaignRunner(lab, inv, results, Progress(), wheel_cache=tmp_path / "cache",
+                            probe_payload=lambda cell: {"probe-of": cell.id})  # fmt: skip
+    rec = Recorder()
+    runner.playbooks = rec  # type: ignore[assignment]
+    runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
+
+    def measured(root: Path) -> pd.DataFrame:
+        # a server whose later-round p95 TTFT is concurrency / 10 seconds: the SLO breaks above 10
+        rows = []
+        for done in (root / "cells").glob("*/DONE"):
+            config = json.loads((done.parent / "cell.json").read_text())["config"]
+            rows.append({**config, "status": "done", "ttft_later_p95_s": config["concurrency"] / 10,
+                         "later_round_cached_share": None})  # fmt: skip
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr("kvoffload.orchestrate.knee.campaign_summary", measured)
+    outcome = runner.run(provision=False)
+    assert not outcome.failed and len(outcome.done) == 2 + 4  # the campaign's 2, then 16, 12, 10, 11
+    campaign = json.loads((results.root / "campaign.json").read_text())
+    (ramp,) = campaign["knee_search"]
+    assert ramp["outcome"] == "bracketed" and ramp["bracket"] == [10, 11]
+    assert [s["concurrency"] for s in ramp["steps"] if s["action"] == "try"] == [16, 12, 10, 11]
+    plays = rec.for_node("gpu01.lab.example")[3:]
+    cycle = ["replay.yml", "collect.yml"]
+    # the campaign's two cells share engines; the ramp starts them once more and resets between steps
+    assert plays == ["deploy.yml", *cycle, *cycle, "teardown.yml", "deploy.yml", *cycle * 4, "teardown.yml"]
+    # a second run resumes: nothing runs again, the ramp re-derives the same bracket from the results
+    rec.runs.clear()
+    again = runner.run(provision=False)
+    assert again.done == [] and len(again.skipped) == 6 and not again.failed
+    assert rec.runs == []  # nothing to provision or install either
+    assert json.loads((results.root / "campaign.json").read_text())["knee_search"] == [ramp]

@@ -151,7 +151,8 @@ def test_cli_report_json_to_file_and_bad_flags(campaign: Path, tmp_path: Path) -
     assert cpu["p50_change_vs_gpu_pct"] == pytest.approx(-20.0)
     low, high = cpu["p50_change_ci_pct"]
     assert low < -20.0 < high < 0
-    assert list(doc["capacity"]) == ["predicted", "measured", "recommendation"]
+    assert list(doc["capacity"]) == ["predicted", "measured", "recommendation", "knee_search"]
+    assert doc["capacity"]["knee_search"] is None  # the fixture campaign runs no knee search
     cpu_pred = next(p for p in doc["capacity"]["predicted"] if p["tier"] == "cpu")
     # a2cpu's L1: 1e9 bytes at a usage ratio of 0.5 (fixture generator) = a 2e9-byte pool; no KV bytes
     # per token for model "tiny", so no tokens, and the output says why.
@@ -178,3 +179,19 @@ def test_report_of_a_campaign_whose_cells_were_all_skipped(tmp_path: Path) -> No
     md = (index.parent / "report.md").read_text()
     assert "**skipped_cell** [x]" in md and "cell_id" in md
     assert "<svg" not in index.read_text()
+
+
+def test_the_knee_search_is_told_in_words() -> None:
+    from kvoffload.report.build import knee_search_lines
+
+    ramp = {"tier": "cpu", "num_rounds": 5, "isl": 12000, "osl": "32", "outcome": "bracketed",
+            "bracket": [10, 11], "steps": [
+                {"action": "try", "concurrency": 16, "cell_id": "a", "reason": "grow"},
+                {"action": "try", "concurrency": 12, "cell_id": "b", "reason": "bisect"},
+                {"action": "bracketed", "concurrency": None, "cell_id": None,
+                 "reason": "the knee lies between concurrency 10 and 12"}]}  # fmt: skip
+    assert knee_search_lines([ramp]) == [
+        "knee search, cpu (num_rounds=5, isl=12000, osl=32): bracketed; ran concurrency 16, 12; "
+        "the knee lies between concurrency 10 and 12"
+    ]
+    assert knee_search_lines(None) == []

@@ -1,0 +1,97 @@
+"""The knee search's walk: which cells it asks for, from which measured figures, and what it logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from kvoffload.config.campaign import Campaign
+from kvoffload.config.cells import resolve_cells
+from kvoffload.orchestrate import knee
+
+BASE: dict[str, Any] = {
+    "name": "k", "model": "m", "gpu_vendor": "nvidia", "engine": "sim", "sim_profile": "tiny",
+    "dataset": {"code": "generic", "path": "d"}, "tiers": ["gpu", "cpu"], "concurrency": [4, 8],
+    "num_rounds": [5], "isl": 1000,
+}  # fmt: skip
+
+
+def _campaign(**knee_search: Any) -> Campaign:
+    return Campaign.model_validate({**BASE, "knee_search": knee_search})
+
+
+def _row(cell_tier: str, concurrency: int, p95: float | None, hit: float | None = None) -> dict[str, Any]:
+    return {"tier": cell_tier, "concurrency": concurrency, "num_rounds": 5, "isl": 1000,
+            "osl": "recorded", "repeat": 1, "status": "done", "ttft_later_p95_s": p95,
+            "later_round_cached_share": hit}  # fmt: skip
+
+
+def test_the_walk_grows_until_the_slo_breaks_then_bisects_to_a_bracket() -> None:
+    campaign = _campaign(slo_p95_ttft_s=1.0, max_concurrency=256)
+    gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    # a server whose later-round p95 is 0.1 s per 10 concurrent users: the SLO breaks above 100
+    measured = [_row("gpu", 4, 0.04), _row("gpu", 8, 0.08), _row("cpu", 4, 0.01)]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    ran = []
+    for cell in knee.walk(campaign, gpu, lambda: pd.DataFrame(measured), log):
+        ran.append(cell.concurrency)
+        measured.append(_row("gpu", cell.concurrency, cell.concurrency / 100))
+        assert cell.tier == "gpu" and cell.repeat == 1 and cell.num_rounds == 5
+    # 8 passes -> 16, 32, 64, 128 (breaks) -> bisect 96, 112, 104, 100, 102, 101
+    assert ran == [16, 32, 64, 128, 96, 112, 104, 100, 102, 101]
+    assert log.outcome == "bracketed" and log.bracket == (100, 101)
+    assert [s["action"] for s in log.steps] == ["try"] * 10 + ["bracketed"]
+    assert log.to_json()["steps"][0]["cell_id"] is not None
+
+
+def test_a_ramp_that_never_breaks_stops_at_the_maximum_and_says_so() -> None:
+    campaign = _campaign(min_later_hit_rate=0.5, max_concurrency=32)
+    seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
+    assert seed.tier == "cpu"
+    measured = [_row("cpu", 8, None, 0.9)]
+    log = knee.RampLog("cpu", 5, 1000, "recorded")
+    ran = []
+    for cell in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log):
+        ran.append(cell.concurrency)
+        measured.append(_row("cpu", cell.concurrency, None, 0.9))
+    assert ran == [16, 32] and log.outcome == "not_reached"
+    assert (
+        "every concurrency up to the maximum 32 kept later-round hit rate >= 50 %" in log.steps[-1]["reason"]
+    )
+
+
+def test_a_step_that_leaves_no_figure_blocks_the_ramp_instead_of_looping() -> None:
+    campaign = _campaign(slo_p95_ttft_s=1.0)
+    seed = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    # the campaign's cells failed: nothing is done, so the walk asks for its start, which also fails
+    ran = [c.concurrency for c in knee.walk(campaign, seed, lambda: pd.DataFrame(), log)]
+    assert ran == [4] and log.outcome == "blocked"
+    assert log.steps[-1]["reason"] == "concurrency 4 was run but gave no figures to judge"
+
+
+def test_the_ramp_cells_are_campaign_cells_at_new_concurrencies() -> None:
+    campaign = _campaign(slo_p95_ttft_s=1.0)
+    cells = resolve_cells(campaign)
+    seed = knee.ramps(tuple(cells))[0]
+    again = next(
+        iter(
+            knee.walk(
+                campaign, seed, lambda: pd.DataFrame([_row("gpu", 8, 0.1)]), knee.RampLog("gpu", 5, 1000, "r")
+            )
+        )
+    )
+    # the same id a campaign listing that concurrency would give (so results and resume line up)
+    listed = resolve_cells(Campaign.model_validate({**BASE, "concurrency": [16]}))
+    assert again.id == next(c.id for c in listed if c.tier == "gpu")
+    # and knee_search itself is no part of a cell's identity
+    assert [c.id for c in cells] == [c.id for c in resolve_cells(Campaign.model_validate(BASE))]
+
+
+def test_knee_search_needs_a_limit_and_room_above_the_campaign() -> None:
+    with pytest.raises(ValueError, match="set slo_p95_ttft_s, min_later_hit_rate or both"):
+        _campaign(max_concurrency=64)
+    with pytest.raises(ValueError, match="is below the campaign's own concurrency 8"):
+        _campaign(slo_p95_ttft_s=1.0, max_concurrency=4)
