@@ -49,9 +49,11 @@ from kvoffload.profiles.resolve import caddy_profile
 
 log = logging.getLogger(__name__)
 CELL_SCHEMA = 1
-# Role tags a cell's playbooks skip: installing software and staging the model happen once per node
-# and campaign (the first cell's `install` phase), not in every cell.
-CELL_SKIP_TAGS = ("install", "model")
+# Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
+# disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
+CELL_SKIP_TAGS = ("install", "model", "quiet")
+# What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
+BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
 
 
 class Progress(Protocol):
@@ -345,8 +347,8 @@ class CampaignRunner:
                     if self.results.is_done(cell):
                         outcome.skipped.append(cell.id)
                         continue
-                    first = not self._prepared  # a resumed run whose campaign cells were all done
-                    self._prepare(cell, total)
+                    first = previous is None
+                    self._prepare(cell, total)  # a resumed run whose campaign cells were all done
                     with self._lock:
                         self._started += 1
                         index = self._started
@@ -359,6 +361,7 @@ class CampaignRunner:
                         previous=previous,
                         following=cell,  # keep the engines: the ramp may go on at this tier
                         baseline=baseline,
+                        # the node's software and quiet disk jobs again: its last cell gave them back
                         install=cell if first else None,
                     )
                     previous = cell
@@ -591,7 +594,7 @@ class CampaignRunner:
                         ),
                     )
                 if deployed is not None or reset_error is not None or install is not None:
-                    phase("teardown-before", lambda: play("teardown.yml"))
+                    phase("teardown-before", lambda: play("teardown.yml", skip=BETWEEN_CELLS_SKIP_TAGS))
                 kept_units = {}
                 phase("deploy", lambda: play("deploy.yml", skip=CELL_SKIP_TAGS))
                 deployed = key
@@ -633,7 +636,7 @@ class CampaignRunner:
         except KeyboardInterrupt:
             record["status"] = "interrupted"
             with _signals_deferred():
-                self._teardown_cell(cell, extravars, record, timings, node)
+                self._teardown_cell(cell, extravars, record, timings, node, final=True)
                 write_json_atomic(cell_dir / "cell.json", record)
             raise
         except (PlaybookFailed, RuntimeError) as exc:
@@ -645,7 +648,7 @@ class CampaignRunner:
         if keep:
             record["engines_kept"] = True
         else:
-            self._teardown_cell(cell, extravars, record, timings, node)
+            self._teardown_cell(cell, extravars, record, timings, node, final=following is None)
         record["units"] = _unit_states(cell_dir)
         record["software"] = host_software(cell_dir / "software")
         self._record_faults(record, watched, cell_units(self.lab, cell, node), cell_dir, kept_units)
@@ -666,7 +669,7 @@ class CampaignRunner:
         if keep and status == "done":
             return status, key, record["units"]
         if keep:  # the results were incomplete: do not carry this deployment over
-            self._teardown_cell(cell, extravars, record, timings, node)
+            self._teardown_cell(cell, extravars, record, timings, node, final=False)
             write_json_atomic(cell_dir / "cell.json", record)
         return status, None, {}
 
@@ -724,13 +727,18 @@ class CampaignRunner:
         record: dict[str, Any],
         timings: dict[str, float],
         node: str,
+        *,
+        final: bool,
     ) -> None:
+        """Stop the cell's services and wipe L2; `final` (the node's last cell, or an interrupt) also
+        gives the hosts their periodic disk jobs back."""
         t0 = time.monotonic()
         try:
             self.playbooks.run(
                 "teardown.yml",
                 extravars,
                 limit=self._limit(node, client=False),
+                skip_tags=() if final else BETWEEN_CELLS_SKIP_TAGS,
                 ident=self._ident("teardown", cell),
             )
         except PlaybookFailed as exc:

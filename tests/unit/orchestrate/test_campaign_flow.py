@@ -73,6 +73,8 @@ class Recorder:
         node = str(ev.get("kvoffload_node"))
         if kw.get("tags"):  # the once-per-campaign install of a node (deploy) or of the client (replay)
             playbook = f"{playbook}:{','.join(kw['tags'])}"
+        elif playbook == "teardown.yml" and "unquiet" not in (kw.get("skip_tags") or ()):
+            playbook = "teardown.yml:final"  # the node's last: the periodic disk jobs come back
         else:
             assert set(kw.get("skip_tags") or ()) >= {"install", "model"} or playbook not in (
                 "deploy.yml",
@@ -171,11 +173,11 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
     cycle = ["replay.yml", "collect.yml"]
     assert rec.for_node("gpu01.lab.example") == [
         "replay.yml:install",  # the client, once
-        "deploy.yml:install,model", "teardown.yml",  # the node, once; and nothing left running
+        "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
         # nvme: L2 wiped around a restart of the cache server, before the probes and after them
-        "deploy.yml", *cycle, "reset.yml", "reset.yml", *cycle, "teardown.yml",
+        "deploy.yml", *cycle, "reset.yml", "reset.yml", *cycle, "teardown.yml:final",
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
     # one reset per tier, external only where a connector runs, probing with the previous cell's prompt
@@ -197,8 +199,9 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")
-    assert plays[:3] == ["replay.yml:install", "deploy.yml:install,model", "teardown.yml"]
-    assert plays[3:] == ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"] * 6
+    assert plays[:3] == ["replay.yml:install", "deploy.yml:install,model,quiet", "teardown.yml"]
+    cell = ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"]
+    assert plays[3:] == cell * 5 + [*cell[:3], "teardown.yml:final"]
     assert fakes["resets"] == []
 
 
@@ -293,7 +296,10 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     plays = rec.for_node("gpu01.lab.example")[3:]
     cycle = ["replay.yml", "collect.yml"]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
-    assert plays == ["deploy.yml", *cycle, *cycle, "teardown.yml", "deploy.yml", *cycle * 4, "teardown.yml"]
+    assert plays == [
+        "deploy.yml", *cycle, *cycle, "teardown.yml:final",  # the campaign's cells
+        "deploy.yml:install,model,quiet", "teardown.yml", "deploy.yml", *cycle * 4, "teardown.yml:final",
+    ]  # fmt: skip
     # a second run resumes: nothing runs again, the ramp re-derives the same bracket from the results
     rec.runs.clear()
     again = runner.run(provision=False)
