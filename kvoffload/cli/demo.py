@@ -1,8 +1,8 @@
 """`kvoffload-lab demo`: the main job on this machine, end to end, with nothing but root and Debian 12.
 
-Brings up the virtual lab (a client host and a node with two replicas, the lmcache-server, Caddy and a
-loop-device NVMe), runs a shipped campaign, writes the report and tears the lab down, also on failure
-or Ctrl-C.
+Brings up the virtual lab (a client host and, by default, two nodes, each with two replicas, its
+lmcache-server, Caddy and a loop-device NVMe), runs a shipped campaign (its comparison groups in
+parallel, one per node), writes the report and tears the lab down, also on failure or Ctrl-C.
 
 - `--engine sim` (default; `make demo` runs exactly this): the simulator, gpu, cpu and nvme tiers at a
   concurrency that fits GPU KV and one that overflows it, recorded tau2-bench conversations.
@@ -24,7 +24,7 @@ DEMO_CAMPAIGNS = {
     "vllm": Path("inventories/local/campaign-vllm.yml"),
 }
 DEMO_INVENTORY = Path("inventories/local/hosts.yml")
-DEFAULT_NODES = 1
+DEFAULT_NODES = 2  # the demo's two comparison groups run at once, one per node
 
 
 def register(sub: Any) -> None:

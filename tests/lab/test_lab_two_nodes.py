@@ -1,8 +1,10 @@
 """A node-parallel campaign on a virtual lab of two nodes and a client (`lab up --nodes 2`).
 
 Each node runs its own replicas, lmcache-server and Caddy. The campaign's two comparison groups run
-one per node, at the same time; every tier of a group on its node; each cell samples only its node
-and the client, and records which node ran it; the report names the node of each cell.
+two per node at most, the nodes at the same time; every tier of a group on its node; each cell samples
+only its node and the client, and records which node ran it; the report names the node of each cell.
+Three groups over two nodes: the node with two runs each tier twice, the second time on the same
+engines, made cold by a reset (cold_start: reset, the default) and proven cold by its probes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
                "--subnet", "10.213.12.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]
-        campaign = small_campaign("two-nodes", ["gpu", "cpu"], concurrency=[2, 4], sample_interval_s=2)
+        campaign = small_campaign("two-nodes", ["gpu", "cpu"], concurrency=[2, 4, 8], sample_interval_s=2)
         (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
         plan = kvlab(env, "plan", str(inventory), "--campaign", str(base / "campaign.yml"),
                      "--results", str(base / "results"), timeout=300)  # fmt: skip
@@ -53,12 +55,13 @@ def test_plan_shows_which_node_runs_which_cells(two_nodes: tuple[Path, str]) -> 
     assert "node kvn2: 2 replica(s); lmcache: kvn2; lb: kvn2" in plan
     assert "node kvn3: 2 replica(s); lmcache: kvn3; lb: kvn3" in plan
     rows = [line for line in plan.splitlines() if "to run" in line]
-    assert len(rows) == 4 and {r.split()[1] for r in rows} == {"kvn2", "kvn3"}, plan
+    assert len(rows) == 6 and {r.split()[1] for r in rows} == {"kvn2", "kvn3"}, plan
+    assert sum("reset" in r for r in rows) == 2, plan  # the second cell of each tier on kvn2
 
 
 def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, str]) -> None:
     records = _records(two_nodes[0])
-    assert len(records) == 4 and all(r["status"] == "done" for r in records), records
+    assert len(records) == 6 and all(r["status"] == "done" for r in records), records
     by_group: dict[int, set[str]] = {}
     for r in records:
         by_group.setdefault(r["config"]["concurrency"], set()).add(r["node"])
@@ -86,10 +89,16 @@ def test_a_cell_samples_its_own_node_and_the_client_only(two_nodes: tuple[Path, 
                                           "caddy")) for t in seen), seen  # fmt: skip
 
 
-def test_each_node_starts_its_own_engines_and_the_report_names_the_nodes(two_nodes: tuple[Path, str]) -> None:
-    methods = {(r["node"], r["config"]["tier"]): r["cold_start"]["method"] for r in _records(two_nodes[0])}
-    # one group per node: each tier runs once on each node, on engines started for it
-    assert sorted(methods) == [("kvn2", "cpu"), ("kvn2", "gpu"), ("kvn3", "cpu"), ("kvn3", "gpu")]
-    assert set(methods.values()) == {"restart"}, methods
+def test_engines_restart_per_tier_and_reset_between_a_nodes_groups(two_nodes: tuple[Path, str]) -> None:
+    methods: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(_records(two_nodes[0]), key=lambda r: r["started_at"]):
+        methods.setdefault((r["node"], r["config"]["tier"]), []).append(r["cold_start"]["method"])
+        if r["cold_start"]["method"] == "reset":
+            assert r["cold_start"]["cold"] is True and r["cold_start"]["probes"], r["cold_start"]
+            assert all(p["problems"] == [] for p in r["cold_start"]["probes"]), r["cold_start"]
+    two = next(n for n in ("kvn2", "kvn3") if len(methods[(n, "gpu")]) == 2)
+    one = "kvn3" if two == "kvn2" else "kvn2"
+    assert methods[(two, "gpu")] == methods[(two, "cpu")] == ["restart", "reset"], methods
+    assert methods[(one, "gpu")] == methods[(one, "cpu")] == ["restart"], methods
     report = (two_nodes[0] / "report" / "report.md").read_text()
     assert "kvn2" in report and "kvn3" in report

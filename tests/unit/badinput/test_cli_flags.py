@@ -667,6 +667,12 @@ CASES = [
         ("--results {file}: exists and is not a folder",),
     ),
     FlagCase("demo-unknown-flag", ("demo", "--fast"), ("unrecognized arguments: --fast",)),
+    FlagCase("demo-nodes-out-of-range", ("demo", "--nodes", "9"), ("argument --nodes: invalid choice: 9",)),
+    FlagCase(
+        "lab-up-nodes-beyond-hosts",
+        ("lab", "up", "--hosts", "2", "--nodes", "2"),
+        ("--nodes 2: choose 1 to 1 (the first host is the client",),
+    ),
 ]
 
 

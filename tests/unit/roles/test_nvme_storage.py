@@ -183,9 +183,14 @@ def test_deploy_and_teardown_apply_it_on_the_node_and_the_client(playbook: str, 
         p
         for p in plays
         for t in p.get("tasks", [])
-        if t.get("ansible.builtin.include_role") == {"name": "nvme_storage", "tasks_from": tasks_from}
+        if {k: v for k, v in (t.get("ansible.builtin.include_role") or {}).items() if k != "apply"}
+        == {"name": "nvme_storage", "tasks_from": tasks_from}
     ]
     assert len(found) == 1 and found[0]["hosts"] == "vllm:lmcache:client" and found[0]["become"] is True
+    # Tagged, so that the orchestrator masks once per node and campaign and unmasks after its last cell.
+    tag = tasks_from.removesuffix(".yml")
+    (task,) = [t for t in found[0]["tasks"] if "ansible.builtin.include_role" in t]
+    assert task["tags"] == [tag] and task["ansible.builtin.include_role"]["apply"] == {"tags": [tag]}
     # Masked before anything of the cell starts, given back after everything of it stopped.
     assert plays.index(found[0]) == (0 if playbook == "deploy.yml" else len(plays) - 1)
 
