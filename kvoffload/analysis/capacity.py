@@ -122,7 +122,8 @@ def as_int(v: Any) -> int:
     return int(v)
 
 
-def _num(v: Any) -> float | None:
+def as_number(v: Any) -> float | None:
+    """A figure as a float; None for a missing, text or NaN value."""
     if v is None or isinstance(v, str):
         return None
     try:
@@ -229,12 +230,12 @@ def mean_live_context(summary: pd.DataFrame) -> dict[tuple[Any, ...], tuple[floa
 def configured_l1_gb(config: Any) -> float | None:
     """`lmcache_l1_size_gb` of a cells-table `config` JSON text (None: absent, or the profile's)."""
     parsed = json.loads(config) if isinstance(config, str) and config else {}
-    return _num(parsed.get("lmcache_l1_size_gb")) if isinstance(parsed, dict) else None
+    return as_number(parsed.get("lmcache_l1_size_gb")) if isinstance(parsed, dict) else None
 
 
 def _first(rows: pd.DataFrame, column: str) -> tuple[float | None, str | None]:
     for _, r in rows.iterrows():
-        v = _num(r.get(column))
+        v = as_number(r.get(column))
         if v is not None:
             return v, str(r["cell_id"])
     return None, None
@@ -541,7 +542,7 @@ def l2_from_hosts(hosts: Mapping[str, Any], l2_device: str | None, fraction: Sta
         for dev in (record or {}).get("nvme") or []:
             if not isinstance(dev, Mapping) or str(dev.get("device", "")).rsplit("/", 1)[-1] != l2_device:
                 continue
-            size = _num(dev.get("size_bytes"))
+            size = as_number(dev.get("size_bytes"))
             if size:
                 return Stated(
                     name,

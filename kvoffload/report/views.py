@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvoffload.analysis.capacity import Knee, TierCapacity, tokens_text
+from kvoffload.analysis.capacity import Knee, TierCapacity, as_number, tokens_text
 
 MISSING = "–"
 
@@ -29,21 +29,11 @@ class Table:
     note: str = ""
 
 
-def _num(v: Any) -> float | None:
-    if v is None or isinstance(v, str):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
 def fmt(v: Any, digits: int = 3, scale: float = 1.0, signed: bool = False) -> str:
     """Number with `digits` significant-ish decimals; '–' for None/NaN; text passes through."""
     if isinstance(v, str):
         return v
-    f = _num(v)
+    f = as_number(v)
     if f is None:
         return MISSING
     f *= scale
@@ -59,7 +49,7 @@ def text(v: Any) -> str:
 
 
 def fmt_int(v: Any) -> str:
-    f = _num(v)
+    f = as_number(v)
     return MISSING if f is None else f"{round(f):d}"
 
 
