@@ -177,7 +177,12 @@ def host_software(folder: Path) -> dict[str, Any]:
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Let teardown finish even if Ctrl-C is pressed again or SIGTERM arrives."""
+    """Let teardown finish even if Ctrl-C is pressed again or SIGTERM arrives. Signal handlers belong
+    to the main thread: a node thread's teardown relies on the main thread deferring them (it does,
+    while it waits for the node threads after an interrupt)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -395,6 +400,11 @@ class CampaignRunner:
                 self._run_node(plan, total, outcome)
             except BaseException as exc:  # handed to the main thread below
                 errors[plan.node] = exc
+                if isinstance(exc, KeyboardInterrupt):
+                    # a stop canceled this node's playbook: the other nodes stop at their next phase
+                    # (their running playbooks were canceled by the same request)
+                    assert self._stop is not None
+                    self._stop.set()
 
         threads = [threading.Thread(target=work, args=(p,), name=f"node-{p.node}") for p in plans]
         for thread in threads:

@@ -306,3 +306,37 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     assert again.done == [] and len(again.skipped) == 6 and not again.failed
     assert rec.runs == []  # nothing to provision or install either
     assert json.loads((results.root / "campaign.json").read_text())["knee_search"] == [ramp]
+
+
+def test_a_stop_on_one_node_stops_the_other_and_both_tear_down(tmp_path: Path, fakes: dict[str, Any]) -> None:
+    import json
+
+    from kvoffload.playbook import PlaybookCanceled
+
+    runner, rec = _runner(tmp_path, nodes=2)
+    original = rec.run
+
+    def run(playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
+        ev = extravars or {}
+        if (
+            playbook == "replay.yml"
+            and not kw.get("tags")
+            and ev.get("kvoffload_node") == "gpu02.lab.example"
+        ):
+            raise PlaybookCanceled("playbook replay.yml stopped on request")
+        return original(playbook, extravars, **kw)
+
+    rec.run = run  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(provision=False)
+    statuses = {}
+    for cell in runner.lab.cells:
+        path = runner.results.cell_dir(cell) / "cell.json"
+        if path.is_file():
+            record = json.loads(path.read_text())
+            statuses.setdefault(record["node"], []).append(record["status"])
+    assert statuses["gpu02.lab.example"] == ["interrupted"]
+    # the other node stopped too, before running all its cells, and tore its cell down
+    assert len(statuses.get("gpu01.lab.example", [])) < 3
+    for node in ("gpu01.lab.example", "gpu02.lab.example"):
+        assert rec.for_node(node)[-1] == "teardown.yml:final", rec.for_node(node)
