@@ -235,4 +235,4 @@ def test_the_report_reads_every_lmcache_figure(real_run: tuple[Path, float]) -> 
     gpu = summary[summary["tier"] == "gpu"].iloc[0]
     assert all(pd.isna(gpu[c]) for c in figures), "the gpu tier runs no lmcache-server"
     report = (results / "report" / "report.md").read_text()
-    assert "hit tok L1/L2" in report and (results / "report" / "index.html").is_file()
+    assert "hit tokens L1/L2" in report and (results / "report" / "index.html").is_file()
