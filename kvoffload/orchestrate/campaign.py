@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import kvoffload
 from kvoffload.config import Cell, LabConfig
 from kvoffload.orchestrate import knee
-from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed, ResetRecord
+from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
 from kvoffload.orchestrate.deployment import (
     cell_extravars,
     cell_units,
@@ -52,6 +52,12 @@ CELL_SCHEMA = 1
 # Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
 # disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
 CELL_SKIP_TAGS = ("install", "model", "quiet")
+# Tiers whose cells always start on fresh engines, even with cold_start: reset. nvme: LMCache 0.5.6
+# cannot empty L2 in place (`/cache/clear` takes l1 only). Wiping the L2 files behind a running server
+# leaves its own count of L2 bytes stale, so it would evict early in the next cell. Restarting only the
+# cache server under running vLLM broke the real connector ("EngineCore encountered an issue", HTTP 500
+# on the next request, measured on the real-engine lane).
+RESTARTS_ALWAYS = ("nvme",)
 # What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
 BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
 
@@ -480,8 +486,9 @@ class CampaignRunner:
         return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
 
     def _keeps_engines(self, cell: Cell, key: str, following: Cell | None, node: str) -> bool:
-        """Whether the engines stay up after `cell`: the next cell on the node runs the same ones."""
-        if following is None or self.lab.campaign.cold_start != "reset":
+        """Whether the engines stay up after `cell`: the next cell on the node runs the same ones, and
+        its tier can be emptied in place (not nvme: RESTARTS_ALWAYS)."""
+        if following is None or self.lab.campaign.cold_start != "reset" or cell.tier in RESTARTS_ALWAYS:
             return False
         nxt = cell_extravars(self.lab, following, self.results.cell_dir(following), self._wheels(), node)
         return engine_key(nxt) == key
@@ -576,9 +583,7 @@ class CampaignRunner:
             reset_error = None
             if deployed == key and self.lab.campaign.cold_start == "reset":
                 try:
-                    record["cold_start"] = phase("reset", lambda: self._reset(cell, targets, previous, play))
-                    if cell.tier == "nvme":
-                        kept_units = {k: v for k, v in kept_units.items() if "kvoffload-lmcache" not in k}
+                    record["cold_start"] = phase("reset", lambda: self._reset(cell, targets, previous))
                 except (ResetFailed, PlaybookFailed) as exc:
                     reset_error = str(exc)
                     log.warning("cell %s: reset failed, restarting the engines: %s", cell.id, exc)
@@ -612,6 +617,7 @@ class CampaignRunner:
                 record["cold_start"] = {
                     "method": "restart",
                     "reason": _restart_reason(
+                        cell,
                         self.lab.campaign.cold_start,
                         reset_error,
                         previous,
@@ -683,25 +689,13 @@ class CampaignRunner:
             write_json_atomic(cell_dir / "cell.json", record)
         return status, None, {}
 
-    def _reset(
-        self,
-        cell: Cell,
-        targets: list[dict[str, str]],
-        previous: Cell | None,
-        play: Callable[[str], PlaybookResult],
-    ) -> dict[str, Any]:
+    def _reset(self, cell: Cell, targets: list[dict[str, str]], previous: Cell | None) -> dict[str, Any]:
         """Empty the running engines' caches and prove the cell cold (kvoffload/orchestrate/coldstart)."""
         t0 = time.monotonic()
-        if cell.tier == "nvme":
-            play("reset.yml")  # the L2 files go with a restart of the cache server only
         payload = self.probe_payload(previous) if self.probe_payload and previous else None
         reset = CacheReset(Endpoints.from_targets(targets), external=cell.tier != "gpu")
         outcome = reset.run(payload).to_json()
-        if cell.tier == "nvme" and payload is not None:
-            play("reset.yml")  # the probes' own KV went on to L2: wipe it again
-            reset.empty_all(ResetRecord())
         outcome["seconds"] = round(time.monotonic() - t0, 3)
-        outcome["l2_restarted"] = cell.tier == "nvme"
         if payload is None:
             outcome["probe_skipped"] = "no prompt of the previous cell to repeat"
         return outcome
@@ -757,15 +751,23 @@ class CampaignRunner:
         timings["teardown"] = round(time.monotonic() - t0, 3)
 
 
-def _restart_reason(cold_start: str, reset_error: str | None, previous: Cell | None, torn_down: bool) -> str:
+def _restart_reason(
+    cell: Cell, cold_start: str, reset_error: str | None, previous: Cell | None, torn_down: bool
+) -> str:
     """Why a cell's engines were (re)started, for cell.json `cold_start.reason`. `torn_down`: the
-    previous cell ran the same engines but ended them (it failed, or its results were incomplete)."""
+    previous cell ran the same engines but ended them (it failed, its results were incomplete, or its
+    tier always restarts)."""
     if reset_error is not None:
         return f"the reset failed: {reset_error}"
     if cold_start == "restart":
         return "cold_start: restart"
     if previous is None:
         return "first cell on the node"
+    if torn_down and cell.tier in RESTARTS_ALWAYS:
+        return (
+            f"the {cell.tier} tier always restarts: LMCache cannot empty its L2 in place, and a restart "
+            "of the cache server alone breaks the running replicas' connector"
+        )
     if torn_down:
         return "the previous cell's engines were torn down"
     return "the engine configuration changed"

@@ -5,17 +5,15 @@ that share an engine configuration the orchestrator empties the caches in place 
 - every replica: vLLM `POST /reset_prefix_cache?reset_external=true` (needs `VLLM_SERVER_DEV_MODE=1`).
   vLLM answers 200 `{"success": false}` while blocks are still held, so it is retried within a bound;
   `reset_external` also makes the connector clear what it holds in the LMCache server.
-- the lmcache-server: `POST /cache/clear` (L1). Its L2 files are wiped by the caller (the nvme tier
-  restarts the cache server around the wipe: LMCache keeps its own count of L2 bytes, which a wipe
-  behind its back would leave stale).
+- the lmcache-server: `POST /cache/clear` (L1). L2 cannot be emptied in place, so the nvme tier
+  always restarts its engines instead (kvoffload/orchestrate/campaign.py RESTARTS_ALWAYS).
 Then a probe proves the cell cold from counter deltas, never from absolute values (counters survive
 a reset): one request per replica that repeats a prompt the previous cell sent, directly to the
 replica. The first probe must see no cached tokens, no local or external prefix-cache hits and no
 LMCache lookup hits: the replica's GPU cache and the shared server hold nothing of that prompt. The
-probe itself stores its KV in the server (and, on nvme, in L2, which only a wipe removes), so the
-next replicas' probes may load exactly that back: for them only their own GPU prefix cache must miss.
-Every replica's cache and L1 are emptied again after each probe; the caller wipes L2 once more after
-the probes. Any failure here is a `ResetFailed`; the caller then falls back to restarting the engines.
+probe itself stores its KV in the server, so the next replicas' probes may load exactly that back:
+for them only their own GPU prefix cache must miss. Every replica's cache and L1 are emptied again
+after each probe. Any failure here is a `ResetFailed`; the caller then falls back to restarting the engines.
 """
 
 from __future__ import annotations

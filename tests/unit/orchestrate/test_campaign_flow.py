@@ -131,9 +131,6 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
                 raise ResetFailed("vllm-x-0: not cold after the reset: 96 cached prompt tokens")
             return ResetRecord(cold=True)
 
-        def empty_all(self, record: ResetRecord) -> None:
-            state["emptied"] = state.get("emptied", 0) + 1
-
     monkeypatch.setattr(campaign_mod, "CacheReset", FakeReset)
     monkeypatch.setattr(campaign_mod, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
     monkeypatch.setattr(campaign_mod, "ReplayWatcher", _quiet_watch)
@@ -176,17 +173,18 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
         "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
-        # nvme: L2 wiped around a restart of the cache server, before the probes and after them
-        "deploy.yml", *cycle, "reset.yml", "reset.yml", *cycle, "teardown.yml:final",
+        # nvme always restarts: L2 cannot be emptied in place
+        "deploy.yml", *cycle, "teardown.yml", "deploy.yml", *cycle, "teardown.yml:final",
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
     # one reset per tier, external only where a connector runs, probing with the previous cell's prompt
     assert [(external, payload is not None) for _r, external, payload in fakes["resets"]] == [
-        (False, True), (True, True), (True, True)
+        (False, True), (True, True)
     ]  # fmt: skip
     order = [c.id for c in runner.plan(runner.lab.cells)[0].cells]
     methods = [_cell_json(runner, i)["cold_start"]["method"] for i in order]
-    assert methods == ["restart", "reset", "restart", "reset", "restart", "reset"]
+    assert methods == ["restart", "reset", "restart", "reset", "restart", "restart"]
+    assert _cell_json(runner, order[5])["cold_start"]["reason"].startswith("the nvme tier always restarts")
     first, second = _cell_json(runner, order[0]), _cell_json(runner, order[1])
     assert first["cold_start"]["reason"] == "first cell on the node"
     assert first.get("engines_kept") is True and "teardown" not in first["timings"]
