@@ -54,7 +54,7 @@ def test_plan_shows_which_node_runs_which_cells(two_nodes: tuple[Path, str]) -> 
     plan = two_nodes[1]
     assert "node kvn2: 2 replica(s); lmcache: kvn2; lb: kvn2" in plan
     assert "node kvn3: 2 replica(s); lmcache: kvn3; lb: kvn3" in plan
-    rows = [line for line in plan.splitlines() if "to run" in line]
+    rows = [line for line in plan.splitlines() if line.startswith("│") and "to run" in line]
     assert len(rows) == 6 and {r.split()[1] for r in rows} == {"kvn2", "kvn3"}, plan
     assert sum("reset" in r for r in rows) == 2, plan  # the second cell of each tier on kvn2
 
