@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvoffload.config.campaign import Tier
+    from kvoffload.tiers import Tier
 
 
 def register(subparsers: Any) -> None:
@@ -94,6 +94,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     from kvoffload.cli.checks import check_folder_flag, check_sim_profile
     from kvoffload.config import load_lab
+    from kvoffload.contracts.layout import CampaignPaths
 
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
@@ -128,8 +129,9 @@ def _plan(args: argparse.Namespace) -> int:
             table.add_row(str(rounds), str(users))
         console.print(table)
 
-    done_root = args.results / campaign.name / "cells"
-    todo = [c for c in lab.cells if not (done_root / c.id / "DONE").is_file()]
+    results = CampaignPaths(args.results / campaign.name)
+    done_root = results.cells_dir
+    todo = [c for c in lab.cells if not results.cell(c.id).done.is_file()]
     where, method, order = _schedule(lab, todo, ceilings is not None)
     cells = Table(title=f"cells of {campaign.name} ({len(lab.cells)}), in run order per node")
     for column in (

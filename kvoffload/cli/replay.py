@@ -172,7 +172,9 @@ def _output_folder(text: str) -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
-    records = path / "requests.jsonl"
+    from kvoffload.contracts.layout import CellPaths
+
+    records = CellPaths(path).requests
     if records.is_file() and records.stat().st_size > 0:
         raise argparse.ArgumentTypeError(
             f"{records} already holds records; give a new folder (results are never overwritten)"

@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 
 from kvoffload.config.errors import KeyedError
 from kvoffload.datasets import DATASET_CODES, chunk_floor
+from kvoffload.tiers import TIERS, Tier
 
-Tier = Literal["gpu", "cpu", "nvme"]
-TIER_ORDER: tuple[Tier, ...] = ("gpu", "cpu", "nvme")
+TIER_ORDER = TIERS
 OSL_RECORDED = "recorded"
 Osl = int | str  # a positive int (max_tokens) or "recorded"
 

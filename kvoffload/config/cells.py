@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload.config.campaign import Campaign, Osl, Tier
+from kvoffload.config.campaign import Campaign, Osl
+from kvoffload.tiers import Tier
 
 CELL_ID_LENGTH = 10
 

@@ -1,8 +1,9 @@
 """Fast JSONL readers for request records and metric samples (DuckDB's multithreaded JSON reader).
 
-Both readers declare the column types up front (DESIGN.md section 6 for requests; `{ts, target, name,
-labels, value}` for samples), so absent optional fields read as null and ids written as JSON numbers
-read as text. Sample `labels` are read as raw JSON text and made canonical (sorted keys, compact, e.g.
+Both readers declare the column types up front (derived from `contracts.records.RequestRecord` for
+requests; `{ts, target, name, labels, value}` for samples), so absent optional fields read as null (or
+as the model's default, for fields added after older files were written) and ids written as JSON
+numbers read as text. Sample `labels` are read as raw JSON text and made canonical (sorted keys, compact, e.g.
 `{"engine":"0","le":"0.5"}`) once per distinct label set, so label sets compare as strings and analysis
 parses only the rows it filters. Output is pyarrow tables; no pandas and no per-row Python here.
 Measured against row-by-row json.loads in bench/ingest_speed.py (pyarrow.json was 2-6x there, this
@@ -19,30 +20,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvoffload.contracts.arrow import arrow_schema, column_defaults
+from kvoffload.contracts.records import READABLE_SCHEMAS, REQUEST_FIELDS, RequestRecord
 from kvoffload.errors import UserError
 
-REQUEST_SCHEMA = pa.schema(
-    [
-        ("schema", pa.int64()),
-        ("user_id", pa.string()),
-        ("session_id", pa.string()),
-        ("chunk", pa.int64()),
-        ("round", pa.int64()),
-        ("request_id", pa.string()),
-        ("t_start", pa.float64()),
-        ("ttft_s", pa.float64()),
-        ("latency_s", pa.float64()),
-        ("tpot_s", pa.float64()),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("cached_tokens", pa.int64()),
-        ("status", pa.string()),
-        ("http_status", pa.int64()),
-        ("error", pa.string()),
-        ("replica", pa.string()),
-    ]
-)
-REQUEST_RECORD_SCHEMA_VERSION = 1
+# Derived from the record model: a field added there is a column here, with its default for older files.
+REQUEST_SCHEMA = arrow_schema(RequestRecord, REQUEST_FIELDS)
+_REQUEST_DEFAULTS = {k: v for k, v in column_defaults(RequestRecord).items() if k != "schema"}
 
 SAMPLE_SCHEMA = pa.schema(
     [
@@ -136,12 +120,15 @@ def read_requests(path: Path) -> pa.Table:
     names = ", ".join(json.dumps(f.name) for f in REQUEST_SCHEMA)
     table = _read(path, names, _columns_sql(REQUEST_SCHEMA), "request record").cast(REQUEST_SCHEMA)
     versions = set(pc.unique(table["schema"]).to_pylist()) - {None}
-    if versions - {REQUEST_RECORD_SCHEMA_VERSION}:
+    if versions - READABLE_SCHEMAS:
         raise UserError(
-            f"{path}: request record schema {sorted(versions)} is not supported "
-            f"(this version reads schema {REQUEST_RECORD_SCHEMA_VERSION}); "
+            f"{path}: request record schema {sorted(versions - READABLE_SCHEMAS)} is not supported "
+            f"(this version reads schemas {sorted(READABLE_SCHEMAS)}); "
             "ingest it with a kvoffload-lab that writes that schema"
         )
+    for name, default in _REQUEST_DEFAULTS.items():
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, pc.fill_null(table[name], default))
     return table
 
 

@@ -24,16 +24,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvoffload.atomic import atomic_path, write_text_atomic
+from kvoffload.contracts.arrow import arrow_schema
+from kvoffload.contracts.layout import CampaignPaths, CellPaths
+from kvoffload.contracts.records import SessionCounts
 from kvoffload.errors import UserError
 from kvoffload.ingest.cellmeta import load_cell_meta, load_session_counts
 from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, read_requests, read_samples
-from kvoffload.ingest.layout import CampaignPaths, CellPaths
 
 log = logging.getLogger(__name__)
 
 # 2: cells gained `software`; 3: cells gained `valid` and `invalid_reasons`; 4: cells gained `config`
-# (the whole resolved cell config), `profiles` and `units`.
-TABLES_SCHEMA_VERSION = 4
+# (the whole resolved cell config), `profiles` and `units`; 5: columns derived from the contract models
+# (kvoffload/contracts): requests gained `ttft_clock` and `late_s`, sessions every sessions.json field.
+# Tables of an older version are rebuilt from the raw files (`ingest_needed`).
+TABLES_SCHEMA_VERSION = 5
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 CELLS_SCHEMA = pa.schema(
@@ -66,18 +71,8 @@ CELLS_SCHEMA = pa.schema(
         ("cold_start", pa.string()),
     ]
 )
-SESSIONS_SCHEMA = pa.schema(
-    [
-        ("cell_id", pa.string()),
-        ("requested_concurrency", pa.int64()),
-        ("virtual_users_available", pa.int64()),
-        ("achieved_sessions", pa.int64()),
-        ("complete", pa.int64()),
-        ("incomplete", pa.int64()),
-        ("error", pa.int64()),
-        ("failed_requests", pa.int64()),
-    ]
-)
+# Every field of sessions.json but its schema version, as the model defines them.
+SESSIONS_SCHEMA = pa.schema([("cell_id", pa.string()), *arrow_schema(SessionCounts, exclude=["schema"])])
 REQUESTS_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), *REQUEST_SCHEMA])
 SAMPLES_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), ("phase", pa.string()), *SAMPLE_SCHEMA])
 
@@ -201,16 +196,15 @@ def ingest_campaign(results_dir: Path) -> Path:
     meta = {b"kvoffload.schema": str(TABLES_SCHEMA_VERSION).encode()}
     for name, table in out.items():
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-        tmp = paths.tables_dir / f".{name}.parquet.tmp"
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.replace(paths.tables_dir / f"{name}.parquet")
+        with atomic_path(paths.tables_dir / f"{name}.parquet") as tmp:
+            pq.write_table(table, tmp, compression="zstd")
     manifest = {
         "schema": TABLES_SCHEMA_VERSION,
         "tables": {name: t.num_rows for name, t in out.items()},
         "skipped": skipped,
         "inputs": _fingerprint(paths),
     }
-    paths.manifest.write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+    write_text_atomic(paths.manifest, json.dumps(manifest, indent=1, sort_keys=True))
     return paths.tables_dir
 
 

@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvoffload.atomic import write_text_atomic
+
 STATE_FILE = "state.json"
 
 
@@ -46,9 +48,7 @@ class LabState:
 
     def save(self) -> None:
         path = Path(self.state_dir) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, state_dir: Path) -> LabState | None:

@@ -27,7 +27,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kvoffload
+from kvoffload.atomic import write_text_atomic
 from kvoffload.config import Cell, LabConfig
+from kvoffload.contracts.cell import CELL_SCHEMA, cell_json_text
+from kvoffload.contracts.layout import CellPaths
 from kvoffload.orchestrate import knee
 from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
 from kvoffload.orchestrate.deployment import (
@@ -48,7 +51,6 @@ from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, a
 from kvoffload.profiles.resolve import caddy_profile
 
 log = logging.getLogger(__name__)
-CELL_SCHEMA = 1
 # Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
 # disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
 CELL_SKIP_TAGS = ("install", "model", "quiet")
@@ -150,7 +152,7 @@ def _unit_states(cell_dir: Path) -> dict[str, Any]:
     """`<host>--<unit>` -> the unit's collected state, from the collect role's `units/<host>.json`
     (`{host, units: {unit: {property: value}}}`)."""
     units: dict[str, Any] = {}
-    for path in sorted((cell_dir / "units").glob("*.json")):
+    for path in sorted(CellPaths(cell_dir).units_dir.glob("*.json")):
         try:
             data = json.loads(path.read_text())
             for unit, state in data["units"].items():
@@ -232,7 +234,7 @@ class CampaignRunner:
     def write_campaign_json(self) -> None:
         inv = Path(self.lab.inventory.file)
         write_json_atomic(
-            self.results.root / "campaign.json",
+            self.results.paths.campaign_json,
             {
                 "schema": 1,
                 "name": self.lab.campaign.name,
@@ -548,7 +550,7 @@ class CampaignRunner:
             "started_at": time.time(),
         }
         timings: dict[str, float] = record["timings"]
-        write_json_atomic(cell_dir / "cell.json", record)
+        _write_cell(cell_dir, record)
         label = f" on {node}" if self.lab.multi_node else ""
 
         def phase(name: str, fn: Callable[[], Any]) -> Any:
@@ -560,7 +562,7 @@ class CampaignRunner:
                 return fn()
             finally:
                 timings[name] = round(time.monotonic() - t0, 3)
-                write_json_atomic(cell_dir / "cell.json", record)
+                _write_cell(cell_dir, record)
 
         def play(
             playbook: str, *, client: bool = False, tags: Sequence[str] = (), skip: Sequence[str] = ()
@@ -648,12 +650,12 @@ class CampaignRunner:
             phase("collect", lambda: play("collect.yml", client=True, skip=skip))
             if same_software and previous is not None:
                 # the engines (and so every host's software) are those the previous cell recorded
-                _copy_tree(self.results.cell_dir(previous) / "software", cell_dir / "software")
+                _copy_tree(self.results.cell_paths(previous).software_dir, CellPaths(cell_dir).software_dir)
         except KeyboardInterrupt:
             record["status"] = "interrupted"
             with _signals_deferred():
                 self._teardown_cell(cell, extravars, record, timings, node, final=True)
-                write_json_atomic(cell_dir / "cell.json", record)
+                _write_cell(cell_dir, record)
             raise
         except (PlaybookFailed, RuntimeError) as exc:
             status = f"failed: {exc}"
@@ -666,19 +668,20 @@ class CampaignRunner:
         else:
             self._teardown_cell(cell, extravars, record, timings, node, final=following is None)
         record["units"] = _unit_states(cell_dir)
-        record["software"] = host_software(cell_dir / "software")
+        record["software"] = host_software(CellPaths(cell_dir).software_dir)
         self._record_faults(record, watched, cell_units(self.lab, cell, node), cell_dir, kept_units)
         record["finished_at"] = time.time()
         timings["total"] = round(time.monotonic() - t_cell, 3)
         if status == "done":
-            missing = [n for n in ("requests.jsonl", "sessions.json") if not (cell_dir / n).is_file()]
+            files = CellPaths(cell_dir)
+            missing = [p.name for p in (files.requests, files.sessions) if not p.is_file()]
             if missing:
                 status = f"failed: collected results lack {', '.join(missing)}"
                 record["status"] = "failed"
                 record["error"] = status
             else:
                 record["status"] = "done"
-        write_json_atomic(cell_dir / "cell.json", record)
+        _write_cell(cell_dir, record)
         if status == "done":
             self.results.mark_done(cell)
         self.progress.cell_done(cell, status, timings["total"])
@@ -686,7 +689,7 @@ class CampaignRunner:
             return status, key, record["units"]
         if keep:  # the results were incomplete: do not carry this deployment over
             self._teardown_cell(cell, extravars, record, timings, node, final=False)
-            write_json_atomic(cell_dir / "cell.json", record)
+            _write_cell(cell_dir, record)
         return status, None, {}
 
     def _reset(self, cell: Cell, targets: list[dict[str, str]], previous: Cell | None) -> dict[str, Any]:
@@ -720,7 +723,7 @@ class CampaignRunner:
         record["valid"] = not faults
         if faults:
             record["invalid_reasons"] = [f.reason() for f in faults]
-            record["fault_effects"] = fault_effects(cell_dir / "requests.jsonl", faults)
+            record["fault_effects"] = fault_effects(CellPaths(cell_dir).requests, faults)
             for f in faults:
                 log.warning("cell %s: %s", record["cell_id"], f.reason())
 
@@ -749,6 +752,11 @@ class CampaignRunner:
             record["teardown_error"] = str(exc)
             log.error("teardown after cell %s failed: %s", cell.id, exc)
         timings["teardown"] = round(time.monotonic() - t0, 3)
+
+
+def _write_cell(cell_dir: Path, record: dict[str, Any]) -> None:
+    """cell.json, checked against its model (kvoffload/contracts/cell.py) and written atomically."""
+    write_text_atomic(CellPaths(cell_dir).cell_json, cell_json_text(record))
 
 
 def _restart_reason(

@@ -1,11 +1,8 @@
-"""The results folder of a campaign (DESIGN.md section 5): layout, resume markers, never overwriting.
+"""The results folder of a campaign (DESIGN.md section 5): resume markers, never overwriting.
 
-    results/<campaign>/campaign.json, cells/<cell-id>/{cell.json, requests.jsonl, sessions.json,
-    metrics/, units/, DONE}, attempts/<cell-id>-<stamp>/ (earlier unfinished attempts), ansible/ (runner
-    artifacts), tables/, report/
-
-A cell is done when its DONE file exists; DONE is written last and atomically. A cell folder without it
-is an unfinished attempt: before the cell runs again it is moved under attempts/, never deleted.
+Its layout is kvoffload/contracts/layout.py's. A cell is done when its DONE file exists; DONE is
+written last and atomically. A cell folder without it is an unfinished attempt: before the cell runs
+again it is moved under attempts/, never deleted.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from typing import Any
 
 from kvoffload.atomic import write_text_atomic
 from kvoffload.config import Cell
-
-DONE = "DONE"
+from kvoffload.contracts.layout import CELL_SUBDIRS, CampaignPaths, CellPaths
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -31,9 +27,10 @@ class CampaignResults:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.cells = root / "cells"
-        self.attempts = root / "attempts"
-        self.ansible = root / "ansible"
+        self.paths = CampaignPaths(root)
+        self.cells = self.paths.cells_dir
+        self.attempts = self.paths.attempts_dir
+        self.ansible = self.paths.ansible_dir
 
     @classmethod
     def open(cls, base: Path, campaign: str, fresh: bool = False) -> CampaignResults:
@@ -45,11 +42,14 @@ class CampaignResults:
         results.cells.mkdir(parents=True, exist_ok=True)
         return results
 
+    def cell_paths(self, cell: Cell) -> CellPaths:
+        return self.paths.cell(cell.id)
+
     def cell_dir(self, cell: Cell) -> Path:
-        return self.cells / cell.id
+        return self.cell_paths(cell).root
 
     def is_done(self, cell: Cell) -> bool:
-        return (self.cell_dir(cell) / DONE).is_file()
+        return self.cell_paths(cell).done.is_file()
 
     def start_cell(self, cell: Cell) -> Path:
         """A fresh folder for the cell; an unfinished earlier attempt is moved under attempts/."""
@@ -59,12 +59,9 @@ class CampaignResults:
                 raise FileExistsError(f"{path}: cell is DONE; it is never overwritten")
             self.attempts.mkdir(parents=True, exist_ok=True)
             path.rename(self.attempts / f"{cell.id}-{time.strftime('%Y%m%dT%H%M%S')}")
-        for sub in ("metrics", "units", "logs"):
+        for sub in CELL_SUBDIRS:
             (path / sub).mkdir(parents=True, exist_ok=True)
         return path
 
     def mark_done(self, cell: Cell) -> None:
-        path = self.cell_dir(cell) / DONE
-        tmp = path.with_name(".DONE.tmp")
-        tmp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
-        tmp.replace(path)
+        write_text_atomic(self.cell_paths(cell).done, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")

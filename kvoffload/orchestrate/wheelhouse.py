@@ -39,6 +39,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from kvoffload.atomic import atomic_path, write_text_atomic
 from kvoffload.errors import UserError
 from kvoffload.playbook import ansible_dir
 
@@ -260,10 +261,7 @@ def _archive(house: Path) -> Path:
     stamp = house.with_suffix(".tar.manifest")
     if archive.is_file() and stamp.is_file() and stamp.read_text() == manifest:
         return archive
-    fd, name = tempfile.mkstemp(prefix=f".{archive.name}.", suffix=".partial", dir=archive.parent)
-    os.close(fd)
-    work = Path(name)
-    with tarfile.open(work, "w", format=tarfile.PAX_FORMAT) as tar:
+    with atomic_path(archive) as work, tarfile.open(work, "w", format=tarfile.PAX_FORMAT) as tar:
         for wheel in wheels:
             info = tar.gettarinfo(str(wheel), arcname=wheel.name)
             info.uid = info.gid = 0
@@ -272,6 +270,5 @@ def _archive(house: Path) -> Path:
             info.mode = 0o644
             with wheel.open("rb") as fh:
                 tar.addfile(info, fh)
-    work.replace(archive)
-    stamp.write_text(manifest)
+    write_text_atomic(stamp, manifest)
     return archive

@@ -20,13 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvoffload.errors import UserError
+from kvoffload.tiers import Tier
 
-Tier = Literal["gpu", "cpu", "nvme"]
 GpuVendor = Literal["nvidia", "amd"]
 Engine = Literal["vllm", "sim"]
 
 PROFILES_DIR = Path(__file__).resolve().parent
-TIERS: tuple[Tier, ...] = ("gpu", "cpu", "nvme")
 VLLM_BASE_PORT = 8000
 LMCACHE_PORT = 5555
 # LMCache 0.5.6's `lmcache server` serves /metrics, /healthcheck, /status and /cache/clear on its HTTP

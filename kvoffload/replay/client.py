@@ -21,13 +21,12 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from kvoffload.replay.netstamp import StampedStream
-from kvoffload.replay.records import Status
+from kvoffload.replay.records import Measurement, Status
 from kvoffload.replay.watchdog import Activity
 
 # How long to wait for the end of a response body after `[DONE]` before giving up on its connection.
@@ -35,21 +34,8 @@ DRAIN_S = 1.0
 REPLICA_HEADERS = ("x-kvoffload-replica", "x-kvoffload-upstream")
 
 
-@dataclass(frozen=True)
-class StreamResult:
-    """Raw measurements of one request; `records.RequestRecord` adds the replay context."""
-
-    t_start: float
-    ttft_s: float | None
-    latency_s: float | None
-    tpot_s: float | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    cached_tokens: int | None
-    status: Status
-    http_status: int | None
-    error: str | None
-    replica: str | None
+# The measurements of one request: the request record's own fields (kvoffload/contracts/records.py).
+StreamResult = Measurement
 
 
 def _has_token(data: bytes) -> bool:
@@ -190,8 +176,10 @@ async def stream_chat(
                     replica = next((resp.headers[h] for h in REPLICA_HEADERS if h in resp.headers), None)
                     if resp.status_code != 200:
                         return StreamResult(
-                            t_wall, None, time.perf_counter() - t0, None, None, None, None, "error",
-                            resp.status_code, _error_text(await resp.aread()), replica,
+                            t_start=t_wall, ttft_s=None, latency_s=time.perf_counter() - t0,
+                            tpot_s=None, prompt_tokens=None, completion_tokens=None, cached_tokens=None,
+                            status="error", http_status=resp.status_code,
+                            error=_error_text(await resp.aread()), replica=replica,
                         )  # fmt: skip
                     # The read that produced a chunk is the stream's latest read: httpcore reads again
                     # only when asked for the next chunk.
@@ -253,15 +241,15 @@ async def stream_chat(
     if t_first is not None and t_last is not None and completion_tokens and completion_tokens > 1:
         tpot = (t_last - t_first) / (completion_tokens - 1)
     return StreamResult(
-        t_wall,
-        ttft,
-        latency,
-        tpot,
-        prompt_tokens,
-        completion_tokens,
-        cached,
-        status,
-        http_status,
-        error,
-        replica,
+        t_start=t_wall,
+        ttft_s=ttft,
+        latency_s=latency,
+        tpot_s=tpot,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=cached,
+        status=status,
+        http_status=http_status,
+        error=error,
+        replica=replica,
     )

@@ -1,81 +1,25 @@
-"""The replay's output records: one `RequestRecord` per request (requests.jsonl) and `SessionCounts`
-(sessions.json). DESIGN.md section 6 is the contract; bump `SCHEMA` on any change of fields or meaning.
-(sessions.json's `exceptions`, `stop_reason` and `first_error` were added without a bump: readers of
-sessions.json ignore keys they do not know, and requests.jsonl, which shares `SCHEMA`, did not change.)
+"""Writing the replay's records: requests.jsonl appended one whole line at a time.
+
+The record and the session counts are defined once, in kvoffload/contracts/records.py (re-exported
+here for the replay's modules); this module only writes them.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
-SCHEMA = 1
-Status = Literal["ok", "error", "timeout"]
+from kvoffload.contracts.records import SCHEMA, Measurement, RequestRecord, SessionCounts, Status
 
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One replayed request, as measured by the client (times in seconds, monotonic except t_start)."""
-
-    user_id: str
-    session_id: str
-    chunk: int
-    round: int
-    request_id: str
-    t_start: float
-    ttft_s: float | None
-    latency_s: float | None
-    tpot_s: float | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    cached_tokens: int | None
-    status: Status
-    http_status: int | None
-    error: str | None
-    replica: str | None
-    schema: int = SCHEMA
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass
-class SessionCounts:
-    """What the replay achieved against what was asked: the basis of every comparison's validity.
-
-    `error` counts sessions that ended on a failed request or on an exception of the replay client
-    (`exceptions` counts the latter, each logged with its traceback). `stopped_by` is `pool`,
-    `duration`, `interrupt`, `stall` (the stall watchdog) or `warmup` (every warm-up request failed);
-    `stop_reason` says why in words for the last two, `first_error` is the first failure seen.
-    """
-
-    requested_concurrency: int
-    num_rounds: int
-    virtual_users_available: int
-    dropped_by_isl: int = 0
-    achieved_sessions: int = 0
-    complete: int = 0
-    incomplete: int = 0
-    error: int = 0
-    failed_requests: int = 0
-    requests: int = 0
-    exceptions: int = 0
-    interrupted: bool = False
-    stopped_by: str = "pool"
-    stop_reason: str | None = None
-    first_error: str | None = None
-    duration_s: float = 0.0
-    schema: int = SCHEMA
-
-    @property
-    def ok_requests(self) -> int:
-        return self.requests - self.failed_requests
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+__all__ = [
+    "SCHEMA",
+    "Measurement",
+    "RecordLog",
+    "RequestRecord",
+    "ResultsUnwritable",
+    "SessionCounts",
+    "Status",
+]
 
 
 class ResultsUnwritable(OSError):

@@ -20,12 +20,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from kvoffload.atomic import write_text_atomic
+from kvoffload.contracts.layout import CellPaths
 from kvoffload.datasets import VirtualUser
 from kvoffload.errors import UserError
 from kvoffload.replay.client import StreamResult, stream_chat
@@ -145,7 +146,7 @@ class ReplayRunner:
             raise UserError(
                 f"--output {self.config.output}: cannot create the folder ({exc.strerror})"
             ) from None
-        path = self.config.output / "requests.jsonl"
+        path = CellPaths(self.config.output).requests
         if path.exists() and path.stat().st_size > 0:
             raise UserError(
                 f"{path}: already holds records; give --output a new folder (results are never overwritten)"
@@ -210,7 +211,7 @@ class ReplayRunner:
                 chunk=user.chunk,
                 round=rnd,
                 request_id=uuid.uuid4().hex[:16],
-                **asdict(result),  # the measurements, field for field
+                **result.model_dump(),  # the measurements, field for field
             )
             try:
                 out.append(record)
@@ -331,7 +332,7 @@ class ReplayRunner:
             if watchdog is not None:
                 watchdog.cancel()
             self.counts.duration_s = round(time.monotonic() - self._t0, 3)
-            sessions = self.config.output / "sessions.json"
+            sessions = CellPaths(self.config.output).sessions
             try:
                 write_text_atomic(sessions, self.counts.to_json() + "\n")
             except OSError as exc:

@@ -29,8 +29,9 @@ from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, pa
 from kvoffload.analysis.recommend import Recommendation, recommend
 from kvoffload.analysis.software import software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
+from kvoffload.atomic import atomic_path, write_text_atomic
+from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.ingest import Tables, ensure_tables
-from kvoffload.ingest.layout import CampaignPaths
 from kvoffload.report import plots
 from kvoffload.report.views import (
     CACHE_COLUMNS,
@@ -420,14 +421,13 @@ def write_derived_tables(a: Analysis, results_dir: Path) -> None:
     """summary, rounds and warnings as parquet next to the ingest tables."""
     tables_dir = CampaignPaths(results_dir).tables_dir
     for name, frame in (("summary", a.summary), ("rounds", a.rounds), ("warnings", a.warnings)):
-        frame.to_parquet(tables_dir / f"{name}.parquet", index=False)
+        with atomic_path(tables_dir / f"{name}.parquet") as tmp:
+            frame.to_parquet(tmp, index=False)
 
 
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
 
 
 def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:

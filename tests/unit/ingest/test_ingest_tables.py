@@ -114,7 +114,7 @@ def test_requests_with_numeric_ids_and_missing_optional_fields(tmp_path: Path) -
 
 def test_unknown_request_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "requests.jsonl"
-    path.write_text(json.dumps({"schema": 2, "user_id": "u", "round": 1, "status": "ok"}) + "\n")
+    path.write_text(json.dumps({"schema": 99, "user_id": "u", "round": 1, "status": "ok"}) + "\n")
     with pytest.raises(UserError, match="schema"):
         read_requests(path)
 

@@ -10,6 +10,7 @@ import pytest
 
 from kvoffload.errors import UserError
 from kvoffload.profiles import resolve as r
+from kvoffload.tiers import TIERS
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("KVOFFLOAD_REGEN_GOLDEN") == "1"
@@ -66,7 +67,7 @@ def test_sim_engine_single_replica_extravars_match_golden(tier: str) -> None:
 
 def test_every_profile_passes_prefix_caching_and_prompt_token_details() -> None:
     for vendor in ("nvidia", "amd"):
-        for tier in r.TIERS:
+        for tier in TIERS:
             args = r.engine_args(deployment(tier=tier, gpu_vendor=vendor))
             assert "--enable-prefix-caching" in args
             assert "--enable-prompt-tokens-details" in args

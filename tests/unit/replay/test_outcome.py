@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,7 @@ BASE = SessionCounts(requested_concurrency=2, num_rounds=5, virtual_users_availa
     ],
 )
 def test_exit_code_and_verdict(changes: dict[str, object], code: ExitCode, line: str | None) -> None:
-    counts = replace(BASE, **changes)  # type: ignore[arg-type]
+    counts = BASE.model_copy(update=changes)
     assert exit_code(counts) is code
     got = verdict(counts)
     if line is None:

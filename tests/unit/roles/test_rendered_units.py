@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from kvoffload.profiles import resolve as r
+from kvoffload.tiers import TIERS
 from tests.unit.roles.render import render, role_defaults
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -34,7 +35,7 @@ REPLICAS = (
 # Debian 12's prometheus-node-exporter.service (1.5.0), for hosts where the package is not installed.
 DEBIAN_NODE_EXPORTER = Path(__file__).parent / "fixtures" / "prometheus-node-exporter.service"
 MAX_EXPOSURE = 4.0
-CASES = [(tier, engine) for tier in r.TIERS for engine in ("vllm", "sim")]
+CASES = [(tier, engine) for tier in TIERS for engine in ("vllm", "sim")]
 
 
 def extravars(tier: str, engine: str) -> dict[str, Any]:
@@ -220,7 +221,7 @@ def test_units_pass_systemd_analyze_verify(tier: str, engine: str, tmp_path: Pat
 
 
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy missing (apt: caddy)")
-@pytest.mark.parametrize("tier", r.TIERS)
+@pytest.mark.parametrize("tier", TIERS)
 def test_caddyfiles_pass_caddy_validate(tier: str, tmp_path: Path) -> None:
     caddyfile = tmp_path / "Caddyfile"
     caddyfile.write_text(rendered_files(tier, "vllm")["Caddyfile"])

@@ -1,6 +1,11 @@
 """Paths of a campaign's results folder (DESIGN.md section 5); the one place that spells them.
 
-Pure path arithmetic plus directory listing; no parsing.
+    results/<campaign>/campaign.json, cells/<cell-id>/{cell.json, requests.jsonl, sessions.json,
+    metrics/, units/, logs/, software/, DONE}, attempts/<cell-id>-<stamp>/ (earlier unfinished
+    attempts), ansible/ (runner artifacts), tables/, report/
+
+The orchestrator, the replay, the plan and ingest all take their paths from here. Pure path arithmetic
+plus directory listing; no parsing, no writing.
 """
 
 from __future__ import annotations
@@ -10,6 +15,13 @@ from pathlib import Path
 
 SNAPSHOT_BEFORE = "snapshot-before.jsonl"
 SNAPSHOT_AFTER = "snapshot-after.jsonl"
+CELL_JSON = "cell.json"
+REQUESTS = "requests.jsonl"
+SESSIONS = "sessions.json"
+DONE = "DONE"
+CELLS_DIR = "cells"
+# Folders a cell's run creates before its playbooks write into them.
+CELL_SUBDIRS = ("metrics", "units", "logs")
 
 
 @dataclass(frozen=True)
@@ -24,23 +36,33 @@ class CellPaths:
 
     @property
     def cell_json(self) -> Path:
-        return self.root / "cell.json"
+        return self.root / CELL_JSON
 
     @property
     def requests(self) -> Path:
-        return self.root / "requests.jsonl"
+        return self.root / REQUESTS
 
     @property
     def sessions(self) -> Path:
-        return self.root / "sessions.json"
+        return self.root / SESSIONS
 
     @property
     def metrics_dir(self) -> Path:
         return self.root / "metrics"
 
     @property
+    def units_dir(self) -> Path:
+        """`<host>--<unit>` systemctl states the collect role writes."""
+        return self.root / "units"
+
+    @property
+    def software_dir(self) -> Path:
+        """`<host>.json`: the software the collect role found on each host."""
+        return self.root / "software"
+
+    @property
     def done(self) -> Path:
-        return self.root / "DONE"
+        return self.root / DONE
 
     @property
     def snapshot_before(self) -> Path:
@@ -71,7 +93,18 @@ class CampaignPaths:
 
     @property
     def cells_dir(self) -> Path:
-        return self.root / "cells"
+        return self.root / CELLS_DIR
+
+    @property
+    def attempts_dir(self) -> Path:
+        return self.root / "attempts"
+
+    @property
+    def ansible_dir(self) -> Path:
+        return self.root / "ansible"
+
+    def cell(self, cell_id: str) -> CellPaths:
+        return CellPaths(self.cells_dir / cell_id)
 
     @property
     def tables_dir(self) -> Path:
