@@ -1,11 +1,11 @@
-"""The inventory model: an Ansible YAML inventory read as the hosts and groups kvoffload-lab needs.
+"""The inventory model: the hosts and groups Ansible reads from an inventory, as kvoffload-lab needs them.
 
-The structure (`all`, groups with `hosts`, `vars`, `children`) is strict. Host variables are Ansible's
-and open-ended, so only the ones this tool reads are typed and checked here: `vllm_replicas` (vllm
-role) and `nvme_storage_devices` (nvme_storage role), with the same shape the roles take, so the file
-feeds Ansible unchanged. Variables resolve as Ansible does for these simple cases: all.vars < group
-vars (parents before children; a group_vars/<group>.yml file over the inline vars) < host vars
-(host_vars/<host>.yml over inline). Pure validation of already-parsed YAML; no file IO.
+Ansible parses the inventory (config/ansible_inventory.py: host ranges, INI or YAML, group order);
+this module checks it through strict models. A YAML inventory's structure (`all`, groups with `hosts`,
+`vars`, `children`) is strict too. Host variables are Ansible's and open-ended, so only the ones this
+tool reads are typed and checked: `vllm_replicas` (vllm role) and `nvme_storage_devices`
+(nvme_storage role), with the same shape the roles take, so the file feeds Ansible unchanged. Pure
+validation of already-parsed data; no file IO.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator
 
+from kvoffload.config.ansible_inventory import AnsibleInventory
 from kvoffload.config.errors import ConfigError, KeyedError, format_validation_error
 
 GROUPS = ("vllm", "lmcache", "lb", "client")
@@ -198,71 +199,29 @@ class Inventory:
 VarFiles = Mapping[str, tuple[str, dict[str, Any]]]
 
 
-@dataclass(frozen=True)
-class _Layer:
-    """Variables of one place (inline group/host vars or a group_vars/host_vars file) for one host."""
-
-    rank: tuple[int, int, str]  # (group depth, 0 inline | 1 file, group name); host vars rank last
-    values: dict[str, Any]
-    file: str
-    path: str
-
-
-@dataclass
-class _Walk:
-    """Accumulates group membership and variables while walking the group tree."""
-
-    group_files: VarFiles
-    order: list[str] = field(default_factory=list)
-    groups: dict[str, set[str]] = field(default_factory=dict)
-    layers: dict[str, list[_Layer]] = field(default_factory=dict)
+def _check_layer(values: dict[str, Any] | None, file: str, path: str, problems: list[str]) -> None:
+    """Validate one place variables are written, so a message points at the key where it is."""
+    if not values:
+        return
+    try:
+        HostVars.model_validate(values)
+    except ValidationError as exc:
+        problems += format_validation_error(exc, file, path, HostVars).problems
 
 
-_HOST_DEPTH = 1000
-
-
-def _walk(
-    group: str, spec: GroupSpec, depth: int, path: str, state: _Walk, inherited: list[str], file: str
-) -> None:
-    members: list[str] = []
+def _check_group(spec: GroupSpec, path: str, file: str, problems: list[str]) -> None:
     for name, host_vars in (spec.hosts or {}).items():
-        if name not in state.groups:
-            state.order.append(name)
-            state.groups[name] = set()
-            state.layers[name] = []
-        members.append(name)
-        if host_vars:
-            layer = _Layer((_HOST_DEPTH, 0, name), host_vars, file, f"{path}.hosts.{name}")
-            state.layers[name].append(layer)
-    lineage = [*inherited, group]
-    for name in members:
-        state.groups[name].update(lineage)
+        _check_layer(host_vars, file, f"{path}.hosts.{name}", problems)
+    _check_layer(spec.vars, file, f"{path}.vars", problems)
     for child, child_spec in (spec.children or {}).items():
-        _walk(child, child_spec or GroupSpec(), depth + 1, f"{path}.children.{child}", state, lineage, file)
-    layers = []
-    if spec.vars:
-        layers.append(_Layer((depth, 0, group), spec.vars, file, f"{path}.vars"))
-    if group in state.group_files:
-        # group_vars/<group>.yml overrides the group's inline vars, as in Ansible.
-        var_file, values = state.group_files[group]
-        layers.append(_Layer((depth, 1, group), values, var_file, ""))
-    for name in _members_recursive(spec):
-        state.layers[name].extend(layers)
+        _check_group(child_spec or GroupSpec(), f"{path}.children.{child}", file, problems)
 
 
-def _members_recursive(spec: GroupSpec) -> list[str]:
-    names = list(spec.hosts or {})
-    for child in (spec.children or {}).values():
-        names += _members_recursive(child or GroupSpec())
-    return names
+def check_yaml_layout(raw: Any, file: str) -> None:
+    """The strict structure of a YAML inventory, and every variable where it is written.
 
-
-def parse_inventory(
-    raw: Any, file: str, group_files: VarFiles | None = None, host_files: VarFiles | None = None
-) -> Inventory:
-    """Validate parsed inventory YAML (plus parsed group_vars/host_vars files, by group or host name).
-
-    Raises `ConfigError` naming the file and the key of every problem.
+    Ansible's yaml plugin only warns about a misspelt key (`host:` for `hosts:`) and drops it; here it
+    is an error naming the key. Raises `ConfigError` naming the file and the key of every problem.
     """
     if not isinstance(raw, dict) or not raw:
         raise ConfigError([f"{file}: (top level): an Ansible YAML inventory must be a mapping with `all`"])
@@ -280,35 +239,70 @@ def parse_inventory(
         all_spec = GroupSpec.model_validate(all_raw)
     except ValidationError as exc:
         raise format_validation_error(exc, file, "all", GroupSpec) from exc
-    state = _Walk(group_files=group_files or {})
-    _walk("all", all_spec, 0, "all", state, [], file)
-    for name, (var_file, values) in (host_files or {}).items():
-        if name in state.layers:
-            state.layers[name].append(_Layer((_HOST_DEPTH, 1, name), values, var_file, ""))
     problems: list[str] = []
-    checked: set[tuple[str, str]] = set()
-    hosts = []
-    for name in state.order:
-        merged: dict[str, Any] = {}
-        for layer in sorted(state.layers[name], key=lambda item: item.rank):
-            # Validate each layer where it is written, so the message points at the right key.
-            if (layer.file, layer.path) not in checked:
-                checked.add((layer.file, layer.path))
-                try:
-                    HostVars.model_validate(layer.values)
-                except ValidationError as exc:
-                    problems += format_validation_error(exc, layer.file, layer.path, HostVars).problems
-            merged.update(layer.values)
-        if problems:
-            continue
-        groups = frozenset(state.groups[name] - {"all"})
-        hosts.append(Host(name=name, groups=groups, vars=HostVars.model_validate(merged)))
+    _check_group(all_spec, "all", file, problems)
     if problems:
         raise ConfigError(problems)
-    all_vars = dict(all_spec.vars or {})
-    sources = {key: (file, f"all.vars.{key}") for key in all_vars}
-    if "all" in state.group_files:
-        var_file, values = state.group_files["all"]
+
+
+def build_inventory(
+    file: str,
+    parsed: AnsibleInventory,
+    group_files: VarFiles | None = None,
+    host_files: VarFiles | None = None,
+    *,
+    inline_checked: bool = False,
+) -> Inventory:
+    """The inventory from what Ansible parsed, plus the group_vars/host_vars files beside it.
+
+    Variables combine in Ansible's order (its VariableManager, without a play): `all`'s inline vars <
+    group_vars/all < the other groups' inline vars < their group_vars files (groups in Ansible's
+    depth, priority, name order) < the host's inline vars < host_vars/<host>. A later layer replaces a
+    variable whole (Ansible's default `hash_behaviour`). Each layer is validated where it is written
+    (`inline_checked`: the inventory file's own layers were, by `check_yaml_layout`), then the result.
+    """
+    group_files = group_files or {}
+    host_files = host_files or {}
+    problems: list[str] = []
+    if not inline_checked:
+        for group, values in parsed.group_vars.items():
+            _check_layer(values, file, f"[{group}:vars]", problems)
+        for parsed_host in parsed.hosts:
+            _check_layer(parsed_host.vars, file, f"host {parsed_host.name}", problems)
+    used = {g for h in parsed.hosts for g in h.groups} | {"all"}
+    for name, (var_file, values) in group_files.items():
+        if name in used:
+            _check_layer(values, var_file, "", problems)
+    names = {h.name for h in parsed.hosts}
+    for name, (var_file, values) in host_files.items():
+        if name in names:
+            _check_layer(values, var_file, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    hosts = []
+    for parsed_host in parsed.hosts:
+        others = [g for g in parsed_host.groups if g != "all"]
+        merged: dict[str, Any] = {**parsed.group_vars.get("all", {}), **group_files.get("all", ("", {}))[1]}
+        for group in others:
+            merged.update(parsed.group_vars.get(group, {}))
+        for group in others:
+            merged.update(group_files.get(group, ("", {}))[1])
+        merged.update(parsed_host.vars)
+        merged.update(host_files.get(parsed_host.name, ("", {}))[1])
+        try:
+            host_vars = HostVars.model_validate(merged)
+        except ValidationError as exc:  # each layer passed: only a rule across layers is left
+            problems += format_validation_error(exc, file, f"host {parsed_host.name}", HostVars).problems
+            continue
+        groups = frozenset(others) - {"ungrouped"}
+        hosts.append(Host(name=parsed_host.name, groups=groups, vars=host_vars))
+    if problems:
+        raise ConfigError(problems)
+    inline_all = parsed.group_vars.get("all", {})
+    all_vars = dict(inline_all)
+    sources = {key: (file, f"all.vars.{key}") for key in inline_all}
+    if "all" in group_files:
+        var_file, values = group_files["all"]
         all_vars.update(values)
         sources.update({key: (var_file, key) for key in values})
     return Inventory(file=file, hosts=tuple(hosts), all_vars=all_vars, all_var_sources=sources)

@@ -21,10 +21,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from kvoffload.config.ansible_inventory import read_ansible_inventory
 from kvoffload.config.campaign import Campaign
 from kvoffload.config.cells import Cell, resolve_cells
 from kvoffload.config.errors import ConfigError, format_validation_error
-from kvoffload.config.inventory import CAMPAIGN_VAR, GROUPS, Host, Inventory, parse_inventory
+from kvoffload.config.inventory import (
+    CAMPAIGN_VAR,
+    GROUPS,
+    Host,
+    Inventory,
+    build_inventory,
+    check_yaml_layout,
+)
 
 
 @dataclass(frozen=True)
@@ -204,17 +212,27 @@ def _var_files(folder: Path) -> dict[str, tuple[str, dict[str, Any]]]:
     return found
 
 
+YAML_SUFFIXES = (".yml", ".yaml")
+
+
 def load_inventory(path: Path | str) -> Inventory:
-    """Validate an Ansible YAML inventory file (a folder means its hosts.yml), with the group_vars/
-    and host_vars/ folders beside it."""
+    """Read an inventory file as Ansible does (YAML or INI; a folder means its hosts.yml), with the
+    group_vars/ and host_vars/ folders beside it, and validate it."""
     path = Path(path)
     if path.is_dir():
         path = path / "hosts.yml"
-    return parse_inventory(
-        read_yaml(path),
+    is_yaml = path.suffix in YAML_SUFFIXES
+    if is_yaml:
+        # Our own reading first: its errors name the line, the column and the key as written.
+        check_yaml_layout(read_yaml(path), str(path))
+    elif not path.is_file():
+        read_yaml(path)  # the same "cannot read" message as for a YAML file
+    return build_inventory(
         str(path),
+        read_ansible_inventory(path),
         group_files=_var_files(path.parent / "group_vars"),
         host_files=_var_files(path.parent / "host_vars"),
+        inline_checked=is_yaml,
     )
 
 

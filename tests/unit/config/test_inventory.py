@@ -156,3 +156,108 @@ def test_problem_in_a_group_vars_file_names_that_file(
     with pytest.raises(ConfigError) as info:
         load_inventory(path)
     assert info.value.problems[0].startswith(f"{bad}: vllm_replicas[0].gpus: must be a comma list")
+
+
+def test_host_ranges_expand_as_ansible_does(write_yaml: Writer) -> None:
+    data = {
+        "all": {
+            "hosts": {"client01": {"ansible_host": "10.0.0.9"}},
+            "children": {
+                "vllm": {
+                    "vars": {"vllm_replicas": [{"index": 0, "gpus": "0"}]},
+                    "hosts": {"gpu[01:02].lab.example": None},
+                }
+            },
+        }
+    }
+    inv = load_inventory(write_yaml("hosts.yml", data))
+    assert [h.name for h in inv.group("vllm")] == ["gpu01.lab.example", "gpu02.lab.example"]
+    assert inv.host("gpu02.lab.example").address == "gpu02.lab.example"
+    assert [(r.index, r.gpus) for r in inv.host("gpu01.lab.example").replicas] == [(0, "0")]
+
+
+def test_an_ini_inventory_reads_like_its_yaml_twin(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.ini"
+    path.write_text(
+        "[vllm]\n"
+        'gpu[01:02] vllm_replicas=\'[{"index": 0, "gpus": "0,1"}]\'\n'
+        "[lmcache]\ngpu01\n"
+        "[client]\nc1 ansible_host=10.0.0.9 ansible_port=2222\n"
+        "[gpus:children]\nvllm\n"
+        "[all:vars]\nansible_user=root\nkvoffload_wheelhouse=/srv/wh\n"
+    )
+    inv = load_inventory(path)
+    assert [h.name for h in inv.hosts] == ["gpu01", "gpu02", "c1"]
+    assert inv.host("gpu01").groups == {"vllm", "lmcache", "gpus"}
+    assert inv.host("gpu02").groups == {"vllm", "gpus"}
+    assert [(r.index, r.gpus) for r in inv.host("gpu02").replicas] == [(0, "0,1")]
+    assert inv.host("c1").address == "10.0.0.9" and inv.host("c1").vars.ansible_port == 2222
+    assert inv.all_vars == {"ansible_user": "root", "kvoffload_wheelhouse": "/srv/wh"}
+
+
+def test_a_bad_value_in_an_ini_inventory_names_file_host_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text('[vllm]\ngpu01 vllm_replicas=\'[{"index": 0, "gpus": "a"}]\'\n')
+    with pytest.raises(ConfigError) as info:
+        load_inventory(path)
+    assert info.value.problems == [
+        f'{path}: host gpu01.vllm_replicas[0].gpus: must be a comma list of GPU ids such as "0" or "0,1", '
+        "got 'a'"
+    ]
+
+
+def test_an_ini_inventory_ansible_refuses_shows_ansibles_message(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.ini"
+    path.write_text("[vllm]\ngpu01 novalue\n")
+    with pytest.raises(ConfigError) as info:
+        load_inventory(path)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{path}: Ansible's ini inventory plugin cannot read it: ")
+    assert "Expected key=value host variable assignment, got: novalue" in problem
+
+
+def test_variable_precedence_is_ansibles(write_yaml: Writer, tmp_path: Path) -> None:
+    """Inline group vars of every group come before any group_vars file (Ansible's VariableManager),
+    so a parent's group_vars file beats a child's inline vars; host_vars beat everything."""
+    data = {
+        "all": {
+            "vars": {"vllm_replicas": [{"index": 9, "gpus": "9"}]},
+            "children": {
+                "gpus": {
+                    "children": {
+                        "vllm": {
+                            "vars": {"vllm_replicas": [{"index": 1, "gpus": "1"}]},
+                            "hosts": {"g1": None, "g2": None, "g3": None},
+                        }
+                    }
+                }
+            },
+        }
+    }
+    path = write_yaml("hosts.yml", data)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpus.yml").write_text('vllm_replicas: [{index: 2, gpus: "2"}]\n')
+    (tmp_path / "host_vars" / "g3").mkdir(parents=True)
+    (tmp_path / "host_vars" / "g3" / "a.yml").write_text('vllm_replicas: [{index: 3, gpus: "3"}]\n')
+    (tmp_path / "host_vars" / "g2.yml").write_text("ansible_host: 10.0.0.2\n")
+    inv = load_inventory(path)
+    assert [r.index for r in inv.host("g1").replicas] == [2]
+    assert [r.index for r in inv.host("g2").replicas] == [2] and inv.host("g2").address == "10.0.0.2"
+    assert [r.index for r in inv.host("g3").replicas] == [3]
+    assert inv.host("g1").groups == {"gpus", "vllm"}
+
+
+def test_group_vars_beside_an_ini_inventory(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text('[vllm]\ngpu01 vllm_replicas=\'[{"index": 0, "gpus": "0"}]\'\n[all:vars]\nx=1\n')
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "vllm.yml").write_text('vllm_replicas: [{index: 4, gpus: "4"}]\n')
+    (tmp_path / "group_vars" / "all.yml").write_text("kvoffload_campaign: {name: c}\n")
+    inv = load_inventory(path)
+    # the host's own inline vars beat its group's file
+    assert [r.index for r in inv.host("gpu01").replicas] == [0]
+    assert inv.all_vars == {"x": 1, "kvoffload_campaign": {"name": "c"}}
+    assert inv.all_var_sources["kvoffload_campaign"] == (
+        str(tmp_path / "group_vars" / "all.yml"),
+        "kvoffload_campaign",
+    )
