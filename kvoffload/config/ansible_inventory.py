@@ -11,6 +11,7 @@ raises become ConfigError naming the file, with Ansible's message.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,29 +63,40 @@ def _own(variables: dict[str, Any]) -> dict[str, Any]:
     return {str(k): plain(v) for k, v in variables.items() if k not in _ANSIBLE_SET}
 
 
-def read_ansible_inventory(path: Path) -> AnsibleInventory:
-    """Parse `path` with the first of Ansible's yaml and ini plugins that reads it (a file without an
-    extension is tried as YAML first, as Ansible does)."""
+@functools.cache
+def ansible_machinery() -> tuple[Any, ...]:
+    """Ansible's inventory classes and the enabled plugins, imported once per process.
+
+    Imported lazily: ansible-core's import costs most of a second (it runs `ldconfig` through ctypes
+    and probes `getaddrinfo` on 127.0.0.1), so only commands that read an inventory pay it.
+    """
     from ansible.errors import AnsibleError
     from ansible.inventory.data import InventoryData
     from ansible.inventory.helpers import sort_groups
     from ansible.parsing.dataloader import DataLoader
     from ansible.plugins.loader import inventory_loader
 
+    plugins = tuple((name, inventory_loader.get(name)) for name in PLUGINS)
+    return AnsibleError, InventoryData, sort_groups, DataLoader, plugins
+
+
+def read_ansible_inventory(path: Path) -> AnsibleInventory:
+    """Parse `path` with the first of Ansible's yaml and ini plugins that reads it (a file without an
+    extension is tried as YAML first, as Ansible does)."""
+    ansible_error, inventory_data, sort_groups, data_loader, plugins = ansible_machinery()
     source = str(path.resolve())
-    loader = DataLoader()
+    loader = data_loader()
     failures: list[str] = []
-    for name in PLUGINS:
-        plugin = inventory_loader.get(name)
+    for name, plugin in plugins:
         if plugin is None or not plugin.verify_file(source):
             continue
         # As Ansible does: the next plugin gets a clean inventory when one fails part-way.
-        data = InventoryData()
+        data = inventory_data()
         data.current_source = source
         try:
             plugin.parse(data, loader, source, cache=False)
             data.reconcile_inventory()
-        except AnsibleError as exc:
+        except ansible_error as exc:
             failures.append(f"Ansible's {name} inventory plugin cannot read it: {_message(exc)}")
             continue
         break

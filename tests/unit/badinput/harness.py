@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from kvoffload.cli.main import main
+from kvoffload.config.ansible_inventory import ansible_machinery
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -50,6 +51,9 @@ TRAPS: tuple[tuple[Any, str], ...] = (
 
 def install_traps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Arm every trap for the current test; returns the list the traps append their names to."""
+    # Importing ansible-core runs `ldconfig` (ctypes) and probes socket.getaddrinfo('127.0.0.1', 22) (a
+    # numeric self-check, no lookup, no host): done before the traps, as any earlier test would have.
+    ansible_machinery()
     touched: list[str] = []
 
     def trap(name: str) -> Any:
