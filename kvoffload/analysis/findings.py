@@ -25,6 +25,7 @@ from kvoffload.analysis.compare import (
     offload_exercised,
 )
 from kvoffload.analysis.software import version_splits
+from kvoffload.tiers import TIERS
 
 FINDING_KEYS = [k for k in GROUP_KEYS if k != "repeat"]
 # Warning kinds that make a comparison invalid, and the ones that qualify it.
@@ -209,7 +210,7 @@ def group_findings(
     base = cells_of("gpu") if (rows["tier"] == "gpu").any() else []
     where = f"at concurrency {int(first['concurrency'])}, num_rounds {int(first['num_rounds'])}"
     out = []
-    for tier in [t for t in ("gpu", "cpu", "nvme") if (rows["tier"] == t).any()]:
+    for tier in [t for t in TIERS if (rows["tier"] == t).any()]:
         mine_rows = rows[rows["tier"] == tier]
         mine = cells_of(tier)
         p50 = bootstrap.later_percentile(mine, 50, replicates)

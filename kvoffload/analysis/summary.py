@@ -17,8 +17,9 @@ from kvoffload.analysis.engine import engine_figures
 from kvoffload.analysis.health import caddy_flaps, unit_restarts
 from kvoffload.analysis.hosts import disk_figures, gpu_figures, parse_targets
 from kvoffload.analysis.lmcache import lmcache_figures
+from kvoffload.tiers import TIERS
 
-TIER_ORDER = {"gpu": 0, "cpu": 1, "nvme": 2}
+TIER_ORDER: dict[str, int] = {tier: i for i, tier in enumerate(TIERS)}
 CONFIG_COLUMNS = [
     "cell_id",
     "tier",

@@ -47,7 +47,8 @@ def test_closed_loop_replay_records_everything(tmp_path: Path) -> None:
     recs = _records(out)
     # 3 sessions x 6 calls -> one chunk of 5 per session = 3 users x 5 rounds
     assert len(recs) == 15
-    assert {r["schema"] for r in recs} == {1}
+    assert {r["schema"] for r in recs} == {2}
+    assert all(r["ttft_clock"] in ("kernel", "read") and "late_s" in r for r in recs)
     assert all(r["status"] == "ok" and r["replica"] == "r1" for r in recs)
     by_user: dict[str, list[int]] = {}
     for r in recs:

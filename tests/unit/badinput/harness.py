@@ -94,6 +94,10 @@ _SITECUSTOMIZE = textwrap.dedent(
     """
     import multiprocessing.process, os, socket, subprocess
 
+    # ansible-core's import runs ldconfig and a numeric getaddrinfo self-check: done before arming.
+    from kvoffload.config.ansible_inventory import ansible_machinery
+    ansible_machinery()
+
     _LOG = os.environ["KVOFFLOAD_TRAP_LOG"]
 
     class Touched(BaseException):

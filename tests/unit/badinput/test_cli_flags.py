@@ -192,8 +192,8 @@ CASES = [
     FlagCase(
         "ingest-requests-newer-schema",
         ("ingest", "{results}"),
-        ("{results}/" + REQUESTS + ": request record schema [1, 2] is not supported",),
-        _lines(REQUESTS, 1, '{"schema": 2, "user_id": "u1"}'),
+        ("{results}/" + REQUESTS + ": request record schema [3] is not supported",),
+        _lines(REQUESTS, 1, '{"schema": 3, "user_id": "u1"}'),
     ),
     FlagCase(
         "ingest-samples-bad-line",
