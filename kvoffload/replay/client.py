@@ -76,6 +76,11 @@ def _usage(data: bytes) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
+def _count(value: Any) -> int | None:
+    """A usage count as the record takes it; anything but a whole number (a broken server) is None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 async def _drain(resp: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
     """Read what follows `[DONE]` (normally just the chunked body's terminator), for DRAIN_S at most.
 
@@ -230,10 +235,10 @@ async def stream_chat(
     latency = (t_end if t_end is not None else time.perf_counter()) - t0
     prompt_tokens = completion_tokens = cached = None
     if usage:
-        prompt_tokens = usage.get("prompt_tokens")
-        completion_tokens = usage.get("completion_tokens")
+        prompt_tokens = _count(usage.get("prompt_tokens"))
+        completion_tokens = _count(usage.get("completion_tokens"))
         details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     if status == "ok" and t_first is None:
         status, error = "error", error or "stream ended without a token"
     ttft = t_first - t0 if t_first is not None else None

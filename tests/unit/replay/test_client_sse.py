@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -163,3 +164,25 @@ def test_abandoned_drains_never_leave_the_pool_waiting(monkeypatch: pytest.Monke
         results = asyncio.run(scenario(url))
     assert len(results) == 40
     assert all(r.status == "ok" for r in results), {r.error for r in results}
+
+
+def test_a_usage_count_that_is_not_a_number_is_recorded_as_unknown() -> None:
+    """The record model types the counts: a broken server's usage must not make the client raise."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n')
+        usage = {
+            "prompt_tokens": "many",
+            "completion_tokens": 1,
+            "prompt_tokens_details": {"cached_tokens": None},
+        }
+        await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    r = _stream_from(handler, {})
+    assert r.status == "ok", r.error
+    assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (None, 1, None)
