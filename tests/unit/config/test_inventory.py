@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,48 @@ def test_group_vars_beside_an_ini_inventory(tmp_path: Path) -> None:
         str(tmp_path / "group_vars" / "all.yml"),
         "kvoffload_campaign",
     )
+
+
+def test_merged_variables_equal_ansibles_variable_manager(write_yaml: Writer, tmp_path: Path) -> None:
+    """The same inventory through Ansible's own VariableManager gives every host the same values."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    data = {
+        "all": {
+            "vars": {"ansible_user": "root", "x": "all"},
+            "hosts": {"c1": {"ansible_host": "10.0.0.9"}},
+            "children": {
+                "gpus": {
+                    "vars": {"x": "gpus", "y": "gpus"},
+                    "children": {
+                        "vllm": {
+                            "vars": {"x": "vllm", "vllm_replicas": [{"index": 1, "gpus": "1"}]},
+                            "hosts": {"g[1:3]": None},
+                        }
+                    },
+                },
+                "lmcache": {"vars": {"y": "lmcache"}, "hosts": {"g1": {"x": "g1-inline"}}},
+            },
+        }
+    }
+    path = write_yaml("hosts.yml", data)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpus.yml").write_text('vllm_replicas: [{index: 2, gpus: "2"}]\nz: gpus\n')
+    (tmp_path / "group_vars" / "all.yml").write_text("z: all\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "g3.yml").write_text("x: g3-file\n")
+    ours = load_inventory(path)
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    assert [h.name for h in ours.hosts] == [h.name for h in manager.get_hosts()]
+    for host in manager.get_hosts():
+        theirs = variables.get_vars(host=host, include_hostvars=False)
+        mine = ours.host(host.name)
+        assert mine.groups == set(theirs["group_names"]) - {"ungrouped"}, host.name
+        for key in ("ansible_user", "ansible_host", "x", "y", "z", "vllm_replicas"):
+            got = mine.vars.model_dump(mode="json", exclude_none=True).get(key)
+            want = theirs.get(key)
+            assert got == (want if want is None else json.loads(json.dumps(want))), (host.name, key)
