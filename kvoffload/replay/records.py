@@ -36,6 +36,8 @@ class RequestRecord:
     http_status: int | None
     error: str | None
     replica: str | None
+    ttft_clock: str  # "kernel" (SO_TIMESTAMPNS) or "read" (when the client read it): see replay/client.py
+    late_s: float | None  # set when the first token's read also took in later data (its stamp may be late)
     schema: int = SCHEMA
 
     def to_json(self) -> str:

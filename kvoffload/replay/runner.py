@@ -64,6 +64,8 @@ class Progress:
     active: int = 0
     elapsed_s: float = 0.0
     last_ttft_s: float | None = None
+    late: int = 0  # ok requests whose first-token stamp may be late (the client could not keep up)
+    read_stamped: int = 0  # ok requests whose TTFT was stamped at read time, not by the kernel
     ttfts: deque[float] = field(default_factory=lambda: deque(maxlen=200))  # recent, for the display
 
 
@@ -220,6 +222,7 @@ class ReplayRunner:
             self.counts.requests += 1
             self.progress.requests += 1
             if result.status == "ok":
+                self._note_clock(result)
                 self.progress.last_ttft_s = result.ttft_s
                 if result.ttft_s is not None:
                     self.progress.ttfts.append(result.ttft_s)
@@ -233,6 +236,32 @@ class ReplayRunner:
             if self.activity.abort_reason is not None:
                 break  # stalled: no retry
         return False
+
+    def _note_clock(self, result: StreamResult) -> None:
+        """Count late and read-stamped TTFTs; say the first of each (the report shows them per cell)."""
+        if result.late_s is not None:
+            self.progress.late += 1
+            if self.progress.late == 1:
+                log.warning(
+                    "the client is not keeping up: a first token was read %.1f ms after it arrived, together "
+                    "with later data, so its kernel stamp may be a later token's (late_s in the record); "
+                    "use fewer streams per worker or more --workers",
+                    result.late_s * 1000,
+                )
+        if result.ttft_clock == "read":
+            self.progress.read_stamped += 1
+            if self.progress.read_stamped == 1:
+                log.warning(
+                    "TTFT falls back to read-time stamps (ttft_clock 'read': https, a proxy, or no kernel "
+                    "receive stamps): the client's own lateness counts in TTFT"
+                )
+
+    def _summarize_clocks(self) -> None:
+        ok = self.counts.ok_requests
+        if self.progress.late:
+            log.warning("%d of %d ok requests have a possibly late TTFT stamp", self.progress.late, ok)
+        if self.progress.read_stamped:
+            log.warning("%d of %d ok requests have read-time TTFT stamps", self.progress.read_stamped, ok)
 
     async def _pause(self, seconds: float) -> None:
         """Wait a recorded gap, or less when the run stops meanwhile."""
@@ -330,6 +359,7 @@ class ReplayRunner:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
+            self._summarize_clocks()
             self.counts.duration_s = round(time.monotonic() - self._t0, 3)
             sessions = self.config.output / "sessions.json"
             try:

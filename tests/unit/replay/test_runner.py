@@ -195,7 +195,7 @@ def test_record_log_undoes_a_short_write(tmp_path: Path, monkeypatch: pytest.Mon
         return RequestRecord(user_id=f"u{i}", session_id="s", chunk=0, round=i, request_id=str(i),
                              t_start=0.0, ttft_s=0.1, latency_s=0.2, tpot_s=0.01, prompt_tokens=10,
                              completion_tokens=2, cached_tokens=0, status="ok", http_status=200,
-                             error=None, replica="r0")  # fmt: skip
+                             error=None, replica="r0", ttft_clock="kernel", late_s=None)  # fmt: skip
 
     path = tmp_path / "requests.jsonl"
     with RecordLog(path) as log_:
