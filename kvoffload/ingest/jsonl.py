@@ -40,6 +40,8 @@ REQUEST_SCHEMA = pa.schema(
         ("http_status", pa.int64()),
         ("error", pa.string()),
         ("replica", pa.string()),
+        ("ttft_clock", pa.string()),
+        ("late_s", pa.float64()),
     ]
 )
 REQUEST_RECORD_SCHEMA_VERSION = 1

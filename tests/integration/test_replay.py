@@ -49,6 +49,9 @@ def test_closed_loop_replay_records_everything(tmp_path: Path) -> None:
     assert len(recs) == 15
     assert {r["schema"] for r in recs} == {1}
     assert all(r["status"] == "ok" and r["replica"] == "r1" for r in recs)
+    if sys.platform == "linux":  # kernel receive stamps (SO_TIMESTAMPNS); the warm-ups turned them on
+        assert {r["ttft_clock"] for r in recs} == {"kernel"}
+    assert all(r["late_s"] is None or r["late_s"] > 0 for r in recs)
     by_user: dict[str, list[int]] = {}
     for r in recs:
         by_user.setdefault(str(r["user_id"]), []).append(int(r["round"]))  # type: ignore[call-overload]
