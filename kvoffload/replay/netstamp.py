@@ -183,7 +183,14 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 
 class StampedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend for plain-http connections whose reads carry kernel receive stamps."""
+    """httpcore's network backend for plain-http connections whose reads carry kernel receive stamps.
+
+    With `stamps=False` the sockets do not ask for stamps, so every read is stamped when it is made (the
+    benchmark's ablation, bench/replay_fidelity.py).
+    """
+
+    def __init__(self, stamps: bool = True) -> None:
+        self.stamps = stamps
 
     async def connect_tcp(
         self,
@@ -206,7 +213,8 @@ class StampedBackend(httpcore.AsyncNetworkBackend):
         except OSError as exc:
             sock.close()
             raise httpcore.ConnectError(str(exc)) from exc
-        enable_rx_stamps(sock)
+        if self.stamps:
+            enable_rx_stamps(sock)
         return StampedStream(sock)
 
     async def connect_unix_socket(
@@ -313,10 +321,13 @@ class StampedTransport(httpx.AsyncBaseTransport):
     reused; one the server closed or that sat idle past `keepalive_expiry` is dropped when it is next
     looked at. At most `max_idle` idle connections are kept (None: no limit; the closed loop's
     concurrency bounds them). No limit on connections in flight: the caller's concurrency is the limit.
+    `stamps=False`: read-time stamps only (see `StampedBackend`).
     """
 
-    def __init__(self, keepalive_expiry: float | None = 5.0, max_idle: int | None = None) -> None:
-        self._backend = StampedBackend()
+    def __init__(
+        self, keepalive_expiry: float | None = 5.0, max_idle: int | None = None, stamps: bool = True
+    ) -> None:
+        self._backend = StampedBackend(stamps)
         self._keepalive_expiry = keepalive_expiry
         self._max_idle = max_idle
         self._idle: list[httpcore.AsyncHTTPConnection] = []  # most recently used last

@@ -79,6 +79,20 @@ def chat_url(base_url: str) -> str:
     return f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
 
 
+def prepare_output(folder: Path) -> Path:
+    """Create the output folder; the path of its requests.jsonl, which must not hold records yet."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--output {folder}: cannot create the folder ({exc.strerror})") from None
+    path = folder / "requests.jsonl"
+    if path.exists() and path.stat().st_size > 0:
+        raise UserError(
+            f"{path}: already holds records; give --output a new folder (results are never overwritten)"
+        )
+    return path
+
+
 class ReplayRunner:
     """Runs one replay; `stop()` (from a signal handler) ends it cleanly."""
 
@@ -139,20 +153,6 @@ class ReplayRunner:
     def _note_error(self, error: str) -> None:
         if self.counts.first_error is None:
             self.counts.first_error = error[:500]
-
-    def _prepare_output(self) -> Path:
-        try:
-            self.config.output.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(
-                f"--output {self.config.output}: cannot create the folder ({exc.strerror})"
-            ) from None
-        path = self.config.output / "requests.jsonl"
-        if path.exists() and path.stat().st_size > 0:
-            raise UserError(
-                f"{path}: already holds records; give --output a new folder (results are never overwritten)"
-            )
-        return path
 
     def _tick(self) -> None:
         self.progress.elapsed_s = time.monotonic() - self._t0
@@ -341,7 +341,7 @@ class ReplayRunner:
                 log.error("a replay slot ended on an exception", exc_info=result)
 
     async def run(self) -> SessionCounts:
-        path = self._prepare_output()
+        path = prepare_output(self.config.output)
         # Slots beyond the pool would add no load (the CLI warns about them): none is started.
         slots = min(self.config.concurrency, len(self.users))
         limits = httpx.Limits(
