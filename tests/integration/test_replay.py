@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -308,7 +309,7 @@ def test_workers_split_users_and_merge_one_requests_file(tmp_path: Path) -> None
     assert sorted(by_user) == ["s0:0", "s1:0", "s2:0", "s3:0"]
     for rounds in by_user.values():  # a user's rounds in order, each after the previous one ended
         assert [r["round"] for r in rounds] == [1, 2, 3, 4, 5]
-        for a, b in zip(rounds, rounds[1:], strict=False):
+        for a, b in itertools.pairwise(rounds):
             assert b["t_start"] >= a["t_start"] + a["latency_s"] - 0.01  # type: ignore[operator]
     counts = json.loads((out / "sessions.json").read_text())
     assert (counts["requested_concurrency"], counts["achieved_sessions"], counts["complete"]) == (2, 4, 4)
