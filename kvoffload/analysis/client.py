@@ -12,7 +12,7 @@ prefix shared with other users). A session's live context is the most tokens (pr
 of its requests held, i.e. the KV history it needs kept to be served without recompute; the mean over
 the cell's sessions (virtual users) feeds the capacity figures.
 `requests_late` counts ok requests whose first-token stamp may be late (the record's `late_s` is set:
-the client read the first token together with later data, so it could not keep up) and
+the client read the first token together with a later one, so it could not keep up) and
 `requests_read_stamped` those whose TTFT was stamped at read time (`ttft_clock` "read"); records
 written before those fields existed count as neither.
 """

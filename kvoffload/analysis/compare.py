@@ -65,7 +65,7 @@ def _client_clock_warnings(row: pd.Series, cid: str, grp: str) -> list[dict[str,
                 cid,
                 grp,
                 "client_late",
-                f"{late} of {ok} ok requests read their first token together with later data: the client "
+                f"{late} of {ok} ok requests read their first token together with a later one: the client "
                 "could not keep up, and their TTFT may be too long by up to one inter-token gap "
                 "(late_s in requests.jsonl); replay with fewer streams per client core",
             )

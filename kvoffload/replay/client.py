@@ -12,9 +12,9 @@ result says which clock stamped its TTFT (`ttft_clock`: "kernel" or "read").
 A kernel stamp belongs to the last TCP segment a read took in. A loop later than one inter-token gap
 finds the first token and later ones waiting together, and one read stamps the first token with a later
 segment's arrival: the TTFT is then too long by up to the lateness. The client cannot undo that, but it
-sees it: the read that carried the first token also carried later stream data. Such a result has
-`late_s`, how long that read's newest data had waited in the kernel (read moment minus stamp); a result
-whose stamp is the first token's own has `late_s` None.
+sees it: the read that carried the first token also carried a later token. Such a result has `late_s`,
+how long that read's newest data had waited in the kernel (read moment minus stamp); any other result
+has `late_s` None (its stamp is the first token's own, or the clock is "read").
 
 To keep client overhead out of the measurement, only chunks up to the first token are JSON-decoded; later
 chunks are timestamped and the usage chunk is decoded at the end.
@@ -224,9 +224,15 @@ async def stream_chat(
                             if not line.startswith(b"data:"):
                                 continue
                             data = line[5:].strip()
-                            if reads == first_read and late_s is None and stamped is not None:
-                                # Later stream data came in the first token's read: its stamp may be
-                                # a later segment's (see the module docstring).
+                            # A later token in the first token's read: the stamp may be its segment's
+                            # (module docstring). Usage and [DONE] follow the last token at once.
+                            if (
+                                reads == first_read
+                                and late_s is None
+                                and stamped is not None
+                                and data != b"[DONE]"
+                                and _has_token(data)
+                            ):
                                 late_s = stamped.last_read - stamped.last_rx
                             if data == b"[DONE]":
                                 done, t_end = True, now

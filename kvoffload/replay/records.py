@@ -37,7 +37,7 @@ class RequestRecord:
     error: str | None
     replica: str | None
     ttft_clock: str  # "kernel" (SO_TIMESTAMPNS) or "read" (when the client read it): see replay/client.py
-    late_s: float | None  # set when the first token's read also took in later data (its stamp may be late)
+    late_s: float | None  # set when the first token's read also took in a later one (its stamp may be late)
     schema: int = SCHEMA
 
     def to_json(self) -> str:

@@ -244,7 +244,7 @@ class ReplayRunner:
             if self.progress.late == 1:
                 log.warning(
                     "the client is not keeping up: a first token was read %.1f ms after it arrived, together "
-                    "with later data, so its kernel stamp may be a later token's (late_s in the record); "
+                    "with a later token, so its kernel stamp may be a later token's (late_s in the record); "
                     "use fewer streams per worker or more --workers",
                     result.late_s * 1000,
                 )
