@@ -1,16 +1,19 @@
 """A lean streaming chat server for bench/replay_fidelity.py that stamps requests with kernel receive times.
 
-tests/support/sse_server.py (aiohttp) starts a request's clock when its handler runs, so with hundreds of
-streams its own dispatch lateness (parsing, other connections' callbacks) is counted as client error. This
-server starts it when the kernel received the bytes that completed the request (SO_TIMESTAMPNS on the
-recvmsg that brought in the last of the headers and body, converted to the perf_counter clock as in
-kvoffload/replay/netstamp.py), writes the first token at arrival + --ttft and the others every --itl, and
-records, per `x-request-id`, the delay it really achieved: perf_counter just before the first token's
-send, minus the arrival. Scheduling precision does not matter; only that record does.
+It is the bench's independent reference: it shares no code with the replay client (its stamping below
+is its own, on SO_TIMESTAMP's microsecond timeval, where the client uses SO_TIMESTAMPNS through
+kvoffload/replay/netstamp.py). tests/support/sse_server.py (aiohttp) starts a request's clock when its
+handler runs, so with hundreds of streams its own dispatch lateness would count as client error. This
+server starts it when the kernel received the bytes that completed the request (the stamp of the recvmsg
+that brought in the last of the headers and body, converted to the perf_counter clock), writes the first
+token at arrival + --ttft and the others every --itl, and records, per `x-request-id`, the delay it
+really achieved: perf_counter just before the first token's send, minus the arrival. Scheduling
+precision does not matter; only that record does.
 
 Wire format as tests/support/sse_server.py: a role chunk, ` tok0`.. content chunks, a usage chunk and
 `data: [DONE]`, as HTTP/1.1 chunked transfer encoding on keep-alive connections (`Connection: close` is
-honoured). `POST /v1/chat/completions` streams, `GET /timings` returns the achieved delays as JSON and
+honoured). Request bodies may come with Content-Length or chunked (the replay client sends them chunked).
+`POST /v1/chat/completions` streams, `GET /timings` returns the achieved delays as JSON and
 `GET /stamps` each request's [arrival, first send] on the perf_counter clock.
 Raw non-blocking sockets on one event loop (uvloop when importable); no threads, no HTTP library. It is
 a benchmark fixture: it trusts its clients and implements only what they send.
@@ -26,13 +29,55 @@ import contextlib
 import json
 import resource
 import socket
+import struct
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+SO_TIMESTAMP = getattr(socket, "SO_TIMESTAMP", 29)  # Linux: struct timeval per packet, as a SOL_SOCKET cmsg
+_TIMEVAL = struct.Struct("ll")
 
-from kvoffload.replay.netstamp import enable_rx_stamps, recv_stamped
+
+def stamp_on(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
+
+
+def recv_with_arrival(sock: socket.socket) -> tuple[bytes, float]:
+    """The data and its kernel arrival on the perf_counter clock (the read's moment when unstamped)."""
+    data, anc, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(_TIMEVAL.size))
+    wall, mono = time.time(), time.perf_counter()
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMP and len(raw) >= _TIMEVAL.size:
+            sec, usec = _TIMEVAL.unpack_from(raw)
+            return data, mono - max(0.0, wall - (sec + usec / 1e6))
+    return data, mono
+
+
+def _chunked_end(buf: bytes, start: int) -> int:
+    """Where a chunked body starting at `start` ends (after its last chunk's CRLF), or -1 if incomplete."""
+    pos = start
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return -1
+        size = int(buf[pos:eol].split(b";")[0] or b"0", 16)
+        if size == 0:
+            end = buf.find(b"\r\n", eol + 2)  # no trailers from our clients: the next CRLF ends it
+            return -1 if end < 0 else end + 2
+        pos = eol + 2 + size + 2
+        if pos > len(buf):
+            return -1
+
+
+def _dechunk(raw: bytes) -> bytes:
+    out, pos = b"", 0
+    while True:
+        eol = raw.find(b"\r\n", pos)
+        size = int(raw[pos:eol].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return out
+        out += raw[eol + 2 : eol + 2 + size]
+        pos = eol + 2 + size + 2
 
 
 class Server:
@@ -54,7 +99,7 @@ class Server:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            enable_rx_stamps(sock)
+            stamp_on(sock)
             Conn(self, sock)
 
 
@@ -75,7 +120,7 @@ class Conn:
 
     def on_readable(self) -> None:
         try:
-            data, stamp = recv_stamped(self.sock, 65536)
+            data, stamp = recv_with_arrival(self.sock)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -100,11 +145,17 @@ class Conn:
         for line in head[1:]:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0"))
-        if len(self.inbuf) < end + 4 + length:
-            return
-        body = self.inbuf[end + 4 : end + 4 + length]
-        self.inbuf = self.inbuf[end + 4 + length :]
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            stop = _chunked_end(self.inbuf, end + 4)
+            if stop < 0:
+                return
+            body = _dechunk(self.inbuf[end + 4 : stop])
+        else:
+            stop = end + 4 + int(headers.get("content-length", "0"))
+            if len(self.inbuf) < stop:
+                return
+            body = self.inbuf[end + 4 : stop]
+        self.inbuf = self.inbuf[stop:]
         method, path, *_ = head[0].split(" ")
         self.close_after = headers.get("connection", "").lower() == "close"
         if method == "POST" and path == "/v1/chat/completions":

@@ -11,6 +11,10 @@ cached-token share of the ok requests of rounds >= 2 only (round 1 of a virtual 
 prefix shared with other users). A session's live context is the most tokens (prompt + completion) any
 of its requests held, i.e. the KV history it needs kept to be served without recompute; the mean over
 the cell's sessions (virtual users) feeds the capacity figures.
+`requests_late` counts ok requests whose first-token stamp may be late (the record's `late_s` is set:
+the client read the first token together with a later one, so it could not keep up) and
+`requests_read_stamped` those whose TTFT was stamped at read time (`ttft_clock` "read"); records
+written before those fields existed count as neither.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ def request_figures(requests: pd.DataFrame) -> dict[str, Any]:
         "requests_error": int((requests["status"] == "error").sum()),
         "requests_timeout": int((requests["status"] == "timeout").sum()),
         "ttft_mean_s": _mean(ttft),
+        "requests_late": int(ok["late_s"].notna().sum()) if "late_s" in ok else 0,
+        "requests_read_stamped": int((ok["ttft_clock"] == "read").sum()) if "ttft_clock" in ok else 0,
     }
     for q in PERCENTILES:
         out[f"ttft_p{q}_s"] = _pct(ttft, q)

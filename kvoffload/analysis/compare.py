@@ -48,10 +48,49 @@ def _w(scope: str, cell_id: str | None, group: str, kind: str, message: str) -> 
     return {"scope": scope, "cell_id": cell_id, "group": group, "kind": kind, "message": message}
 
 
+def _count(row: pd.Series, key: str) -> int:
+    value = row.get(key)
+    return 0 if value is None or pd.isna(value) else int(value)
+
+
+def _client_clock_warnings(row: pd.Series, cid: str, grp: str) -> list[dict[str, Any]]:
+    """The replay client's own say on its TTFT stamps: late (it could not keep up) or read-time."""
+    out = []
+    ok = _count(row, "requests_ok")
+    late = _count(row, "requests_late")
+    if late:
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "client_late",
+                f"{late} of {ok} ok requests read their first token together with a later one: the client "
+                "could not keep up, and their TTFT may be too long by up to one inter-token gap "
+                "(late_s in requests.jsonl); replay with fewer streams per client core",
+            )
+        )
+    read = _count(row, "requests_read_stamped")
+    if read:
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "read_stamped",
+                f"{read} of {ok} ok requests have TTFT stamped when the client read the token, not when "
+                "the kernel received it (https, a proxy or no kernel stamps): the client's own lateness "
+                "is in their TTFT",
+            )
+        )
+    return out
+
+
 def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
     """Validity warnings of one summary row."""
     out = []
     cid, grp = str(row["cell_id"]), group_label(row)
+    out.extend(_client_clock_warnings(row, cid, grp))
     users = row.get("virtual_users_available")
     if users is not None and not pd.isna(users):
         if int(users) == 0:

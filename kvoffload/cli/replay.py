@@ -34,6 +34,8 @@ _WHERE = "kvoffload-lab replay"
 # Warm-ups go out all at once, one connection each: a few are enough to open the path (DESIGN: 4).
 MAX_WARMUP = 1024
 DEFAULT_STALL_TIMEOUT_S = 300.0
+MAX_WORKERS = 256
+STREAMS_PER_WORKER = 128  # kvoffload.replay.workers.STREAMS_PER_WORKER (not imported: the parser stays light)
 
 
 def _problem(exc: Any, model: Any) -> str:
@@ -275,6 +277,13 @@ def register(sub: Any) -> None:
         "seconds; time with nothing in flight (recorded gaps) never counts "
         f"(default {DEFAULT_STALL_TIMEOUT_S:g}, 0: off)",
     )
+    p.add_argument(
+        "--workers",
+        type=_constrained(Annotated[int, Field(ge=0, le=MAX_WORKERS)], "worker count"),
+        default=0,
+        help="processes to spread the slots over, each user on one (default 0: one per "
+        f"{STREAMS_PER_WORKER} slots, at most the cores less one; 1: in this process)",
+    )
     p.add_argument("--honor-gaps", action="store_true", help="sleep the recorded pre_gap before each round")
     p.add_argument("--agentic-traces", action="store_true", help="accepted for parity; always on")
     p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (engines without it)")
@@ -339,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.replay.requests import RequestOptions
     from kvoffload.replay.runner import ReplayConfig, ReplayRunner
     from kvoffload.replay.users import select_users
+    from kvoffload.replay.workers import WorkerPool, default_workers
     from kvoffload.tokenizer import load_tokenizer
 
     floor = args.min_chunk_rounds if args.min_chunk_rounds is not None else chunk_floor(args.dataset_code)
@@ -408,8 +418,14 @@ def run(args: argparse.Namespace) -> int:
         virtual_users_available=pool.available,
         dropped_by_isl=pool.dropped_by_isl,
     )
+    workers = args.workers or default_workers(args.concurrency)
     with _Display(len(pool.users)) as display:
-        runner = ReplayRunner(config, pool.users, counts, display.update)
+        runner: ReplayRunner | WorkerPool
+        if workers > 1 and min(args.concurrency, len(pool.users)) > 1:
+            log.info("replay over %d worker processes", workers)
+            runner = WorkerPool(config, pool.users, counts, workers, display.update)
+        else:
+            runner = ReplayRunner(config, pool.users, counts, display.update)
 
         async def main() -> None:
             loop = asyncio.get_running_loop()

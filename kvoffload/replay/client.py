@@ -6,7 +6,15 @@ on the `time.perf_counter()` clock. The arrival is when the kernel received the 
 token's chunk (`netstamp.StampedStream.last_rx`, SO_TIMESTAMPNS), not when our event loop got round to
 reading them: with hundreds of streams on one loop, the loop is often busy with other streams when a
 token arrives, and that lateness is the client's, not the server's. Connections that carry no kernel
-stamps (https, a proxy, another client passed in) fall back to the moment the chunk is read.
+stamps (https, a proxy, another client passed in) fall back to the moment the chunk is read; each
+result says which clock stamped its TTFT (`ttft_clock`: "kernel" or "read").
+
+A kernel stamp belongs to the last TCP segment a read took in. A loop later than one inter-token gap
+finds the first token and later ones waiting together, and one read stamps the first token with a later
+segment's arrival: the TTFT is then too long by up to the lateness. The client cannot undo that, but it
+sees it: the read that carried the first token also carried a later token. Such a result has `late_s`,
+how long that read's newest data had waited in the kernel (read moment minus stamp); any other result
+has `late_s` None (its stamp is the first token's own, or the clock is "read").
 
 To keep client overhead out of the measurement, only chunks up to the first token are JSON-decoded; later
 chunks are timestamped and the usage chunk is decoded at the end.
@@ -25,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from kvoffload.replay.netstamp import StampedStream
+from kvoffload.replay.netstamp import Clock, StampedStream
 from kvoffload.replay.records import Measurement, Status
 from kvoffload.replay.watchdog import Activity
 
@@ -167,6 +175,8 @@ async def stream_chat(
     http_status: int | None = None
     error: str | None = None
     replica: str | None = None
+    clock: Clock = "read"
+    late_s: float | None = None
     try:
         async with asyncio.timeout(timeout_s) as deadline:
             if activity is not None:
@@ -192,9 +202,11 @@ async def stream_chat(
                     stamped = stream if isinstance(stream, StampedStream) else None
                     buffer = b""
                     done = False
+                    first_read = -1  # the stream's read count at the first token (kernel clock only)
                     chunks = resp.aiter_raw()
                     async for raw in chunks:
                         now = stamped.last_rx if stamped is not None else time.perf_counter()
+                        reads = stamped.reads if stamped is not None else 0
                         if activity is not None:
                             activity.touch()
                         buffer += raw
@@ -203,6 +215,16 @@ async def stream_chat(
                             if not line.startswith(b"data:"):
                                 continue
                             data = line[5:].strip()
+                            # A later token in the first token's read: the stamp may be its segment's
+                            # (module docstring). Usage and [DONE] follow the last token at once.
+                            if (
+                                reads == first_read
+                                and late_s is None
+                                and stamped is not None
+                                and data != b"[DONE]"
+                                and _has_token(data)
+                            ):
+                                late_s = stamped.last_read - stamped.last_rx
                             if data == b"[DONE]":
                                 done, t_end = True, now
                                 break
@@ -215,6 +237,8 @@ async def stream_chat(
                             if t_first is None:
                                 if _has_token(data):
                                     t_first = t_last = now
+                                    if stamped is not None and stamped.last_clock == "kernel":
+                                        clock, first_read = "kernel", reads
                             else:
                                 t_last = now
                         if done:
@@ -257,4 +281,6 @@ async def stream_chat(
         http_status=http_status,
         error=error,
         replica=replica,
+        ttft_clock=clock,
+        late_s=late_s,
     )

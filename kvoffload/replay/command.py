@@ -38,6 +38,7 @@ class ReplaySpec:
     duration_s: int | None = None  # whole seconds, as the campaign's duration_s
     tokenizer: str | None = None
     min_chunk_rounds: int = 5
+    workers: int | None = None  # replay worker processes; None: the replay's default (per the client's cores)
 
 
 def fixed_flags(spec: ReplaySpec) -> list[str]:
@@ -52,6 +53,8 @@ def fixed_flags(spec: ReplaySpec) -> list[str]:
         flags += ["--min-chunk-rounds", str(spec.min_chunk_rounds)]
     if spec.duration_s is not None:
         flags += ["--duration", str(spec.duration_s)]
+    if spec.workers is not None:
+        flags += ["--workers", str(spec.workers)]
     if is_gpt_oss(spec.model):
         flags += list(GPT_OSS_FLAGS)
     return flags

@@ -1,40 +1,48 @@
-"""Plain-HTTP sockets for the replay client that remember when the kernel received each read's data.
+"""Plain-HTTP connections for the replay client that remember when the kernel received each read's data.
 
 The replay client (`replay/client.py`) times the first streamed token. Stamping the chunk when our event
 loop gets round to it would add the loop's lateness (other streams, httpx parsing, a busy client host)
 to every TTFT; with SO_TIMESTAMPNS the kernel stamps each packet as it arrives, and `StampedStream.read`
-keeps that stamp in `last_rx`, converted to the `time.perf_counter()` clock. Where the option is missing
-(not Linux), `last_rx` falls back to the moment of the read; so does data the kernel left unstamped
-(Linux turns receive stamping on host-wide a moment after the first socket asks for it, so the first
-packets after that may carry none; the replay's warm-up requests cover that moment).
+keeps that stamp in `last_rx`, converted to the `time.perf_counter()` clock, and says in `last_clock`
+which clock it is. Where the option is missing (not Linux), `last_rx` falls back to the moment of the
+read (`last_clock` "read"); so does data the kernel left unstamped (Linux turns receive stamping on
+host-wide a moment after the first socket asks for it, so the first packets after that may carry none;
+the replay's warm-up requests cover that moment).
 
-This module is an httpcore network backend and nothing more: it parses no HTTP, does no TLS (https goes
-through httpx's default transport, see `stamped_client`) and must not block the event loop.
+`StampedTransport` is the httpx transport over those streams, built from public API only: httpcore's
+`AsyncHTTPConnection` on our `StampedBackend`, one connection per request in flight. A closed loop needs
+no connection pool (each slot has one request in flight at a time), so there is none: a finished
+connection goes on a stack of idle ones and the next request takes the most recent one that is still
+usable, or opens a new one; nothing is ever queued or re-planned.
+
+This module parses no HTTP (h11, through httpcore, does), does no TLS (https goes through httpx's default
+transport, see `stamped_client`) and must not block the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import select
 import socket
 import ssl
 import struct
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Literal
 from urllib.request import getproxies
 
 import httpcore
 import httpx
-
-from kvoffload.replay.pool import LinearPool
 
 # Linux's SO_TIMESTAMPNS (the stamp comes back as a cmsg of the same type at SOL_SOCKET); Python's socket
 # module does not export it. 35 is the generic value (x86_64, aarch64); other values are Linux's too.
 SO_TIMESTAMPNS: int = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("ll")  # struct timespec on 64-bit Linux: tv_sec, tv_nsec as native longs
 _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
+
+log = logging.getLogger(__name__)
 
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
@@ -48,8 +56,10 @@ def enable_rx_stamps(sock: socket.socket) -> bool:
     return True
 
 
-def recv_stamped(sock: socket.socket, max_bytes: int) -> tuple[bytes, float]:
-    """One non-blocking recvmsg: the data and when the kernel received it, on the perf_counter clock.
+def recv_stamped(sock: socket.socket, max_bytes: int) -> tuple[bytes, float, float | None]:
+    """One non-blocking recvmsg: the data, the moment of the read and when the kernel received the data.
+
+    Both times are on the perf_counter clock; the kernel's is None when the data came unstamped.
 
     The kernel stamp is on the realtime clock; only the packet's age (realtime now minus stamp, a span of
     microseconds to milliseconds) is taken from it and subtracted from perf_counter now, so a clock step
@@ -62,8 +72,8 @@ def recv_stamped(sock: socket.socket, max_bytes: int) -> tuple[bytes, float]:
     for level, kind, cdata in ancdata:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= _TIMESPEC.size:
             sec, nsec = _TIMESPEC.unpack_from(cdata)
-            return data, now - max(0.0, real - (sec + nsec * 1e-9))
-    return data, now
+            return data, now, now - max(0.0, real - (sec + nsec * 1e-9))
+    return data, now, None
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -75,20 +85,33 @@ def _readable(sock: socket.socket) -> bool:
     return bool(poller.poll(0))
 
 
+Clock = Literal["kernel", "read"]
+
+
 class StampedStream(httpcore.AsyncNetworkStream):
-    """A connected non-blocking TCP socket; `last_rx` is when the kernel received the last read's data."""
+    """A connected non-blocking TCP socket that remembers its last read.
+
+    `last_rx` is when the kernel received the last read's data (`last_clock` "kernel"), or the moment of
+    the read where the data came unstamped ("read"); `last_read` is the moment of the read itself and
+    `reads` counts reads that returned data, so a caller can tell whether two chunks came in one read.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._closed = False
-        self.last_rx = time.perf_counter()
+        self.last_rx = self.last_read = time.perf_counter()
+        self.last_clock: Clock = "read"
+        self.reads = 0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         sock = self._sock
         try:
             while True:
                 try:
-                    data, self.last_rx = recv_stamped(sock, max_bytes)
+                    data, self.last_read, kernel = recv_stamped(sock, max_bytes)
+                    self.last_rx = kernel if kernel is not None else self.last_read
+                    self.last_clock = "kernel" if kernel is not None else "read"
+                    self.reads += 1
                     return data
                 except BlockingIOError:
                     await self._wait_readable(timeout)
@@ -160,7 +183,14 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 
 class StampedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend for plain-http connections whose reads carry kernel receive stamps."""
+    """httpcore's network backend for plain-http connections whose reads carry kernel receive stamps.
+
+    With `stamps=False` the sockets do not ask for stamps, so every read is stamped when it is made (the
+    benchmark's ablation, bench/replay_fidelity.py).
+    """
+
+    def __init__(self, stamps: bool = True) -> None:
+        self.stamps = stamps
 
     async def connect_tcp(
         self,
@@ -183,7 +213,8 @@ class StampedBackend(httpcore.AsyncNetworkBackend):
         except OSError as exc:
             sock.close()
             raise httpcore.ConnectError(str(exc)) from exc
-        enable_rx_stamps(sock)
+        if self.stamps:
+            enable_rx_stamps(sock)
         return StampedStream(sock)
 
     async def connect_unix_socket(
@@ -227,27 +258,165 @@ async def _connect(host: str, port: int, local_address: str | None) -> socket.so
     raise last
 
 
+# httpcore's exceptions and the httpx ones (all public) they become, most specific first: the replay
+# client catches httpx.HTTPError only.
+_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _httpx_errors(request: httpx.Request) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        for core, mapped in _ERRORS:
+            if isinstance(exc, core):
+                raise mapped(str(exc) or type(exc).__name__, request=request) from exc
+        raise
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body: httpcore's, with httpx's errors; its close hands the connection back."""
+
+    def __init__(
+        self,
+        response: httpcore.Response,
+        request: httpx.Request,
+        release: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._response = response
+        self._request = request
+        self._release = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _httpx_errors(self._request):
+            async for part in self._response.aiter_stream():
+                yield part
+
+    async def aclose(self) -> None:
+        try:
+            with _httpx_errors(self._request):
+                await self._response.aclose()
+        finally:
+            await self._release()
+
+
+class StampedTransport(httpx.AsyncBaseTransport):
+    """Plain-http requests over `StampedBackend`, one `httpcore.AsyncHTTPConnection` per request in flight.
+
+    A connection whose response has been read to its end (and closed) goes on the idle stack and is
+    reused; one the server closed or that sat idle past `keepalive_expiry` is dropped when it is next
+    looked at. At most `max_idle` idle connections are kept (None: no limit; the closed loop's
+    concurrency bounds them). No limit on connections in flight: the caller's concurrency is the limit.
+    `stamps=False`: read-time stamps only (see `StampedBackend`).
+    """
+
+    def __init__(
+        self, keepalive_expiry: float | None = 5.0, max_idle: int | None = None, stamps: bool = True
+    ) -> None:
+        self._backend = StampedBackend(stamps)
+        self._keepalive_expiry = keepalive_expiry
+        self._max_idle = max_idle
+        self._idle: list[httpcore.AsyncHTTPConnection] = []  # most recently used last
+        self._busy: set[httpcore.AsyncHTTPConnection] = set()
+
+    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+        """The most recent usable idle connection to `origin`, or a new one; unusable ones are closed."""
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.can_handle_request(origin) and conn.is_available() and not conn.has_expired():
+                return conn
+            await conn.aclose()
+        return httpcore.AsyncHTTPConnection(
+            origin, keepalive_expiry=self._keepalive_expiry, network_backend=self._backend
+        )
+
+    async def _give_back(self, conn: httpcore.AsyncHTTPConnection) -> None:
+        self._busy.discard(conn)
+        if conn.is_idle() and (self._max_idle is None or len(self._idle) < self._max_idle):
+            self._idle.append(conn)
+        else:
+            await conn.aclose()  # a response left unread, a server's Connection: close, a full stack
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(
+                f"StampedTransport serves http:// only, not {url}", request=request
+            )
+        origin = httpcore.Origin(b"http", url.raw_host, url.port or 80)
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=b"http", host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,  # an async iterable of bytes
+            extensions=request.extensions,
+        )
+        while True:
+            conn = await self._take(origin)
+            self._busy.add(conn)
+            try:
+                with _httpx_errors(request):
+                    response = await conn.handle_async_request(core)
+            except httpcore.ConnectionNotAvailable:
+                # A kept connection that stopped being usable as we took it: another, as httpcore's pool does.
+                self._busy.discard(conn)
+                await conn.aclose()
+                continue
+            except BaseException:
+                self._busy.discard(conn)
+                await conn.aclose()
+                raise
+            break
+
+        async def release() -> None:
+            await self._give_back(conn)
+
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_Body(response, request, release),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        conns = [*self._idle, *self._busy]
+        self._idle.clear()
+        self._busy.clear()
+        for conn in conns:
+            await conn.aclose()
+
+
 def stamped_client(*, limits: httpx.Limits, timeout: httpx.Timeout) -> httpx.AsyncClient:
     """An httpx client whose plain-http connections carry kernel receive stamps (`StampedStream`).
 
-    The stamped transport is httpx's own AsyncHTTPTransport with its connection pool swapped for one on
-    `StampedBackend` (a `pool.LinearPool`, which stays cheap at hundreds of connections), built with the
-    same settings: this keeps httpx's request/response mapping and, above
-    all, its mapping of httpcore errors to httpx.HTTPError, which a hand-written transport would have to
-    copy from httpx's private module. https:// keeps httpx's default transport (no stamps, TLS as usual).
-    When the environment names a proxy, the client is httpx's default one, so the proxy is honoured as
-    before (TTFT then falls back to read-time stamps).
+    Plain http goes through `StampedTransport` (httpx's request/response mapping, httpcore's HTTP/1.1,
+    our sockets; `limits` sets its keep-alive expiry and idle limit); https:// keeps httpx's default
+    transport (TLS as usual, TTFT stamped at read time). When the environment names a proxy, the client
+    is httpx's default one, so the proxy is honoured as before, and TTFT falls back to read-time stamps:
+    that fallback is logged here, and every record says which clock stamped it (`ttft_clock`).
     """
     if any(scheme != "no" for scheme in getproxies()):
+        log.warning(
+            "a proxy is configured in the environment: requests go through it, and TTFT is stamped when "
+            "the client reads the first token (ttft_clock 'read'), not when the kernel received it"
+        )
         return httpx.AsyncClient(limits=limits, timeout=timeout)
-    transport = httpx.AsyncHTTPTransport(limits=limits)
-    transport._pool = LinearPool(
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        http1=True,
-        http2=False,
-        network_backend=StampedBackend(),
+    transport = StampedTransport(
+        keepalive_expiry=limits.keepalive_expiry, max_idle=limits.max_keepalive_connections
     )
     # transport= (rather than a mount) also keeps httpx from routing NO_PROXY hosts around our transport.
     return httpx.AsyncClient(

@@ -65,6 +65,8 @@ class Progress:
     active: int = 0
     elapsed_s: float = 0.0
     last_ttft_s: float | None = None
+    late: int = 0  # ok requests whose first-token stamp may be late (the client could not keep up)
+    read_stamped: int = 0  # ok requests whose TTFT was stamped at read time, not by the kernel
     ttfts: deque[float] = field(default_factory=lambda: deque(maxlen=200))  # recent, for the display
 
 
@@ -76,6 +78,20 @@ def _failure(result: StreamResult) -> str:
 def chat_url(base_url: str) -> str:
     base = base_url.rstrip("/")
     return f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
+
+
+def prepare_output(folder: Path) -> Path:
+    """Create the output folder; the path of its requests.jsonl, which must not hold records yet."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--output {folder}: cannot create the folder ({exc.strerror})") from None
+    path = CellPaths(folder).requests
+    if path.exists() and path.stat().st_size > 0:
+        raise UserError(
+            f"{path}: already holds records; give --output a new folder (results are never overwritten)"
+        )
+    return path
 
 
 class ReplayRunner:
@@ -138,20 +154,6 @@ class ReplayRunner:
     def _note_error(self, error: str) -> None:
         if self.counts.first_error is None:
             self.counts.first_error = error[:500]
-
-    def _prepare_output(self) -> Path:
-        try:
-            self.config.output.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(
-                f"--output {self.config.output}: cannot create the folder ({exc.strerror})"
-            ) from None
-        path = CellPaths(self.config.output).requests
-        if path.exists() and path.stat().st_size > 0:
-            raise UserError(
-                f"{path}: already holds records; give --output a new folder (results are never overwritten)"
-            )
-        return path
 
     def _tick(self) -> None:
         self.progress.elapsed_s = time.monotonic() - self._t0
@@ -221,6 +223,7 @@ class ReplayRunner:
             self.counts.requests += 1
             self.progress.requests += 1
             if result.status == "ok":
+                self._note_clock(result)
                 self.progress.last_ttft_s = result.ttft_s
                 if result.ttft_s is not None:
                     self.progress.ttfts.append(result.ttft_s)
@@ -234,6 +237,32 @@ class ReplayRunner:
             if self.activity.abort_reason is not None:
                 break  # stalled: no retry
         return False
+
+    def _note_clock(self, result: StreamResult) -> None:
+        """Count late and read-stamped TTFTs; say the first of each (the report shows them per cell)."""
+        if result.late_s is not None:
+            self.progress.late += 1
+            if self.progress.late == 1:
+                log.warning(
+                    "the client is not keeping up: a first token was read %.1f ms after it arrived, together "
+                    "with a later token, so its kernel stamp may be a later token's (late_s in the record); "
+                    "use fewer streams per worker or more --workers",
+                    result.late_s * 1000,
+                )
+        if result.ttft_clock == "read":
+            self.progress.read_stamped += 1
+            if self.progress.read_stamped == 1:
+                log.warning(
+                    "TTFT falls back to read-time stamps (ttft_clock 'read': https, a proxy, or no kernel "
+                    "receive stamps): the client's own lateness counts in TTFT"
+                )
+
+    def _summarize_clocks(self) -> None:
+        ok = self.counts.ok_requests
+        if self.progress.late:
+            log.warning("%d of %d ok requests have a possibly late TTFT stamp", self.progress.late, ok)
+        if self.progress.read_stamped:
+            log.warning("%d of %d ok requests have read-time TTFT stamps", self.progress.read_stamped, ok)
 
     async def _pause(self, seconds: float) -> None:
         """Wait a recorded gap, or less when the run stops meanwhile."""
@@ -313,7 +342,7 @@ class ReplayRunner:
                 log.error("a replay slot ended on an exception", exc_info=result)
 
     async def run(self) -> SessionCounts:
-        path = self._prepare_output()
+        path = prepare_output(self.config.output)
         # Slots beyond the pool would add no load (the CLI warns about them): none is started.
         slots = min(self.config.concurrency, len(self.users))
         limits = httpx.Limits(
@@ -331,6 +360,7 @@ class ReplayRunner:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
+            self._summarize_clocks()
             self.counts.duration_s = round(time.monotonic() - self._t0, 3)
             sessions = CellPaths(self.config.output).sessions
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -50,6 +51,9 @@ def test_closed_loop_replay_records_everything(tmp_path: Path) -> None:
     assert {r["schema"] for r in recs} == {2}
     assert all(r["ttft_clock"] in ("kernel", "read") and "late_s" in r for r in recs)
     assert all(r["status"] == "ok" and r["replica"] == "r1" for r in recs)
+    if sys.platform == "linux":  # kernel receive stamps (SO_TIMESTAMPNS); the warm-ups turned them on
+        assert {r["ttft_clock"] for r in recs} == {"kernel"}
+    assert all(r["late_s"] is None or r["late_s"] > 0 for r in recs)
     by_user: dict[str, list[int]] = {}
     for r in recs:
         by_user.setdefault(str(r["user_id"]), []).append(int(r["round"]))  # type: ignore[call-overload]
@@ -285,3 +289,62 @@ def test_replay_role_completes_on_some_failed_and_fails_with_the_verdict_otherwi
     argv = (tmp_path / "argv3").read_text().splitlines()
     assert argv[:3] == ["replay", "--base-url", "http://127.0.0.1:8000"]
     assert argv[-4:] == ["--warmup", "4", "--output", str(tmp_path / "cells3" / "cell1")]
+
+
+def test_workers_split_users_and_merge_one_requests_file(tmp_path: Path) -> None:
+    """Two worker processes (a few seconds: each starts an interpreter): the outputs are one replay's."""
+    data = _dataset(tmp_path, sessions=4, calls=5)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "0.02", "--itl", "0.002", "--tokens", "4") as url:
+        rc = main(["replay", "--base-url", url, "--model", "tiny", "--dataset-code", "generic", "--dataset",
+                   str(data), "--concurrency", "2", "--num-rounds", "5", "--output", str(out),
+                   "--workers", "2", "--warmup", "1"])  # fmt: skip
+        seen = httpx.get(f"{url}/requests").json()
+    assert rc == 0
+    recs = _records(out)
+    assert len(recs) == 20 and len(seen) == 20 + 2  # one warm-up per worker
+    assert [r["t_start"] for r in recs] == sorted(r["t_start"] for r in recs)  # type: ignore[type-var]
+    by_user: dict[str, list[dict[str, object]]] = {}
+    for r in recs:
+        by_user.setdefault(str(r["user_id"]), []).append(r)
+    assert sorted(by_user) == ["s0:0", "s1:0", "s2:0", "s3:0"]
+    for rounds in by_user.values():  # a user's rounds in order, each after the previous one ended
+        assert [r["round"] for r in rounds] == [1, 2, 3, 4, 5]
+        for a, b in itertools.pairwise(rounds):
+            assert b["t_start"] >= a["t_start"] + a["latency_s"] - 0.01  # type: ignore[operator]
+    counts = json.loads((out / "sessions.json").read_text())
+    assert (counts["requested_concurrency"], counts["achieved_sessions"], counts["complete"]) == (2, 4, 4)
+    assert (counts["requests"], counts["failed_requests"], counts["stopped_by"]) == (20, 0, "pool")
+    assert not (out / "workers").exists()
+
+
+def test_sigterm_stops_every_worker_and_keeps_their_records(tmp_path: Path) -> None:
+    data = _dataset(tmp_path, sessions=6, calls=10)
+    out = tmp_path / "out"
+    with sse_server("--ttft", "0.2", "--itl", "0.01") as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
+             "--dataset-code", "generic", "--dataset", str(data), "--concurrency", "4", "--num-rounds", "10",
+             "--output", str(out), "--warmup", "0", "--workers", "2"],
+            cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        parts = [out / "workers" / str(i) / "requests.jsonl" for i in range(2)]
+        while time.monotonic() < deadline:
+            if all(p.exists() and p.stat().st_size > 0 for p in parts):
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    recs = _records(out)
+    assert 2 <= len(recs) < 60
+    assert {str(r["user_id"]) for r in recs} >= {"s0:0", "s1:0"}  # worker 0's first user and worker 1's
+    counts = json.loads((out / "sessions.json").read_text())
+    assert counts["interrupted"] is True and counts["stopped_by"] == "interrupt"
+    assert counts["requests"] == len(recs)
+    assert not (out / "workers").exists()

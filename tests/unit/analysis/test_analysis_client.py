@@ -111,3 +111,15 @@ def test_cached_token_share_counts_only_requests_that_report_it() -> None:
     with_cached = REQUESTS.assign(cached_tokens=[0, 100, 150, None, 100, 200, 0])
     # ok rows reporting cached_tokens: a1 (0/100), a2 (100/200), a3 (150/300), b2 (100/200), b3 (200/300).
     assert request_figures(with_cached)["cached_token_share"] == pytest.approx(550 / 1100)
+
+
+def test_late_and_read_stamped_requests_are_counted_among_ok_ones() -> None:
+    frame = REQUESTS.assign(
+        late_s=[None, 0.21, None, None, 0.3, None, 0.5],  # the last is an error: not counted
+        ttft_clock=["kernel", "kernel", "read", "kernel", "kernel", "read", "read"],
+    )
+    f = request_figures(frame)
+    assert (f["requests_late"], f["requests_read_stamped"]) == (2, 2)
+    # Records from before these fields count as neither.
+    old = request_figures(REQUESTS)
+    assert (old["requests_late"], old["requests_read_stamped"]) == (0, 0)

@@ -167,3 +167,18 @@ def test_compare_campaigns_matches_cells_on_config() -> None:
     assert t.loc["gpu", "change_pct_B"] == pytest.approx(50.0)
     assert pd.isna(t.loc["cpu", "B"]) and pd.isna(t.loc["nvme", "A"])
     assert len(t) == 3  # gpu, cpu, nvme: no invented combinations
+
+
+def test_late_and_read_stamped_requests_are_flagged_per_cell() -> None:
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu", requests_ok=50, requests_late=3, requests_read_stamped=0),
+            _row("c", "cpu", requests_ok=40, requests_late=0, requests_read_stamped=40),
+            _row("n", "nvme", requests_ok=40, requests_late=float("nan")),
+        ]
+    )
+    w = warnings_table(s)
+    assert _kinds(w) == [("client_late", "g"), ("read_stamped", "c")]
+    late = w.loc[w["kind"] == "client_late", "message"].iloc[0]
+    assert late.startswith("3 of 50 ok requests") and "late_s" in late
+    assert w.loc[w["kind"] == "read_stamped", "message"].iloc[0].startswith("40 of 40 ok requests")

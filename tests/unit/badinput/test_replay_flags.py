@@ -20,6 +20,8 @@ CASES: list[tuple[str, str, str]] = [
     ("--warmup", "-3", "greater than or equal to 0, got -3"),
     ("--warmup", "1.5", "must be an integer, got 1.5"),
     ("--warmup", "100000", "less than or equal to 1024"),
+    ("--workers", "-1", "greater than or equal to 0, got -1"),
+    ("--workers", "1000", "less than or equal to 256"),
     ("--duration", "-1", "must be a positive integer, got -1"),
     ("--duration", "0", "must be a positive integer, got 0"),
     ("--duration", "soon", "must be an integer, got 'soon'"),

@@ -42,3 +42,9 @@ def test_gpt_oss_row_only_for_gpt_oss() -> None:
 
 def test_sammshen_has_no_chunk_floor_flag() -> None:
     assert "--min-chunk-rounds" not in replay_argv(replace(SPEC, dataset_code="sammshen"))
+
+
+def test_workers_flag_only_when_set() -> None:
+    assert "--workers" not in replay_argv(SPEC)  # the replay picks its default on the client host
+    argv = replay_argv(replace(SPEC, workers=4))
+    assert argv[argv.index("--workers") + 1] == "4"

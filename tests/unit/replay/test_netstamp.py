@@ -41,12 +41,15 @@ def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket)
             time.sleep(0.05)  # the data waits in the kernel; a loop busy elsewhere looks just like this
             data = await stream.read(1024, timeout=5.0)
             age = time.perf_counter() - stream.last_rx
+            clock, reads, read_age = stream.last_clock, stream.reads, stream.last_read - stream.last_rx
         finally:
             peer.close()
             await stream.aclose()
         assert data == b"token"
         # A read-time stamp would give an age of microseconds.
         assert 0.03 < age < 0.5, age
+        assert (clock, reads) == ("kernel", 1)
+        assert 0.03 < read_age <= age
 
     asyncio.run(scenario())
 

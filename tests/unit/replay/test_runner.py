@@ -195,7 +195,7 @@ def test_record_log_undoes_a_short_write(tmp_path: Path, monkeypatch: pytest.Mon
         return RequestRecord(user_id=f"u{i}", session_id="s", chunk=0, round=i, request_id=str(i),
                              t_start=0.0, ttft_s=0.1, latency_s=0.2, tpot_s=0.01, prompt_tokens=10,
                              completion_tokens=2, cached_tokens=0, status="ok", http_status=200,
-                             error=None, replica="r0")  # fmt: skip
+                             error=None, replica="r0", ttft_clock="kernel", late_s=None)  # fmt: skip
 
     path = tmp_path / "requests.jsonl"
     with RecordLog(path) as log_:
@@ -208,3 +208,24 @@ def test_record_log_undoes_a_short_write(tmp_path: Path, monkeypatch: pytest.Mon
         monkeypatch.undo()
         log_.append(record(3))  # room again: appending goes on after the last whole line
     assert [r.split('"round":')[1][0] for r in path.read_text().splitlines()] == ["1", "3"]
+
+
+def test_read_time_stamps_are_recorded_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client without kernel stamps (as through a proxy): every record says so, the log says it once."""
+    import httpx
+
+    def plain(*, limits: httpx.Limits, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(limits=limits, timeout=timeout)
+
+    monkeypatch.setattr("kvoffload.replay.runner.stamped_client", plain)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="kvoffload.replay.runner"):
+        counts = _replay(out, users(2, 2), sse_app())
+    kept = records(out)
+    assert counts.requests == len(kept) == 4
+    assert {(r["ttft_clock"], r["late_s"]) for r in kept} == {("read", None)}
+    said = [r.getMessage() for r in caplog.records if "read-time" in r.getMessage()]
+    assert len(said) == 2  # the first one, then the run's total
+    assert said[-1].startswith("4 of 4 ok requests")
