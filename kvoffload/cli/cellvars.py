@@ -93,6 +93,14 @@ def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any])
     # The folder `run` gives the cell (CampaignResults.open resolves the base), without creating it.
     cell_dir = CampaignResults(args.results.resolve() / lab.campaign.name).cell_dir(cell)
     variables = cell_extravars(lab, cell, cell_dir, build(lab, args), node)
-    sys.stdout.write(f"# kvoffload-lab extravars of cell {cell.id} on node {node}\n")
+    # In a lab of several nodes the cell's playbooks run on its node's hosts and the client only, as in
+    # `run` (the extravars, Caddy's upstreams say, are that node's).
+    limit = ""
+    if lab.multi_node:
+        limit = " --limit " + ",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name])
+    sys.stdout.write(
+        f"# kvoffload-lab extravars of cell {cell.id} on node {node}; run it with\n"
+        f"#   ansible-playbook -i {args.inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
+    )
     sys.stdout.write(yaml.safe_dump(variables, sort_keys=True, default_flow_style=False, width=1000))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,11 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, ob
 
 def _emit(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["plan", str(EXAMPLE), *argv]) == 0
-    data = yaml.safe_load(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    # the header says how to run it: on the cell's node and the client only (two nodes)
+    node = re.search(r"on node (\S+);", out)
+    assert node and f"--limit {node.group(1)},client01.lab.example" in out.splitlines()[1]
+    data = yaml.safe_load(out)
     assert isinstance(data, dict)
     return data
 
