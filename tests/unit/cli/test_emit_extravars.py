@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -116,8 +115,3 @@ def test_an_unknown_cell_exits_2(capsys: pytest.CaptureFixture[str], wheels: lis
     assert main(["plan", str(EXAMPLE), "--emit-extravars", "nope"]) == 2
     assert "--emit-extravars nope: no such cell" in capsys.readouterr().err
     assert not wheels  # nothing built for bad input
-
-
-def test_the_flag_is_a_plan_option() -> None:
-    args = build_parser().parse_args(["plan", str(EXAMPLE)])
-    assert isinstance(args, argparse.Namespace) and args.emit_extravars is None
