@@ -5,7 +5,7 @@ and teardown playbooks: the same function (`kvoffload.orchestrate.deployment.cel
 node (the schedule `plan` shows), the same cell folder under `--results` and the same wheels (this
 package's wheel and, unless `--no-wheelhouse`, the wheelhouse, both built in `--wheel-cache` as `run`
 builds them). So `ansible-playbook -i INVENTORY playbooks/site.yml -e @cell.yml` runs the cell `run`
-would run.
+would run. It touches no host and creates no results folder; stdout holds the YAML only.
 """
 
 from __future__ import annotations
