@@ -1,5 +1,7 @@
 """`kvoffload-lab plan INVENTORY [--campaign FILE]`: what `run` would do, without touching a host.
 
+With `--emit-extravars CELL_ID` it writes that cell's extravars instead (kvoffload/cli/cellvars.py).
+
 Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
 virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
 which cells are already DONE in the results folder and would be skipped. Bad input exits 2, a
@@ -32,6 +34,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--results", type=Path, default=Path("results"), help="results root (default: results/)"
     )
+    from kvoffload.cli.cellvars import add_arguments
+
+    add_arguments(parser)
     parser.set_defaults(func=_plan)
 
 
@@ -99,6 +104,10 @@ def _plan(args: argparse.Namespace) -> int:
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     check_sim_profile(lab.campaign, lab.where)
+    if args.emit_extravars is not None:
+        from kvoffload.cli.cellvars import emit
+
+        return emit(lab, args, _schedule)
     campaign = lab.campaign
     console = Console()
     if not console.is_terminal:

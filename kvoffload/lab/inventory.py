@@ -69,6 +69,9 @@ def render(state: LabState) -> str:
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "kvoffload_engine_build": "cpu",
                 "ansible_ssh_private_key_file": state.ssh_key,
+                # Throwaway containers with fresh host keys on every `lab up`: no host key check, for
+                # these hosts only (the project's ansible.cfg keeps Ansible's default, checking).
+                "ansible_host_key_checking": False,
                 "ansible_ssh_common_args": (
                     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes"
                 ),

@@ -3,26 +3,36 @@
 Artifacts (job events, stdout) are kept under the campaign's results folder, one `ident` per call, so a
 failed deploy can be read after the fact.
 
-Secrets. Extra variables and environment variables are NOT secret channels: extra variables go on
-ansible-playbook's command line (which any local user reads with `ps`), and ansible-runner records that
-command line AND the whole environment it gives ansible-playbook (its own environment included) in
+Extra variables reach ansible-playbook as `-e @FILE`, never as values on its command line (which any
+local user reads with `ps`, and which ansible-runner records in `artifacts/<ident>/command`): FILE is a
+JSON file of mode 0600 in a fresh folder of mode 0700, readable by this user (and root) only, and
+removed when the playbook ends.
+
+Secrets. Extra variables and environment variables are still NOT secret channels: the job events kept
+under `artifacts/` carry task arguments and results, hence variable values, and ansible-runner records
+the whole environment it gives ansible-playbook (its own environment included) in
 `artifacts/<ident>/command`. So `run` refuses secret-named extra variables, and the environment handed
 to ansible-runner never holds the Hugging Face token: HF_TOKEN (and its older name) are blanked there.
 The one secret, the Hugging Face token, reaches the vllm role either from the inventory (ansible-vault,
 `vllm_hf_token`, which ansible itself reads) or, when the controller's HF_TOKEN is set, through an
 in-memory file (Linux memfd) of this process that lives only while the playbook runs: its path, not
 the token, goes in $KVOFFLOAD_HF_TOKEN_FILE, and the role's download task reads it inside `no_log`.
-Nothing of the token is written to a disk on the controller. `suppress_env_files` stays on for
-another reason too: ansible-runner writes env/extravars once and would feed that stale file to every
-later run of the same folder.
+Nothing of the token is written to a disk on the controller. `suppress_env_files` stays on, and
+ansible-runner's own env/extravars is not used: it would stay on disk in the results folder after the
+run, and ansible-runner writes it once and would feed that stale file to every later run of the same
+folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -211,13 +221,31 @@ def memory_file(text: str) -> Iterator[str | None]:
         os.close(fd)
 
 
+@contextmanager
+def extravars_file(variables: Mapping[str, Any]) -> Iterator[Path]:
+    """A JSON file holding `variables` while the block runs: mode 0600 in a fresh folder of mode 0700
+    (only this user and root read it), removed with its folder when the block ends."""
+    folder = Path(tempfile.mkdtemp(prefix="kvoffload-extravars-"))  # mkdtemp: mode 0700
+    try:
+        path = folder / "extravars.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, json.dumps(variables).encode())
+        finally:
+            os.close(fd)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _refuse_secrets(extravars: Mapping[str, Any], envvars: Mapping[str, str]) -> None:
     names = sorted(k for k in extravars if SECRET_NAME.search(k))
     names += sorted(k for k in envvars if k in HF_TOKEN_VARS)
     if names:
         raise ValueError(
             f"refusing to pass {', '.join(names)} to a playbook as an extra or environment variable: "
-            "ansible-runner records both in artifacts/<ident>/command and extra variables show in ps; a "
+            "ansible-runner records the environment in artifacts/<ident>/command and variable values in "
+            "its job events, and the extra variables file is written to the controller's disk; a "
             "secret comes from the inventory (ansible-vault) or, for the Hugging Face token, the "
             "controller's HF_TOKEN (see kvoffload/playbook/runner.py)"
         )
@@ -289,7 +317,7 @@ class PlaybookRunner:
             return True  # keep the event in the artifacts
 
         # --diff with --check: what would change, file by file; tasks that handle a secret set diff: false
-        cmdline = "--check --diff" if check else None
+        check_args = " --check --diff" if check else ""
         bindir = Path(sys.executable).parent  # the ansible of this environment, whatever PATH says
         env = {
             "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -307,7 +335,10 @@ class PlaybookRunner:
             return _STOPS.requests != stops_at_start or (cancel is not None and cancel())
 
         try:
-            with memory_file(os.environ.get("HF_TOKEN", "").strip()) as token_file:
+            with (
+                memory_file(os.environ.get("HF_TOKEN", "").strip()) as token_file,
+                extravars_file(variables) as variables_file,
+            ):
                 if token_file is not None:
                     env[HF_TOKEN_FILE_VAR] = token_file
                 runner = ansible_runner.run(
@@ -315,11 +346,11 @@ class PlaybookRunner:
                     project_dir=str(base / "playbooks"),
                     playbook=str(path),
                     inventory=str(self.inventory),
-                    extravars=variables,  # on the command line: never secret (docstring)
                     limit=limit,
                     tags=",".join(tags) if tags else None,
                     skip_tags=",".join(skip_tags) if skip_tags else None,
-                    cmdline=cmdline,
+                    # the extra variables by file, not on the command line (docstring)
+                    cmdline=f"-e {shlex.quote('@' + str(variables_file))}{check_args}",
                     envvars=env,
                     ident=ident,
                     quiet=True,

@@ -63,6 +63,7 @@ def test_layout_runs_the_demo_campaigns_on_one_node(tmp_path: Path) -> None:
     # No GPU on lab hosts: real vLLM takes its CPU build there.
     assert inv.all_vars["kvoffload_engine_build"] == "cpu"
     assert "StrictHostKeyChecking=no" in inv.all_vars["ansible_ssh_common_args"]
+    assert inv.all_vars["ansible_host_key_checking"] is False
     lab = load_lab(path, ROOT / "inventories" / "local" / "campaign-demo.yml")
     assert len(lab.replicas) == 2 and lab.lb_host is not None
     assert lab.engine_builds == ()

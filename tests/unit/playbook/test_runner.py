@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from kvoffload.config import load_lab
 from kvoffload.orchestrate.deployment import cell_extravars
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookCanceled, PlaybookFailed, PlaybookRunner, request_stop
-from kvoffload.playbook.runner import HF_TOKEN_FILE_VAR, SECRET_NAME
+from kvoffload.playbook.runner import HF_TOKEN_FILE_VAR, SECRET_NAME, extravars_file
 from tests.support.procs import kill_pids, pids_with_environ
 
 CANARY = "kvoffload-canary-7f3c9a"
@@ -117,12 +118,17 @@ def test_success_reports_changes_and_keeps_artifacts(ansible_home: Path, tmp_pat
 def test_check_mode_changes_nothing(ansible_home: Path, tmp_path: Path) -> None:
     marker = tmp_path / "marker.txt"
     runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
-    result = runner.run("ok.yml", {"marker_text": "x", "marker_path": str(marker)}, check=True)
+    result = runner.run("ok.yml", {"marker_text": "not-in-argv", "marker_path": str(marker)}, check=True)
     assert result.total_changed == 1
     assert not marker.exists()
     # --check always comes with --diff (tasks that handle a secret set diff: false)
     argv = json.loads((result.artifacts / "command").read_text())["command"]
     assert "--check" in argv and "--diff" in argv
+    # the extra variables went by a file: what `ps` shows (and ansible-runner records) names it only
+    assert "not-in-argv" not in " ".join(argv)
+    files = [arg[1:] for arg in argv if arg.startswith("@")]
+    assert len(files) == 1 and argv[argv.index("@" + files[0]) - 1] in ("-e", "--extra-vars")
+    assert not Path(files[0]).parent.exists()  # removed after the run
 
 
 def test_failure_names_host_and_task(ansible_home: Path, tmp_path: Path) -> None:
@@ -235,3 +241,11 @@ def test_without_hf_token_no_file_is_handed_over(
     runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
     result = runner.run("ok.yml", {"marker_text": "x", "marker_path": str(tmp_path / "m")}, ident="none")
     assert HF_TOKEN_FILE_VAR not in json.loads((result.artifacts / "command").read_text())["env"]
+
+
+def test_the_extravars_file_is_readable_by_its_owner_only() -> None:
+    with extravars_file({"a": [1, "x"]}) as path:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert json.loads(path.read_text()) == {"a": [1, "x"]}
+    assert not path.parent.exists()

@@ -23,6 +23,8 @@ ROLE_VARS = {
     "kvoffload_engine": "sim",
     "vllm_sim_profile": "tiny",
     "caddy_upstreams": ["127.0.0.1:8000"],
+    "caddy_enabled": True,  # its default is false for fewer than 2 upstreams
+    "lmcache_server_enabled": True,  # its default is false on the default tier, gpu
 }
 BIND_VAR = {
     "node_exporter": "node_exporter_listen_address",

@@ -1,0 +1,106 @@
+"""`kvoffload-lab plan INVENTORY --emit-extravars CELL_ID`: one cell's extravars for plain Ansible.
+
+Writes to stdout, as YAML, exactly the extravars `run` passes to that cell's deploy, replay, collect
+and teardown playbooks: the same function (`kvoffload.orchestrate.deployment.cell_extravars`), the same
+node (the schedule `plan` shows), the same cell folder under `--results` and the same wheels (this
+package's wheel and, unless `--no-wheelhouse`, the wheelhouse, both built in `--wheel-cache` as `run`
+builds them). So `ansible-playbook -i INVENTORY playbooks/site.yml -e @cell.yml` runs the cell `run`
+would run. It touches no host and creates no results folder; stdout holds the YAML only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from kvoffload.errors import UserError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvoffload.config.load import LabConfig
+    from kvoffload.orchestrate.wheelhouse import Wheels
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flag and the wheel options `run` has (they decide the wheel paths in the extravars)."""
+    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
+
+    group = parser.add_argument_group("plain Ansible")
+    group.add_argument(
+        "--emit-extravars",
+        metavar="CELL_ID",
+        default=None,
+        help=(
+            "write the extravars `run` passes for this cell as YAML to stdout (nothing else), for "
+            "`ansible-playbook -e @cell.yml`; builds the wheels as `run` does"
+        ),
+    )
+    group.add_argument(
+        "--wheel-cache",
+        type=Path,
+        default=DEFAULT_WHEEL_CACHE,
+        help=f"with --emit-extravars: as for `run` (default {DEFAULT_WHEEL_CACHE})",
+    )
+    group.add_argument("--no-wheelhouse", action="store_true", help="with --emit-extravars: as for `run`")
+    group.add_argument(
+        "--hosts-python", default="3.11.2", metavar="X.Y.Z", help="with --emit-extravars: as for `run`"
+    )
+
+
+def cell_node(lab: LabConfig, cell_id: str, results: Path, schedule: Callable[..., Any]) -> str:
+    """The node `run` gives the cell: the schedule of the cells still to run (all, if it is DONE)."""
+    done_root = results / lab.campaign.name / "cells"
+    todo = [c for c in lab.cells if not (done_root / c.id / "DONE").is_file()]
+    if cell_id not in {c.id for c in todo}:
+        todo = list(lab.cells)
+    where, _, _ = schedule(lab, todo, lab.dataset_path.exists())
+    return str(where[cell_id])
+
+
+def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
+    """The wheels `run` builds for this lab (CampaignRunner.prepare_wheelhouse)."""
+    from kvoffload.cli.checks import check_folder_flag
+    from kvoffload.cli.run import _hosts_python
+    from kvoffload.orchestrate import wheelhouse
+
+    check_folder_flag(args.wheel_cache, "--wheel-cache")
+    return wheelhouse.build_wheels(
+        args.wheel_cache,
+        offline=not args.no_wheelhouse,
+        engine_builds=lab.engine_builds,
+        hosts_python=_hosts_python(args.hosts_python),
+    )
+
+
+def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any]) -> int:
+    """Write the cell's extravars to stdout; an unknown cell id is bad input (exit 2)."""
+    from kvoffload.orchestrate.deployment import cell_extravars
+    from kvoffload.orchestrate.results import CampaignResults
+
+    cells = {c.id: c for c in lab.cells}
+    cell = cells.get(args.emit_extravars)
+    if cell is None:
+        raise UserError(
+            f"--emit-extravars {args.emit_extravars}: no such cell in campaign {lab.campaign.name} "
+            f"(`plan` lists them: {', '.join(list(cells)[:4])}{', ...' if len(cells) > 4 else ''})"
+        )
+    node = cell_node(lab, cell.id, args.results, schedule)
+    # The folder `run` gives the cell (CampaignResults.open resolves the base), without creating it.
+    cell_dir = CampaignResults(args.results.resolve() / lab.campaign.name).cell_dir(cell)
+    variables = cell_extravars(lab, cell, cell_dir, build(lab, args), node)
+    # In a lab of several nodes the cell's playbooks run on its node's hosts and the client only, as in
+    # `run` (the extravars, Caddy's upstreams say, are that node's).
+    limit = ""
+    if lab.multi_node:
+        limit = " --limit " + ",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name])
+    sys.stdout.write(
+        f"# kvoffload-lab extravars of cell {cell.id} on node {node}; run it with\n"
+        f"#   ansible-playbook -i {args.inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
+    )
+    sys.stdout.write(yaml.safe_dump(variables, sort_keys=True, default_flow_style=False, width=1000))
+    return 0

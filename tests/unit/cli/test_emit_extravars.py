@@ -1,0 +1,117 @@
+"""`plan --emit-extravars CELL_ID`: exactly the extravars `run` passes for that cell, as YAML."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvoffload.cli.main import build_parser, main
+from kvoffload.cli.run import _runner
+from kvoffload.orchestrate import wheelhouse
+from kvoffload.orchestrate.deployment import cell_extravars
+from kvoffload.orchestrate.wheelhouse import Wheels
+from tests.support.datasets import generic_lines
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "inventories" / "example" / "hosts.yml"
+
+
+def _campaign(tmp_path: Path) -> Path:
+    """A small simulator campaign on the example's two nodes, with its dataset on this machine (run
+    weighs its node schedule by the requests each cell sends)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(3, 10)) + "\n")
+    campaign = {
+        "name": "emittest",
+        "model": "m",
+        "gpu_vendor": "nvidia",
+        "engine": "sim",
+        "sim_profile": "h200-qwen3-8b",
+        "dataset": {"code": "generic", "path": str(tmp_path / "data")},
+        "tiers": ["gpu", "cpu", "nvme"],
+        "concurrency": [2, 4],
+        "num_rounds": [5],
+        "isl": 4096,
+    }
+    path = tmp_path / "campaign.yml"
+    path.write_text(yaml.safe_dump(campaign))
+    return path
+
+
+@pytest.fixture
+def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """build_wheels replaced by a recorder: the wheels are not built in a unit test."""
+    calls: list[dict[str, object]] = []
+
+    def fake(cache: Path, **kwargs: object) -> Wheels:
+        calls.append({"cache": cache, **kwargs})
+        return Wheels(
+            package=cache / "package-x" / "kvoffload_lab-0-py3-none-any.whl", wheelhouse=cache / "h.tar"
+        )
+
+    monkeypatch.setattr(wheelhouse, "build_wheels", fake)
+    return calls
+
+
+def _emit(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["plan", str(EXAMPLE), *argv]) == 0
+    out = capsys.readouterr().out
+    # the header says how to run it: on the cell's node and the client only (two nodes)
+    node = re.search(r"on node (\S+);", out)
+    assert node and f"--limit {node.group(1)},client01.lab.example" in out.splitlines()[1]
+    data = yaml.safe_load(out)
+    assert isinstance(data, dict)
+    return data
+
+
+# About 2 s: run's node schedule weighs each cell by the requests it sends, so both run's runner and
+# each emit load the dataset and select its users; one cell per node keeps it to three loads.
+def test_emitted_extravars_are_those_run_passes_to_each_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wheels: list[dict[str, object]]
+) -> None:
+    results = tmp_path / "results"
+    cache = tmp_path / "wheels"
+    argv = ["--campaign", str(_campaign(tmp_path)), "--results", str(results), "--wheel-cache", str(cache)]
+    args = build_parser().parse_args(["run", str(EXAMPLE), *argv])
+    lab, campaign_results, _display, runner = _runner(args)
+    # The node run gives each cell, from run's own schedule; the wheels run's runner builds.
+    plans = runner.plan(lab.cells)
+    assert len(plans) == 2  # the example's two nodes both get cells
+    # one cell of each node, the later of its cells (a schedule of another node would differ)
+    for plan in plans:
+        cell = plan.cells[-1]
+        emitted = _emit(capsys, *argv, "--emit-extravars", cell.id)
+        # as campaign.py's _run_cell computes them
+        expected = cell_extravars(lab, cell, campaign_results.cell_dir(cell), runner._wheels(), plan.node)
+        assert emitted == expected, cell.id
+    assert wheels[0] == {
+        "cache": cache,
+        "offline": True,
+        "engine_builds": lab.engine_builds,
+        "hosts_python": "3.11.2",
+    }
+    assert all(w == wheels[0] for w in wheels)
+
+
+def test_no_wheelhouse_and_the_results_folder_are_taken_as_run_takes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wheels: list[dict[str, object]]
+) -> None:
+    from kvoffload.config import load_lab
+
+    lab = load_lab(EXAMPLE, None)
+    cell = lab.cells[0].id
+    argv = ["--results", str(tmp_path), "--wheel-cache", str(tmp_path), "--no-wheelhouse"]
+    data = _emit(capsys, *argv, "--emit-extravars", cell)
+    assert wheels[-1]["offline"] is False
+    assert data["replay_controller_dir"] == str(tmp_path.resolve() / lab.campaign.name / "cells" / cell)
+    assert data["replay_cell_id"] == cell
+    assert not (tmp_path / lab.campaign.name).exists()  # planning writes no results folder
+
+
+def test_an_unknown_cell_exits_2(capsys: pytest.CaptureFixture[str], wheels: list[dict[str, object]]) -> None:
+    assert main(["plan", str(EXAMPLE), "--emit-extravars", "nope"]) == 2
+    assert "--emit-extravars nope: no such cell" in capsys.readouterr().err
+    assert not wheels  # nothing built for bad input

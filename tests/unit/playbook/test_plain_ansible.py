@@ -1,0 +1,187 @@
+"""Plain Ansible: the phase playbooks work without the Python wrapper (issue 14).
+
+`--tags` selections run on their own (preflight always, teardown alone, `service` without the
+variables `configure` registers, `install` with GPU detection), the inventory preflight survives
+`--limit` and runs once on the controller, a failed host stops a deploy, and the vllm GPU check lets a
+`--check` run on a fresh host through. ansible-playbook runs against fake inventories: `--list-tasks`,
+or plays whose tasks only assert or stat on this machine (local connection).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+EXAMPLE = REPO / "inventories" / "example" / "hosts.yml"
+
+
+def ansible_playbook(*argv: str, extravars: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_GATHERING="explicit",  # facts only where a play asks: these plays assert on inventory
+    )
+    variables = {"ansible_python_interpreter": sys.executable, **(extravars or {})}
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), *argv, "-e", json.dumps(variables)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=240,
+        check=False,
+    )
+
+
+def local_inventory(tmp_path: Path, vllm: dict[str, Any], client: str = "client1") -> Path:
+    """Every host on this machine (local connection), one node: the vllm hosts, lmcache and lb the
+    first one, and a client."""
+    first = next(iter(vllm))
+    hosts = {
+        name: {"ansible_connection": "local", "ansible_host": "127.0.0.1", **hv} for name, hv in vllm.items()
+    }
+    hosts[client] = {"ansible_connection": "local", "ansible_host": "127.0.0.1"}
+    inv = {
+        "all": {
+            "hosts": hosts,
+            "children": {
+                "vllm": {"hosts": dict.fromkeys(vllm)},
+                "lmcache": {"hosts": {first: None}},
+                "lb": {"hosts": {first: None}},
+                "client": {"hosts": {client: None}},
+            },
+        }
+    }
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+def listed(out: str) -> dict[str, list[str]]:
+    """`--list-tasks` output as {play name: [task names]}."""
+    plays: dict[str, list[str]] = {}
+    current = ""
+    for line in out.splitlines():
+        play = re.match(r"\s*play #\d+ \([^)]*\): (.*?)\tTAGS", line)
+        if play:
+            current = play.group(1)
+            plays[current] = []
+        elif current and "\tTAGS:" in line and line.strip() != "tasks:":
+            plays[current].append(line.split("\t")[0].strip())
+    return plays
+
+
+def test_preflight_runs_once_on_the_controller_under_limit(tmp_path: Path) -> None:
+    bad = local_inventory(
+        tmp_path, {"gpu1": {"vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 0, "gpus": "1"}]}}
+    )
+    # --limit to the client only: a play on `hosts: localhost` would vanish; this one still checks
+    result = ansible_playbook("-i", str(bad), "--limit", "client1", "playbooks/preflight.yml")
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "vllm_replicas must list replicas with unique `index`" in result.stdout
+    good = local_inventory(tmp_path, {"gpu1": {}, "gpu2": {}})
+    result = ansible_playbook("-i", str(good), "--limit", "gpu2", "-v", "playbooks/preflight.yml")
+    assert result.returncode == 0, result.stdout[-2000:]
+    # once, delegated to the controller, not once per host
+    assert result.stdout.count("TASK [preflight : Check the inventory groups]") == 1
+    assert re.search(r"ok: \[gpu2 -> localhost\]", result.stdout), result.stdout[-2000:]
+
+
+def test_phase_tags_select_their_phase_with_preflight_and_gpu_detection() -> None:
+    install = ansible_playbook("-i", str(EXAMPLE), "playbooks/site.yml", "--list-tasks", "--tags", "install")
+    teardown = ansible_playbook(
+        "-i", str(EXAMPLE), "playbooks/site.yml", "--list-tasks", "--tags", "teardown"
+    )
+    assert install.returncode == 0 and teardown.returncode == 0, install.stderr + teardown.stderr
+    plays = listed(install.stdout)
+    # the inventory checks and every role's own checks run whatever --tags selects
+    assert "preflight : Check the inventory groups" in plays["Check the inventory before touching any host"]
+    assert "vllm : Check the vllm variables" in plays["The vLLM replicas"]
+    # --tags install detects the GPUs first and stops the role where there are none
+    gpu = plays["GPU drivers on the vLLM hosts"]
+    assert gpu.index("gpu_driver : Install the GPU detection fact") < gpu.index(
+        "gpu_driver : Skip the rest of the role"
+    )
+    assert gpu.index("gpu_driver : Skip the rest of the role") < gpu.index(
+        "gpu_driver : Install the NVIDIA driver packages"
+    )
+    # --tags teardown: the teardown plays, and of the other phases only checks
+    plays = listed(teardown.stdout)
+    phase = {
+        "Stop the load balancer": ["Stop kvoffload-caddy"],
+        "Stop the replicas": ["Stop every kvoffload-vllm instance"],
+        "Clear the offload tiers": ["Stop lmcache-server and wipe L2"],
+        "Give the periodic disk jobs back": ["Unmask their timers and start those that ran"],
+    }
+    assert {name: plays[name] for name in phase} == phase
+    others = [t for name, tasks in plays.items() if name not in phase for t in tasks]
+    read_only = (" : Check ", "Validating arguments", " : Read ", " : Inspect ", " : Refuse ")
+    assert others and all(any(word in t for word in read_only) for t in others), others
+
+
+def _names_set_outside_service(role: str) -> set[str]:
+    names: set[str] = set()
+    for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
+        if path.name in ("service.yml", "preflight.yml", "main.yml", "teardown.yml"):
+            continue  # preflight runs with every tag (always); teardown is not in main
+        for task in yaml.safe_load(path.read_text()) or []:
+            if "register" in task:
+                names.add(task["register"])
+            names.update((task.get("ansible.builtin.set_fact") or {}).keys())
+    return names
+
+
+@pytest.mark.parametrize("role", ["vllm", "lmcache_server", "caddy", "node_exporter"])
+def test_service_reads_what_install_and_configure_set_with_a_default(role: str) -> None:
+    # `--tags service` runs service.yml without configure.yml or install.yml: what they register is
+    # undefined then, and must read as "nothing changed".
+    lines = (REPO / "roles" / role / "tasks" / "service.yml").read_text().splitlines()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    for name in _names_set_outside_service(role):
+        for found in re.finditer(rf"\b{name}\b((?:\.\w+)*)", text):
+            after = text[found.end() :]
+            assert re.match(r"\s*\|\s*default\(", after), (
+                f"roles/{role}/tasks/service.yml: {name} without default"
+            )
+
+
+def test_deploy_stops_every_host_when_one_fails(tmp_path: Path) -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / "deploy.yml").read_text())
+    servers = [p for p in plays if p["hosts"] in ("lmcache", "vllm", "lb")]
+    assert len(servers) == 3 and all(p.get("any_errors_fatal") is True for p in servers)
+    # gpu2's replicas are invalid: the vllm play stops gpu1 too, and Caddy never starts routing
+    inv = local_inventory(tmp_path, {"gpu1": {}, "gpu2": {"vllm_replicas": [{"index": 0, "gpus": "x"}]}})
+    result = ansible_playbook(
+        "-i", str(inv), "--check", "playbooks/deploy.yml", "--skip-tags", "quiet",
+        extravars={"kvoffload_engine": "sim", "vllm_sim_profile": "tiny", "ansible_become": False},
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "fatal: [gpu2]" in result.stdout and "must list replicas with unique" in result.stdout
+    assert "PLAY [Caddy in front of 2 or more replicas]" not in result.stdout
+    assert "TASK [vllm : Install" not in result.stdout
+
+
+def test_the_vllm_gpu_check_lets_a_check_run_on_a_fresh_host_through(tmp_path: Path) -> None:
+    # No detection fact yet (gpu_driver writes it in provision, not in --check): nothing to compare.
+    play = [{"hosts": "all", "gather_facts": False, "roles": [{"role": "vllm"}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    argv = ("-i", "gpu1,", "-c", "local", "--tags", "preflight", str(tmp_path / "play.yml"))
+    variables = {"vllm_gpu_telemetry": False}
+    checked = ansible_playbook(*argv, "--check", extravars=variables)
+    assert checked.returncode == 0, checked.stdout[-2000:]
+    # a real run still refuses a host without the GPUs the replicas ask for
+    real = ansible_playbook(*argv, extravars=variables)
+    assert real.returncode != 0
+    assert "the gpu_driver role found 0 GPU(s) on gpu1" in real.stdout
