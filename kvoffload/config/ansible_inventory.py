@@ -106,13 +106,13 @@ def read_ansible_inventory(path: Path) -> AnsibleInventory:
         raise ConfigError([f"{path}: {'; '.join(failures)}"])
     hosts = tuple(
         AnsibleHost(
-            name=host.name,
-            groups=tuple(g.name for g in sort_groups(host.get_groups())),
+            name=str(host.name),
+            groups=tuple(str(g.name) for g in sort_groups(host.get_groups())),
             vars=_own(host.vars),
         )
         for host in data.hosts.values()
     )
-    return AnsibleInventory(hosts=hosts, group_vars={g.name: _own(g.vars) for g in data.groups.values()})
+    return AnsibleInventory(hosts=hosts, group_vars={str(g.name): _own(g.vars) for g in data.groups.values()})
 
 
 def _message(exc: Exception) -> str:

@@ -10,6 +10,7 @@ import yaml
 
 from kvoffload.cli.main import build_parser, main
 from kvoffload.cli.run import _runner
+from kvoffload.orchestrate import campaign as campaign_module
 from kvoffload.orchestrate import wheelhouse
 from kvoffload.orchestrate.deployment import cell_extravars
 from kvoffload.orchestrate.wheelhouse import Wheels
@@ -53,6 +54,8 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, ob
         )
 
     monkeypatch.setattr(wheelhouse, "build_wheels", fake)
+    # run's runner holds its own reference (imported by name), bound whenever campaign.py was first imported
+    monkeypatch.setattr(campaign_module, "build_wheels", fake)
     return calls
 
 
