@@ -250,7 +250,11 @@ def register(sub: Any) -> None:
         "--duration", type=_campaign("duration_s"), help="stop starting new rounds after this many seconds"
     )
     p.add_argument(
-        "--tokenizer", help="local tokenizer folder for --isl (default: --model; fallback if absent)"
+        "--tokenizer",
+        metavar="MODEL|URL",
+        help="what counts tokens for --isl: a model folder or hub id with a tokenizer.json here (the "
+        "folder, the Hugging Face cache), or a server URL to ask its /tokenize (default: --model, then "
+        "the server's /tokenize, then an approximate fallback)",
     )
     p.add_argument("--min-chunk-rounds", type=positive, help="chunk floor (default: 5, sammshen: none)")
     p.add_argument(
@@ -329,6 +333,28 @@ class _Display:
             log.info("users %d/%d  %s  elapsed %.0f s", p.users_done, self.total, info, p.elapsed_s)
 
 
+_PROBE_TIMEOUT_S = 5.0
+
+
+def _isl_tokenizer(args: argparse.Namespace) -> Any:
+    """The tokenizer for --isl: --tokenizer as given (a URL asks that server); else --model's own
+    tokenizer.json when it is on this machine; else the server's /tokenize when it answers (a probe
+    before any timed request); else the approximate fallback."""
+    from kvoffload.tokenizer import FallbackTokenizer, ServerTokenizer, find_tokenizer_file, open_tokenizer
+
+    if args.tokenizer:
+        return open_tokenizer(args.tokenizer, args.model)
+    if find_tokenizer_file(args.model) is not None:
+        return open_tokenizer(args.model)
+    server = ServerTokenizer(args.base_url, args.model, timeout_s=_PROBE_TIMEOUT_S)
+    try:
+        server.count("probe")
+    except (OSError, ValueError) as exc:
+        log.info("%s does not tokenize (%s): --isl counts with the approximate fallback", server.url, exc)
+        return FallbackTokenizer()
+    return server
+
+
 def run(args: argparse.Namespace) -> int:
     from kvoffload.config.campaign import rounds_problem
     from kvoffload.datasets import chunk_floor, load_dataset
@@ -337,7 +363,6 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.replay.requests import RequestOptions
     from kvoffload.replay.runner import ReplayConfig, ReplayRunner
     from kvoffload.replay.users import select_users
-    from kvoffload.tokenizer import load_tokenizer
 
     floor = args.min_chunk_rounds if args.min_chunk_rounds is not None else chunk_floor(args.dataset_code)
     code = (
@@ -349,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise UserError(f"argument --num-rounds: {problem}")
     sessions = load_dataset(args.dataset_code, args.dataset)
-    tokenizer = load_tokenizer(args.tokenizer or args.model) if args.isl else None
+    tokenizer = _isl_tokenizer(args) if args.isl else None
     pool = select_users(
         sessions,
         args.dataset_code,
@@ -369,10 +394,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"--isl {args.isl}: every one of {pool.available} virtual users is deeper; raise --isl"
         )
-    if tokenizer is not None and tokenizer.name == "kvoffload-fallback":
-        log.info(
-            "no local tokenizer.json for %s: --isl counts with the approximate fallback tokenizer", args.model
-        )
+    if tokenizer is not None:
+        from kvoffload.tokenizer import describe
+
+        log.info("--isl counted by %s", describe(tokenizer))
     if args.concurrency > len(pool.users):
         log.warning(
             "--concurrency %d exceeds the %d virtual users available: the extra slots add no load",

@@ -660,6 +660,18 @@ def test_wire_format_matches_real_vllm(tmp_path: Path, sessions: list[Session]) 
         nonstream = HTTP.post(f"{e.url}/v1/chat/completions", json={**body, "stream": False}).json()
         unknown = HTTP.post(f"{e.url}/v1/chat/completions", json={**body, "model": "nope"})
         too_long = HTTP.post(f"{e.url}/v1/chat/completions", json={**body, "max_tokens": MAX_LEN})
+        by_chat = HTTP.post(f"{e.url}/tokenize", json={"model": MODEL, "messages": messages}).json()
+        text = "a cached prefix, tokenized"
+        by_prompt = HTTP.post(f"{e.url}/tokenize", json={"prompt": text}).json()
+        bad_tokenize = HTTP.post(f"{e.url}/tokenize", json={"prompt": 3})
+    # /tokenize answers in real vLLM's shape (endpoints.md) and counts a chat as the engine does.
+    real_tokenize = (FIXTURES / "endpoints.md").read_text().split("### `POST /tokenize` → **200**")[1]
+    real_keys = set(json.loads(real_tokenize.split("```")[1]))
+    assert set(by_chat) == real_keys == set(by_prompt)
+    assert by_chat["count"] == len(by_chat["tokens"]) == nonstream["usage"]["prompt_tokens"]
+    assert by_chat["max_model_len"] == MAX_LEN and by_chat["token_strs"] is None
+    assert by_prompt["tokens"] == FallbackTokenizer().encode(text)
+    assert bad_tokenize.status_code == 400 and bad_tokenize.json()["error"]["code"] == 400
     assert raw.headers["content-type"] == "text/event-stream; charset=utf-8"
     assert raw.text.endswith("data: [DONE]\n\n")
     ours = _events(raw.text)
