@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TAU2 = ROOT / "data" / "tau2-bench"
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu"
 LMCACHE = ROOT / "tests" / "fixtures" / "lmcache-0.5.6-cpu"
-CLI = str(Path(sys.executable).parent / "kvoffload-lab")
+# This checkout's CLI (run from ROOT), not whichever copy the venv's console script imports.
+CLI = [sys.executable, "-m", "kvoffload.cli.main"]
 MODEL = "sim-llama"
 # tiny profile: 4 KiB of KV per token, so a 16-token block is 64 KiB and a 256-token chunk 1 MiB.
 MAX_LEN = 16384
@@ -79,7 +80,8 @@ class Proc:
 def _start(args: list[str], health: str, log: Path, env: dict[str, str] | None = None) -> Iterator[Proc]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [CLI, "sim", *args],
+            [*CLI, "sim", *args],
+            cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -633,8 +635,8 @@ def test_engine_without_cache_server_fails_after_mq_timeout(tmp_path: Path) -> N
             "lmcache.mp.mq_timeout": 1,
         },
     }
-    cmd = [CLI, "sim", "serve", MODEL, "--port", str(_free_port()), "--kv-transfer-config", json.dumps(cfg)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    cmd = [*CLI, "sim", "serve", MODEL, "--port", str(_free_port()), "--kv-transfer-config", json.dumps(cfg)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
     assert done.returncode == 1
     assert "did not answer within lmcache.mp.mq_timeout=1.0s" in done.stderr
 
