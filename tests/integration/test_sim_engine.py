@@ -200,8 +200,7 @@ def total(samples: dict[str, float], name: str) -> float:
 
 @pytest.fixture(scope="module")
 def sessions() -> list[Session]:
-    if not TAU2.is_dir():
-        pytest.skip(f"shipped tau2 sample not found at {TAU2}")
+    # The tau2 sample is committed (data/tau2-bench): missing, the loader fails the tests that need it.
     loaded = [s for s in load_dataset("tau2-bench-v1", TAU2) if len(s.calls) >= 6]
     assert len(loaded) >= 6
     return loaded
