@@ -131,9 +131,9 @@ CASES = [
     ),
     FlagCase("provision-extra-argument", ("provision", *LAB, *OUT, "all"), ("unrecognized arguments: all",)),
     FlagCase(
-        "teardown-wheel-cache-is-a-file",
-        ("teardown", *LAB, "--results", "{tmp}/r", "--wheel-cache", "{file}"),
-        ("--wheel-cache {file}: exists and is not a folder",),
+        "teardown-takes-no-results-flag",
+        ("teardown", *LAB, "--results", "{tmp}/r"),
+        ("unrecognized arguments: --results",),
     ),
     FlagCase("teardown-no-inventory", ("teardown",), ("the following arguments are required: inventory",)),
     # report, ingest
