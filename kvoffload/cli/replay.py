@@ -336,6 +336,39 @@ class _Display:
 _PROBE_TIMEOUT_S = 5.0
 
 
+def _pct(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of ascending `values`."""
+    return values[max(1, math.ceil(pct / 100 * len(values))) - 1]
+
+
+def ttft_summary(requests_file: Path) -> str | None:
+    """One line of TTFT figures (ms) of the requests that succeeded: all, round 1 (cold by design) and
+    the later rounds (where a KV hit shows); None when the file is missing or holds no success."""
+    import json
+
+    by_round: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        lines = requests_file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a full disk; the ingest names it
+        if record.get("status") == "ok" and isinstance(record.get("ttft_s"), int | float):
+            by_round[record.get("round") == 1].append(1000 * float(record["ttft_s"]))
+    everything = sorted(by_round[True] + by_round[False])
+    if not everything:
+        return None
+    parts = [f"all {len(everything)}: p50 {_pct(everything, 50):.0f} / p95 {_pct(everything, 95):.0f}"]
+    for first, name in ((True, "round 1"), (False, "later rounds")):
+        values = sorted(by_round[first])
+        if values:
+            parts.append(f"{name} {len(values)}: p50 {_pct(values, 50):.0f} / p95 {_pct(values, 95):.0f}")
+    return "replay: TTFT ms (ok requests) " + "; ".join(parts)
+
+
 def _isl_tokenizer(args: argparse.Namespace) -> Any:
     """The tokenizer for --isl: --tokenizer as given (a URL asks that server); else --model's own
     tokenizer.json when it is on this machine; else the server's /tokenize when it answers (a probe
@@ -450,6 +483,9 @@ def run(args: argparse.Namespace) -> int:
         f"{counts.duration_s:.1f} s -> {args.output}",
         file=sys.stderr,
     )
+    summary = ttft_summary(args.output / "requests.jsonl")
+    if summary is not None:
+        print(summary, file=sys.stderr)
     status = exit_code(counts)
     message = verdict(counts)
     if message is not None:  # the last line: what the replay role and the campaign show
