@@ -1,4 +1,4 @@
-"""`kvoffload-lab report --format json|csv`: figures rounded to six significant digits."""
+"""`kvoffload-lab report|compare --format json|csv`: figures rounded to six significant digits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,6 @@ import pytest
 
 from kvoffload.cli.main import main
 from kvoffload.cli.report import round_figure
-
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
 
 
 def _digits(value: float) -> int:
@@ -43,26 +40,56 @@ def test_round_figure_keeps_six_significant_digits() -> None:
     assert round_figure(True) is True
 
 
-@pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("report") / "c1"
-    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
-    return dest
+def test_report_json_and_csv_round_their_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import types
 
+    import pandas as pd
 
-def test_json_figures_are_rounded(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(campaign), "--format", "json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    floats = _floats(doc)
-    assert floats and max(_digits(f) for f in floats) <= 6
-    gpu = next(c for c in doc["summary"] if c["cell_id"] == "a1gpu")
-    assert gpu["ttft_degradation_p50_pct"] == 26.087  # 26.086956521739154 unrounded
+    from kvoffload.report import build
 
-
-def test_csv_figures_are_rounded(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(campaign), "--format", "csv"]) == 0
+    summary = pd.DataFrame({"cell_id": ["a1gpu"], "requests": [12], "ttft_mean_s": [0.13499999999999998]})
+    monkeypatch.setattr(build, "analyse", lambda _d: types.SimpleNamespace(summary=summary))
+    monkeypatch.setattr(build, "conclude", lambda _a: None)
+    doc = {
+        "summary": [{"cell_id": "a1gpu", "ttft_p50_s": 0.13499999999999998}],
+        "findings": [26.086956521739154],
+    }
+    monkeypatch.setattr(build, "report_json", lambda _a, _c: json.dumps(doc))
+    assert main(["report", str(tmp_path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"summary": [{"cell_id": "a1gpu", "ttft_p50_s": 0.135}], "findings": [26.087]}
+    assert max(_digits(f) for f in _floats(out)) <= 6
+    assert main(["report", str(tmp_path), "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    gpu = next(r for r in rows if r["cell_id"] == "a1gpu")
-    assert gpu["ttft_mean_s"] == "0.135" and gpu["ttft_degradation_p50_pct"] == "26.087"
-    numbers = [float(v) for r in rows for v in r.values() if v.replace(".", "", 1).isdigit() and "." in v]
-    assert numbers and max(_digits(n) for n in numbers) <= 6
+    assert rows == [{"cell_id": "a1gpu", "requests": "12", "ttft_mean_s": "0.135"}]
+
+
+def test_compare_json_and_csv_round_their_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import types
+
+    import pandas as pd
+
+    from kvoffload.analysis import compare
+    from kvoffload.report import build
+
+    summary = pd.DataFrame({"cell_id": ["x"], "tier": ["gpu"], "ttft_p50_s": [0.1 / 3]})
+    monkeypatch.setattr(
+        build, "analyse", lambda _d: types.SimpleNamespace(summary=summary, software=pd.DataFrame())
+    )
+    table = pd.DataFrame(
+        {"tier": ["gpu"], "figure": ["ttft_p50_s"], "a": [0.1 / 3], "change_pct_b": [100 / 3]}
+    )
+    monkeypatch.setattr(compare, "compare_campaigns", lambda _s, _f: table.copy())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    argv = ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--figure", "ttft_p50_s"]
+    assert main([*argv, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"tier": "gpu", "figure": "ttft_p50_s", "a": 0.0333333, "change_pct_b": 33.3333}
+    ]
+    assert main([*argv, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "gpu,ttft_p50_s,0.0333333,33.3333"
