@@ -71,6 +71,11 @@ def _compare(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"--figure {', '.join(unknown)}: not a summary column (see `report --format csv`)")
     table = compare_campaigns(summaries, figures)
+    if args.format in ("json", "csv"):
+        from kvoffload.cli.report import round_figure
+
+        floats = table.select_dtypes("float").columns
+        table[floats] = table[floats].map(round_figure)
     if args.format == "json":
         print(table.to_json(orient="records", indent=1))
         return 0

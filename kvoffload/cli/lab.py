@@ -27,7 +27,16 @@ def register(subparsers: Any) -> None:
         ),
     )
     sub = parser.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
-    up = sub.add_parser("up", help="build the image if needed and boot the hosts; writes the inventory")
+    up = sub.add_parser(
+        "up",
+        help="build the image if needed and boot the hosts; writes the inventory",
+        description=(
+            "Boot a virtual lab on this machine (root, Debian): systemd-nspawn hosts on a private bridge, "
+            "the first the client, the next --nodes each a node with 2 replicas and a loop-device NVMe. "
+            "The base image is built once and cached. Writes an Ansible inventory (--inventory) for "
+            "`plan`, `run` and `teardown`; `lab down` stops everything it started."
+        ),
+    )
     up.add_argument(
         "--hosts", type=int, default=2, help="number of hosts (default 2: the client, a node with 2 replicas)"
     )

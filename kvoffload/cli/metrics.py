@@ -40,7 +40,16 @@ def register(sub: Any) -> None:
         )
         q.add_argument("--timeout", type=float, default=10.0, help="per-scrape timeout in seconds (10)")
 
-    s = msub.add_parser("sample", help="scrape every --interval seconds until SIGTERM")
+    s = msub.add_parser(
+        "sample",
+        help="scrape every --interval seconds until SIGTERM",
+        description=(
+            "Scrape every --target (Prometheus text) and poll every --gpu tool each --interval seconds, "
+            "appending one JSON line per sample to --output/<NAME>.jsonl (whole lines only, so a cut run "
+            "leaves readable files). SIGTERM or SIGINT ends the current round and exits 0. The replay "
+            "role runs it on the client next to each replay; the report reads the files."
+        ),
+    )
     common(s)
     s.add_argument("--interval", type=float, default=15.0, help="seconds between scrapes (15)")
     s.add_argument("--output", type=Path, required=True, help="folder for <NAME>.jsonl files")

@@ -40,18 +40,43 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_plan)
 
 
-def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None]:
+def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
     """Virtual users per num_rounds of the campaign, or (None, why) when the dataset is not on this
-    machine (a campaign may be planned away from its data); a dataset that is here but bad exits 2."""
+    machine (a campaign may be planned away from its data); a dataset that is here but bad exits 2.
+    Also the sessions, for the token table."""
     from kvoffload.cli.checks import load_campaign_dataset
     from kvoffload.datasets import virtual_users
 
     path = lab.dataset_path
     if not path.exists():
-        return None, f"dataset {path} is not on this machine: virtual-user ceilings unknown"
+        return None, f"dataset {path} is not on this machine: virtual-user ceilings unknown", []
     sessions = load_campaign_dataset(lab.campaign, path, lab.where)
     code = lab.campaign.dataset.code
-    return {n: len(virtual_users(sessions, code, n)) for n in lab.campaign.num_rounds}, None
+    return {n: len(virtual_users(sessions, code, n)) for n in lab.campaign.num_rounds}, None, sessions
+
+
+def _tokenizer(lab: Any) -> Any:
+    """What counts tokens for the isl filter, as `run` loads it: the model folder's tokenizer.json, the
+    Hugging Face cache's for a hub id, else the approximate fallback."""
+    from kvoffload.tokenizer import load_tokenizer
+
+    return load_tokenizer(str(lab.model_folder) if lab.model_folder is not None else lab.campaign.model)
+
+
+def _token_table(lab: Any, sessions: list[Any], tokenizer: Any) -> Any:
+    """Input tokens per round of the campaign's longest users."""
+    from rich.table import Table
+
+    from kvoffload.datasets.tokens import round_tokens
+
+    rounds = max(lab.campaign.num_rounds)
+    title = f"input tokens per round (users of {rounds} rounds; a cell's isl bounds the last)"
+    table = Table(title=title, min_width=len(title))
+    for column in ("round", "calls", "p50", "p90", "p99", "max"):
+        table.add_column(column, justify="right")
+    for row in round_tokens(sessions, tokenizer, lab.campaign.dataset.code, rounds, rounds):
+        table.add_row(*(str(v) for v in (row.round, row.calls, row.p50, row.p90, row.p99, row.max)))
+    return table
 
 
 def _lmcache_column(cell: Any) -> str:
@@ -126,8 +151,12 @@ def _plan(args: argparse.Namespace) -> int:
         )
     console.print(f"client: {lab.client_host.name}")
     console.print(f"dataset: {campaign.dataset.code} at {lab.dataset_path}")
+    from kvoffload.tokenizer import describe
 
-    ceilings, why = _ceilings(lab)
+    tokenizer = _tokenizer(lab)
+    console.print(f"tokens (isl, token table) counted by {describe(tokenizer)}")
+
+    ceilings, why, sessions = _ceilings(lab)
     if ceilings is None:
         console.print(f"[yellow]warning:[/] {why}")
     else:
@@ -137,6 +166,7 @@ def _plan(args: argparse.Namespace) -> int:
         for rounds, users in ceilings.items():
             table.add_row(str(rounds), str(users))
         console.print(table)
+        console.print(_token_table(lab, sessions, tokenizer))
 
     results = CampaignPaths(args.results / campaign.name)
     done_root = results.cells_dir

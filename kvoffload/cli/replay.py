@@ -254,7 +254,11 @@ def register(sub: Any) -> None:
         "--duration", type=_campaign("duration_s"), help="stop starting new rounds after this many seconds"
     )
     p.add_argument(
-        "--tokenizer", help="local tokenizer folder for --isl (default: --model; fallback if absent)"
+        "--tokenizer",
+        metavar="MODEL|URL",
+        help="what counts tokens for --isl: a model folder or hub id with a tokenizer.json here (the "
+        "folder, the Hugging Face cache), or a server URL to ask its /tokenize (default: --model, then "
+        "the server's /tokenize, then an approximate fallback)",
     )
     p.add_argument("--min-chunk-rounds", type=positive, help="chunk floor (default: 5, sammshen: none)")
     p.add_argument(
@@ -340,6 +344,61 @@ class _Display:
             log.info("users %d/%d  %s  elapsed %.0f s", p.users_done, self.total, info, p.elapsed_s)
 
 
+_PROBE_TIMEOUT_S = 5.0
+
+
+def _pct(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of ascending `values`."""
+    return values[max(1, math.ceil(pct / 100 * len(values))) - 1]
+
+
+def ttft_summary(requests_file: Path) -> str | None:
+    """One line of TTFT figures (ms) of the requests that succeeded: all, round 1 (cold by design) and
+    the later rounds (where a KV hit shows); None when the file is missing or holds no success."""
+    import json
+
+    by_round: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        lines = requests_file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a full disk; the ingest names it
+        if record.get("status") == "ok" and isinstance(record.get("ttft_s"), int | float):
+            by_round[record.get("round") == 1].append(1000 * float(record["ttft_s"]))
+    everything = sorted(by_round[True] + by_round[False])
+    if not everything:
+        return None
+    parts = [f"all {len(everything)}: p50 {_pct(everything, 50):.0f} / p95 {_pct(everything, 95):.0f}"]
+    for first, name in ((True, "round 1"), (False, "later rounds")):
+        values = sorted(by_round[first])
+        if values:
+            parts.append(f"{name} {len(values)}: p50 {_pct(values, 50):.0f} / p95 {_pct(values, 95):.0f}")
+    return "replay: TTFT ms (ok requests) " + "; ".join(parts)
+
+
+def _isl_tokenizer(args: argparse.Namespace) -> Any:
+    """The tokenizer for --isl: --tokenizer as given (a URL asks that server); else --model's own
+    tokenizer.json when it is on this machine; else the server's /tokenize when it answers (a probe
+    before any timed request); else the approximate fallback."""
+    from kvoffload.tokenizer import FallbackTokenizer, ServerTokenizer, find_tokenizer_file, open_tokenizer
+
+    if args.tokenizer:
+        return open_tokenizer(args.tokenizer, args.model)
+    if find_tokenizer_file(args.model) is not None:
+        return open_tokenizer(args.model)
+    server = ServerTokenizer(args.base_url, args.model, timeout_s=_PROBE_TIMEOUT_S)
+    try:
+        server.count("probe")
+    except (OSError, ValueError) as exc:
+        log.info("%s does not tokenize (%s): --isl counts with the approximate fallback", server.url, exc)
+        return FallbackTokenizer()
+    return server
+
+
 def run(args: argparse.Namespace) -> int:
     from kvoffload.config.campaign import rounds_problem
     from kvoffload.datasets import chunk_floor, load_dataset
@@ -349,7 +408,6 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.replay.runner import ReplayConfig, ReplayRunner
     from kvoffload.replay.users import select_users
     from kvoffload.replay.workers import WorkerPool, default_workers
-    from kvoffload.tokenizer import load_tokenizer
 
     floor = args.min_chunk_rounds if args.min_chunk_rounds is not None else chunk_floor(args.dataset_code)
     code = (
@@ -361,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise UserError(f"argument --num-rounds: {problem}")
     sessions = load_dataset(args.dataset_code, args.dataset)
-    tokenizer = load_tokenizer(args.tokenizer or args.model) if args.isl else None
+    tokenizer = _isl_tokenizer(args) if args.isl else None
     pool = select_users(
         sessions,
         args.dataset_code,
@@ -381,10 +439,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"--isl {args.isl}: every one of {pool.available} virtual users is deeper; raise --isl"
         )
-    if tokenizer is not None and tokenizer.name == "kvoffload-fallback":
-        log.info(
-            "no local tokenizer.json for %s: --isl counts with the approximate fallback tokenizer", args.model
-        )
+    if tokenizer is not None:
+        from kvoffload.tokenizer import describe
+
+        log.info("--isl counted by %s", describe(tokenizer))
     if args.concurrency > len(pool.users):
         log.warning(
             "--concurrency %d exceeds the %d virtual users available: the extra slots add no load",
@@ -443,6 +501,9 @@ def run(args: argparse.Namespace) -> int:
         f"{counts.duration_s:.1f} s -> {args.output}",
         file=sys.stderr,
     )
+    summary = ttft_summary(args.output / "requests.jsonl")
+    if summary is not None:
+        print(summary, file=sys.stderr)
     status = exit_code(counts)
     message = verdict(counts)
     if message is not None:  # the last line: what the replay role and the campaign show

@@ -74,9 +74,14 @@ def register(sub: Any) -> None:
     t = sub.add_parser(
         "teardown",
         help="stop every kvoffload unit, clear the lmcache L1 and wipe the L2 folder",
-        description="Stop the services a cell deployed (vLLM replicas, lmcache-server, Caddy) on every host.",
+        description=(
+            "Stop the services a cell deployed (vLLM replicas, lmcache-server, Caddy) on every host, wipe "
+            "the L2 folder and give the hosts their periodic disk jobs back. Writes no results folder and "
+            "builds no wheelhouse: stopping units installs nothing."
+        ),
     )
-    _common(t)
+    t.add_argument("inventory", type=Path, help="Ansible YAML inventory (file, or folder holding hosts.yml)")
+    t.add_argument("--campaign", type=Path, help="campaign YAML (default: all.vars.kvoffload_campaign)")
     t.set_defaults(func=teardown)
 
 
@@ -333,8 +338,23 @@ def provision(args: argparse.Namespace) -> int:
 
 
 def teardown(args: argparse.Namespace) -> int:
-    _lab, _results, display, runner = _runner(args)
-    with display:
-        runner.teardown()
+    import tempfile
+
+    from kvoffload.config import load_lab
+    from kvoffload.orchestrate.campaign import CampaignRunner
+    from kvoffload.orchestrate.results import CampaignResults
+    from kvoffload.orchestrate.wheelhouse import Wheels
+
+    lab = load_lab(args.inventory, args.campaign)
+    inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
+    # The playbook's artifacts go to a scratch folder: a teardown belongs to no campaign's results.
+    with tempfile.TemporaryDirectory(prefix="kvoffload-teardown-") as scratch:
+        results = CampaignResults.open(Path(scratch), lab.campaign.name)
+        display = _Display(lab.campaign.name, len(lab.cells))
+        runner = CampaignRunner(lab, inventory, results, display, wheel_cache=Path(scratch) / "wheels")
+        # The teardown tasks install nothing: their extravars only name a wheel, none is built.
+        runner.wheels = Wheels(Path(scratch) / "unused.whl", None)
+        with display:
+            runner.teardown()
     print("torn down")
     return 0

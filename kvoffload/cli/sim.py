@@ -43,19 +43,36 @@ def _check_port(flag: str, port: int) -> None:
         raise UserError(f"{flag} {port}: must be a TCP port 1-65535")
 
 
+def _wants_help(argv: list[str]) -> bool:
+    return any(word in ("-h", "--help") for word in argv)
+
+
+def _print_help(parser: argparse.ArgumentParser, prog: str, mimics: str) -> int:
+    """The simulator's own help under this CLI's name (its errors keep the real binary's wording)."""
+    parser.prog = prog
+    parser.usage = f"{prog} {parser.usage.split(' ', 2)[2] if parser.usage else '[options]'}"
+    parser.description = f"{parser.description} Takes the flags of `{mimics}`."
+    parser.print_help()
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
-    from kvoffload.sim.engine_args import parse_engine_args
+    from kvoffload.sim.engine_args import build_parser, parse_engine_args
     from kvoffload.sim.engine_server import serve
 
+    if _wants_help(args.vllm_args):
+        return _print_help(build_parser(), "kvoffload-lab sim serve", "vllm serve")
     engine = parse_engine_args(list(args.vllm_args))
     _check_port("--port", engine.port)
     return serve(engine)
 
 
 def _cache_server(args: argparse.Namespace) -> int:
-    from kvoffload.sim.cache_args import parse_cache_args
+    from kvoffload.sim.cache_args import build_parser, parse_cache_args
     from kvoffload.sim.cache_server import serve_cache
 
+    if _wants_help(args.lmcache_args):
+        return _print_help(build_parser(), "kvoffload-lab sim cache-server", "lmcache server")
     cache = parse_cache_args(list(args.lmcache_args))
     _check_port("--port", cache.port)
     _check_port("--http-port", cache.http_port)

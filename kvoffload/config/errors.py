@@ -8,6 +8,7 @@ rules name both keys). Formatting only; no file IO.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,8 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _allowed_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
-    """Field names of the sub-model at `loc` (for 'unknown key' messages); [] when not a model."""
+def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The sub-model holding the last key of `loc`; None when the path leaves the models."""
     current = model
     for part in loc[:-1]:
         fields = current.model_fields
@@ -70,23 +71,63 @@ def _allowed_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]
             continue  # a list index or a mapping key (host or group name): same model below it
         found = _model_in(fields[part].annotation)
         if found is None:
-            return []
+            return None
         current = found
-    return sorted(current.model_fields)
+    return current
+
+
+def _allowed_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
+    """Field names of the sub-model at `loc` (for 'unknown key' messages); [] when not a model."""
+    current = _model_at(model, loc)
+    return sorted(current.model_fields) if current is not None else []
+
+
+def _holds(annotation: Any, kind: type) -> bool:
+    """Whether `kind` appears in a type annotation (float | None, list[PositiveInt], Annotated[...])."""
+    if annotation is kind:
+        return True
+    return any(_holds(arg, kind) for arg in getattr(annotation, "__args__", ()))
+
+
+def _is_float_field(model: type[BaseModel], loc: Sequence[str | int]) -> bool:
+    """Whether the field that `loc` ends in (or whose list it indexes) holds floats."""
+    keys = [i for i, part in enumerate(loc) if isinstance(part, str)]
+    if not keys:
+        return False
+    last = keys[-1]
+    holder = _model_at(model, loc[: last + 1])
+    field = holder.model_fields.get(str(loc[last])) if holder is not None else None
+    return field is not None and _holds(field.annotation, float)
+
+
+def _unknown_key(key: Any, allowed: list[str]) -> str:
+    """'unknown key', with the closest allowed key (difflib) and the whole list. The cutoff is high
+    enough that a typo is caught (concurrencies, hots) and a key refused on purpose is not "corrected"
+    (lmcache_l1_size_gb.gpu is not a misspelt cpu)."""
+    if not allowed:
+        return "unknown key"
+    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key{hint} (allowed: {', '.join(allowed)})"
 
 
 def _describe(error: Any, model: type[BaseModel]) -> str:
     kind = error["type"]
     value = error.get("input")
     if kind == "extra_forbidden":
-        allowed = _allowed_keys(model, error["loc"])
-        return "unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        return _unknown_key(error["loc"][-1] if error["loc"] else "", _allowed_keys(model, error["loc"]))
     if kind == "missing":
         return "required key is missing"
-    if kind == "greater_than" and error.get("ctx", {}).get("gt") == 0:
-        return f"must be a positive integer, got {value!r}"
+    if kind == "greater_than":
+        bound = error.get("ctx", {}).get("gt")
+        number = "number" if _is_float_field(model, error["loc"]) else "integer"
+        if bound == 0:
+            return f"must be a positive {number}, got {value!r}"
+        return f"must be a {number} greater than {bound:g}, got {value!r}"
     if kind in {"int_type", "int_parsing", "int_from_float"}:
         return f"must be an integer, got {value!r}"
+    if kind in {"float_type", "float_parsing", "finite_number"}:
+        return f"must be a finite number, got {value!r}"
     if kind == "model_type":
         keys = _allowed_keys(model, [*error["loc"], ""])
         return "must be a mapping" + (f" with keys {', '.join(keys)}" if keys else "") + f", got {value!r}"

@@ -1,6 +1,7 @@
 """HTTP face of the simulated engine: vLLM's OpenAI-compatible endpoints on aiohttp.
 
-Serves `POST /v1/chat/completions` (SSE streaming and not), `GET /v1/models`, `/health`, `/ping`,
+Serves `POST /v1/chat/completions` (SSE streaming and not), `POST /tokenize` (a `prompt` string or
+chat `messages`, counted as the engine counts them), `GET /v1/models`, `/health`, `/ping`,
 `/load`, `/version`, `/metrics`, and `POST /reset_prefix_cache` (only with VLLM_SERVER_DEV_MODE=1, as
 in vLLM; `?reset_external=true` also has the connector clear the cache server's L1). Response bodies,
 SSE events, usage and error shapes copy real vLLM 0.32 (`tests/fixtures/vllm-0.32-cpu/`). Every
@@ -22,7 +23,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -124,6 +125,7 @@ class EngineServer:
         app = web.Application(middlewares=[self._replica_middleware], client_max_size=64 * 2**20)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/health", self.empty)
         app.router.add_get("/ping", self.empty)
         app.router.add_post("/ping", self.empty)
@@ -287,6 +289,60 @@ class EngineServer:
             for name in self.args.served_model_names
         ]
         return web.json_response({"object": "list", "data": data})
+
+    # ---- tokenize ------------------------------------------------------------------------------
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's `POST /tokenize`: `{"count", "max_model_len", "tokens", "token_strs"}`."""
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "request body is not valid JSON", "BadRequestError")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object", "BadRequestError")
+        model = body.get("model", self.model_name)
+        if model not in self.args.served_model_names:
+            aliases = ", ".join(self.args.served_model_names)
+            return _error(
+                404,
+                f"The model `{model}` does not exist. Valid aliases: {aliases}.",
+                "NotFoundError",
+                "model",
+            )
+        prompt, messages = body.get("prompt"), body.get("messages")
+        add_generation_prompt = body.get("add_generation_prompt", True)
+        query: str | list[Mapping[str, Any]]
+        if isinstance(prompt, str) and messages is None:
+            query = prompt
+        elif (
+            prompt is None
+            and isinstance(messages, list)
+            and all(isinstance(m, dict) for m in messages)
+            and isinstance(add_generation_prompt, bool)
+        ):
+            query = messages
+        else:
+            return _error(
+                400,
+                "give either prompt (a string) or messages (a list of message objects, with "
+                "add_generation_prompt a boolean)",
+                "BadRequestError",
+            )
+        try:
+            tokens = await self.prep.tokenize(query, add_generation_prompt)
+        except BrokenProcessPool as exc:
+            if not self.stop.is_set():
+                log.critical("tokenizer worker died: %r", exc)
+                self.failed = exc
+                self.stop.set()
+            return _error(500, "tokenizer worker died", "InternalServerError")
+        return web.json_response(
+            {
+                "count": len(tokens),
+                "max_model_len": self.capacity.max_model_len,
+                "tokens": tokens,
+                "token_strs": None,
+            }
+        )
 
     # ---- chat completions ---------------------------------------------------------------------
     async def chat(self, request: web.Request) -> web.StreamResponse:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.sim.hashing import chain_hashes
-from kvoffload.tokenizer import Tokenizer, load_tokenizer, render_message
+from kvoffload.tokenizer import GENERATION_PROMPT, Tokenizer, load_tokenizer, render_message
 
 _MESSAGE_CACHE_ENTRIES = 65536
 PREP_NICENESS = 10
@@ -60,14 +60,15 @@ class ChatTokenizer:
             self._cache.move_to_end(text)
         return ids
 
-    def encode_chat(self, messages: list[Mapping[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: list[Mapping[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         # render_chat is the concatenation of render_message parts plus the generation prompt; each
         # part starts with "<|" and ends with a newline, so tokenizing part by part gives the same
         # pieces as tokenizing the whole string with the fallback tokenizer.
         ids: list[int] = []
         for m in messages:
             ids.extend(self._ids(render_message(m)))
-        ids.extend(self._ids("<|assistant|>\n"))
+        if add_generation_prompt:
+            ids.extend(self._ids(GENERATION_PROMPT))
         return ids
 
 
@@ -115,6 +116,15 @@ def _prepare_in_worker(messages: list[Mapping[str, Any]], chunk_size: int) -> Pr
     return prepare(_worker[0], _worker[1], messages, chunk_size)
 
 
+def _tokenize_in_worker(query: str | list[Mapping[str, Any]], add_generation_prompt: bool) -> list[int]:
+    """Token ids of a prompt string, or of a chat as the engine tokenizes it (for `POST /tokenize`)."""
+    assert _worker is not None, "worker initializer did not run"
+    tokenizer = _worker[0]
+    if isinstance(query, str):
+        return tokenizer.tokenizer.encode(query)
+    return tokenizer.encode_chat(query, add_generation_prompt)
+
+
 class PrepWorker:
     """One worker process that tokenizes and hashes prompts for one engine, in arrival order."""
 
@@ -135,6 +145,12 @@ class PrepWorker:
     async def prepare(self, messages: list[Mapping[str, Any]], chunk_size: int) -> Prepared:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, _prepare_in_worker, messages, chunk_size)
+
+    async def tokenize(
+        self, query: str | list[Mapping[str, Any]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, _tokenize_in_worker, query, add_generation_prompt)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

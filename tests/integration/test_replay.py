@@ -37,7 +37,7 @@ def _records(out: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
 
 
-def test_closed_loop_replay_records_everything(tmp_path: Path) -> None:
+def test_closed_loop_replay_records_everything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _dataset(tmp_path)
     out = tmp_path / "out"
     with sse_server("--ttft", "0.03", "--itl", "0.005", "--tokens", "50", "--replica", "r1") as url:
@@ -45,6 +45,10 @@ def test_closed_loop_replay_records_everything(tmp_path: Path) -> None:
                    str(data), "--concurrency", "2", "--num-rounds", "5", "--output", str(out)])  # fmt: skip
         seen = httpx.get(f"{url}/requests").json()
     assert rc == 0
+    # It ends with the TTFT figures of what it measured (3 users: 3 requests in round 1, 12 later).
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("replay: TTFT ms (ok requests) all 15: p50 ") and "round 1 3:" in last
+    assert "later rounds 12:" in last
     recs = _records(out)
     # 3 sessions x 6 calls -> one chunk of 5 per session = 3 users x 5 rounds
     assert len(recs) == 15

@@ -108,7 +108,7 @@ CASES = [
     Case(
         "unknown-key",
         _set(concurrencies=[2]),
-        (CAMPAIGN + "concurrencies: unknown key (allowed: cold_start, concurrency, dataset,",),
+        (CAMPAIGN + "concurrencies: unknown key; did you mean 'concurrency'? (allowed: cold_start,",),
     ),
     Case(
         "unknown-cold-start-method",
@@ -394,7 +394,7 @@ CASES = [
     Case(
         "l1-size-with-unit",
         _set(lmcache_l1_size_gb={"cpu": "200G"}),
-        (CAMPAIGN + "lmcache_l1_size_gb.cpu: Input should be a valid number, got '200G'",),
+        (CAMPAIGN + "lmcache_l1_size_gb.cpu: must be a finite number, got '200G'",),
     ),
     # Engine flags.
     Case(

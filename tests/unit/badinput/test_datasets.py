@@ -16,7 +16,7 @@ import pytest
 
 from kvoffload.datasets import load_dataset
 from tests.support.datasets import generic_lines
-from tests.unit.badinput.harness import assert_refused, cli, cli_subprocess, install_traps
+from tests.unit.badinput.harness import assert_refused, cli, install_traps
 
 
 def sammshen_rows(calls: int = 6) -> list[dict[str, Any]]:
@@ -471,15 +471,6 @@ def test_malformed_dataset_is_refused(
     outcome = cli(["datasets", "inspect", "--code", case.code, str(path)], capsys)
     assert_refused(outcome, *(n.format(d=folder) for n in case.needles))
     assert touched == []
-
-
-def test_a_bad_line_is_named_by_a_real_process(tmp_path: Path) -> None:
-    """The same check through a child process: a traceback on its stderr would show here."""
-    case = next(c for c in CASES if c.id == "generic-not-utf8")
-    path = _write(case, tmp_path / "ds")
-    outcome, sprung = cli_subprocess(["datasets", "inspect", "--code", "generic", str(path)], tmp_path)
-    assert_refused(outcome, f"{path}: line 4: not UTF-8 text (byte 0xe9")
-    assert sprung == []
 
 
 def test_the_corpus_is_large_enough() -> None:

@@ -168,12 +168,12 @@ CASES = [
     Case(
         "unknown-key-in-all",
         lambda lab: lab.inventory["all"].update(host={}),
-        ("{inv}: all.host: unknown key (allowed: children, hosts, vars)",),
+        ("{inv}: all.host: unknown key; did you mean 'hosts'? (allowed: children, hosts, vars)",),
     ),
     Case(
         "unknown-key-in-group",
         lambda lab: lab.children()["vllm"].update(hots={}),
-        ("{inv}: all.children.vllm.hots: unknown key (allowed: children, hosts, vars)",),
+        ("{inv}: all.children.vllm.hots: unknown key; did you mean 'hosts'? (allowed: children,",),
     ),
     Case(
         "hosts-is-a-list",

@@ -71,6 +71,28 @@ def test_ceiling_warning_and_done_cells(tmp_path: Path, capsys: pytest.CaptureFi
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2
     assert all("exceeds the dataset's 4 virtual users" in line for line in warnings)
+    # Model "m" has no tokenizer here: the table of tokens per round says the fallback counted.
+    assert "input tokens per round (users of 5 rounds; a cell's isl bounds the last)" in out
+    assert "counted by kvoffload-fallback (approximate" in out
+    rows = [line for line in out.splitlines() if line.startswith("│") and line.count("│") == 7]
+    assert [int(line.split("│")[1]) for line in rows] == [1, 2, 3, 4, 5]
+    assert all(int(line.split("│")[2]) == 4 for line in rows)  # 4 virtual users, one call each
+
+
+def test_a_hub_model_counts_with_the_hf_cache_tokenizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenizers import Tokenizer, models
+
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "r1"
+    snapshot.mkdir(parents=True)
+    Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(snapshot / "tokenizer.json"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["plan", str(ROOT / "inventories" / "example" / "hosts.yml")]) == 0
+    assert f"counted by {snapshot / 'tokenizer.json'}" in capsys.readouterr().out
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    assert main(["plan", str(ROOT / "inventories" / "example" / "hosts.yml")]) == 0
+    assert "counted by kvoffload-fallback" in capsys.readouterr().out
 
 
 def test_bad_input_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,7 +43,8 @@ def replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Any:
 def test_every_request_ok_exits_0(replay: Any) -> None:
     rc, err, out = replay(sse_app())
     assert rc == int(ExitCode.OK) == 0
-    assert err[-1].startswith("replay: 3 sessions (3 complete")  # the summary is the last word
+    assert err[-2].startswith("replay: 3 sessions (3 complete")  # the counts, then the TTFT figures
+    assert err[-1].startswith("replay: TTFT ms (ok requests) all 15: p50 ")
     assert sessions(out)["complete"] == 3
 
 

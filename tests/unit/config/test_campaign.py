@@ -61,8 +61,23 @@ def test_unknown_key_lists_the_allowed_keys(write_yaml: Writer, inventory: Any, 
     problems = _errors(write_yaml, inventory, campaign)
     by_key = {p.split(": ")[1]: p.split(": ", 2)[2] for p in problems}
     assert sorted(by_key) == ["concurrencies", "dataset.format"]
-    assert by_key["concurrencies"].startswith("unknown key (allowed: cold_start, concurrency, dataset, ")
-    assert by_key["dataset.format"] == "unknown key (allowed: code, path)"
+    assert by_key["concurrencies"].startswith(
+        "unknown key; did you mean 'concurrency'? (allowed: cold_start, concurrency, dataset, "
+    )
+    assert by_key["dataset.format"] == "unknown key (allowed: code, path)"  # nothing close: no guess
+
+
+def test_float_fields_ask_for_a_number_not_an_integer(
+    write_yaml: Writer, inventory: Any, campaign: Any
+) -> None:
+    campaign["knee_search"] = {"slo_p95_ttft_s": 0, "factor": 1, "min_later_hit_rate": "high"}
+    campaign["repeats"] = 0
+    problems = _errors(write_yaml, inventory, campaign)
+    by_key = {p.split(": ")[1]: p.split(": ", 2)[2] for p in problems}
+    assert by_key["knee_search.slo_p95_ttft_s"] == "must be a positive number, got 0"
+    assert by_key["knee_search.factor"] == "must be a number greater than 1, got 1"
+    assert by_key["knee_search.min_later_hit_rate"] == "must be a finite number, got 'high'"
+    assert by_key["repeats"] == "must be a positive integer, got 0"  # an int field keeps its wording
 
 
 def test_strings_are_not_numbers(write_yaml: Writer, inventory: Any, campaign: Any) -> None:

@@ -61,7 +61,7 @@ def test_nested_children_and_top_level_groups(write_yaml: Writer) -> None:
         (
             lambda inv: inv["all"]["children"]["vllm"].update({"host": {"h9": None}}),
             "all.children.vllm.host",
-            "unknown key (allowed: children, hosts, vars)",
+            "unknown key; did you mean 'hosts'? (allowed: children, hosts, vars)",
         ),
         (
             lambda inv: inv["all"]["hosts"]["h2"]["vllm_replicas"][0].update({"gpus": "0,,1"}),

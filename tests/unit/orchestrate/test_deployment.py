@@ -24,6 +24,22 @@ from kvoffload.replay.command import ReplaySpec, replay_argv
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
 
 
+def _flag_values(argv: list[str]) -> dict[str, list[str]]:
+    """Each --flag of an argv with the words up to the next flag: order of flags free, values bound to
+    their own flag (a sorted word list would pass two flags with swapped values)."""
+    out: dict[str, list[str]] = {}
+    flag = None
+    for word in argv[2:]:
+        if word.startswith("--"):
+            assert word not in out, f"{word} given twice"
+            flag = word
+            out[flag] = []
+        else:
+            assert flag is not None, f"{word}: a value before any flag"
+            out[flag].append(word)
+    return out
+
+
 def test_example_lab_cells(tmp_path: Path) -> None:
     lab = load_lab(EXAMPLE)
     by_tier = {}
@@ -59,7 +75,7 @@ def test_example_lab_cells(tmp_path: Path) -> None:
         ),
         executable=argv[0],
     )  # fmt: skip
-    assert sorted(spec_argv) == sorted(argv)
+    assert spec_argv[:2] == argv[:2] and _flag_values(spec_argv) == _flag_values(argv)
     assert nvme["kvoffload_wheelhouse"] == str(tmp_path / "wh")
     # the GPU telemetry (node-exporter textfile) and the client's sampler share one interval
     interval = lab.campaign.sample_interval_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvoffload.datasets import Call
 from kvoffload.replay.requests import RequestOptions, build_payload, warmup_payload
+from kvoffload.tokenizer import FallbackTokenizer, render_chat
 
 HISTORY = (
     {"role": "system", "content": "policy"},
@@ -44,7 +45,24 @@ def test_gpt_oss_options() -> None:
 
 
 def test_warmup_shares_no_prefix_with_data() -> None:
-    a = warmup_payload("m", 0, "f00d")
-    b = warmup_payload("m", 0, "beef")
-    assert a["messages"][0]["content"].startswith("f00d")
-    assert a["messages"][0]["content"] != b["messages"][0]["content"]
+    # What must not be shared is a KV block: the rendered warm-up and a data request part within the
+    # first block (16 tokens, the smallest block size the engines use) after the common role header.
+    data = render_chat(build_payload(CALL, RequestOptions(model="m"))["messages"])
+    user_data = render_chat([{"role": "user", "content": "hi there, please count from one to ten."}])
+    tok = FallbackTokenizer()
+    warmups = [render_chat(warmup_payload("m", i, n)["messages"]) for i, n in ((0, "f00d"), (0, "beef"))]
+    for warmup in warmups:
+        for other in (data, user_data):
+            shared = _common_prefix(tok.encode(warmup), tok.encode(other))
+            assert shared < 16, (warmup, other, shared)
+    # Two warm-ups with different nonces part at once too (after "<|user|>\n"): no warm-up hits another.
+    assert _common_prefix(tok.encode(warmups[0]), tok.encode(warmups[1])) == len(tok.encode("<|user|>\n"))
+
+
+def _common_prefix(x: list[int], y: list[int]) -> int:
+    n = 0
+    for i, j in zip(x, y, strict=False):
+        if i != j:
+            break
+        n += 1
+    return n

@@ -40,17 +40,26 @@ def test_second_request_hits_the_prefix_but_not_the_last_token() -> None:
 
 
 def test_free_blocks_are_evicted_least_recent_first_and_tails_first() -> None:
-    kv = KVCache(num_blocks=6, block_size=4)
-    a = [1000 + i for i in range(12)]  # 3 blocks + 1 for the next token = 4 blocks
-    b = [2000 + i for i in range(4)]  # 1 block + 1 = 2 blocks
-    _run(kv, a)
-    _run(kv, b)
-    # 6 blocks held by nobody; c needs 4: it takes the 2 never-used... none left, so a's tail goes first.
-    c = [3000 + i for i in range(12)]
-    _run(kv, c)
-    assert kv.evicted_blocks > 0
-    hs = _hashes(a)
-    assert kv.count_hits(hs, 3) < 3  # a lost blocks
+    kv = KVCache(num_blocks=8, block_size=4)
+    # Three prompts of 8 tokens: 2 full blocks each (cached) plus 1 for the next token, freed in the
+    # order a, b, c. The free queue then holds, front first: a's 2nd block, a's 1st, b's spare, b's
+    # 2nd, b's 1st, then c's (a's spare was handed to c; never-used blocks went first).
+    a, b, c = ([base + i for i in range(8)] for base in (1000, 2000, 3000))
+    for prompt in (a, b, c):
+        assert _run(kv, prompt) == 0
+    assert kv.evicted_blocks == 0  # nothing cached was needed yet
+    hits = {name: kv.count_hits(_hashes(t), 2) for name, t in (("a", a), ("b", b), ("c", c))}
+    assert hits == {"a": 2, "b": 2, "c": 2}
+
+    # One fresh block: the least recently freed prompt (a) loses its tail block, not its first.
+    _run(kv, [9000, 9001])
+    assert kv.evicted_blocks == 1
+    assert [kv.count_hits(_hashes(t), 2) for t in (a, b, c)] == [1, 2, 2]
+
+    # Three more: a's first block, b's spare (empty, no eviction), then b's tail; c, freed last, stays.
+    _run(kv, [8000 + i for i in range(8)])
+    assert kv.evicted_blocks == 3
+    assert [kv.count_hits(_hashes(t), 2) for t in (a, b, c)] == [0, 1, 2]
     assert kv.usage() == 0.0
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

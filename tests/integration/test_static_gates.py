@@ -13,7 +13,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TEMPLATES = sorted((REPO / "roles").glob("*/templates/**/*.j2"))
 

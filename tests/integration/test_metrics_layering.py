@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 BLOCKER = """
 import importlib.abc, sys
@@ -25,7 +31,7 @@ print("ok", args.target)
 
 def test_metrics_imports_without_controller_packages() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", BLOCKER], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", BLOCKER], capture_output=True, text=True, timeout=60, check=False, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr
     assert "ok ['a=http://127.0.0.1:1/metrics']" in proc.stdout

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # Enough for the roles' other preflight checks to pass on a machine without GPUs or NVMe.
 ROLE_VARS = {

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 EXAMPLE = REPO / "inventories" / "example" / "hosts.yml"
 

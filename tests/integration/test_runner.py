@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,8 +19,10 @@ from kvoffload.playbook import PlaybookCanceled, PlaybookFailed, PlaybookRunner,
 from kvoffload.playbook.runner import HF_TOKEN_FILE_VAR, SECRET_NAME, extravars_file
 from tests.support.procs import kill_pids, pids_with_environ
 
+pytestmark = pytest.mark.integration
+
 CANARY = "kvoffload-canary-7f3c9a"
-EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example" / "hosts.yml"
 
 PLAYS = {
     "ok.yml": """
@@ -164,19 +165,27 @@ def test_stop_request_kills_ansible_playbook(ansible_home: Path, tmp_path: Path)
         runner.run("slow.yml")
     assert asked == [True]
     assert time.monotonic() - t0 < 60
-    # ansible-playbook itself is gone (what a task started on a host is the teardown playbook's job)
+    # ansible-playbook itself is gone (what a task started on a host is the teardown playbook's job).
+    # This run's processes are found by its artifact folder in their environment, never by a name or
+    # command line that other processes could share.
+    art = str(tmp_path / "art")
     deadline = time.monotonic() + 15  # a killed process may take a moment to be reaped
     while True:
-        left = subprocess.run(
-            ["pgrep", "-f", f"ansible-playbook.*{tmp_path}"], capture_output=True, text=True, check=False
-        )
-        if not left.stdout.strip() or time.monotonic() > deadline:
+        left = [pid for pid in pids_with_environ(art) if b"ansible-playbook" in _cmdline(pid)]
+        if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     # The task's own `sleep` on the (local) host may outlive its worker: stop exactly what this run
-    # started, found by the artifact folder in its environment, never by a name other processes share.
-    kill_pids(pids_with_environ(str(tmp_path / "art")))
-    assert left.stdout.strip() == "", "ansible-playbook or one of its workers outlived the canceled run"
+    # started, by PID.
+    kill_pids(pids_with_environ(art))
+    assert left == [], "ansible-playbook or one of its workers outlived the canceled run"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone
 
 
 def files_holding(root: Path, secret: str) -> list[str]:

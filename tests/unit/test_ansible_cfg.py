@@ -5,7 +5,7 @@ from __future__ import annotations
 import configparser
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_default_inventory_and_no_host_key_override() -> None:
