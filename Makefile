@@ -29,11 +29,15 @@ $(STAMP)/apt:
 	else echo "not root or no apt-get: skipping OS packages ($(APT_PACKAGES))"; fi
 	@touch $@
 
-$(STAMP)/venv: pyproject.toml
+# The controller: this package with its extras, then the collections of requirements.yml. ansible-galaxy
+# installs only those missing or too old (into ~/.ansible/collections); the `ansible` package of the dev
+# extra ships both, so offline it finds them installed and contacts no Galaxy.
+$(STAMP)/venv: pyproject.toml requirements.yml
 	@mkdir -p $(STAMP)
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/ansible-galaxy collection install -r requirements.yml
 	@touch $@
 
 deps: $(STAMP)/apt $(STAMP)/venv

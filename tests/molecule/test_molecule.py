@@ -2,7 +2,8 @@
 
 The image comes from the lab's own builder (kvoffload/lab/image.py: debootstrap, packages baked in,
 `podman import`); no registry is pulled. Each scenario runs create, converge, idempotence, verify and
-destroy (roles/<role>/molecule/default/molecule.yml). Needs root, podman and runc; skipped otherwise.
+destroy (roles/<role>/molecule/<scenario>/molecule.yml: every scenario of every role, `default` and
+named ones such as lmcache_server's `nvme`). Needs root, podman and runc; skipped otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SCENARIOS = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+# (role, scenario) of every roles/<role>/molecule/<scenario>/molecule.yml.
+SCENARIOS = sorted(
+    (p.parents[2].name, p.parent.name) for p in (REPO / "roles").glob("*/molecule/*/molecule.yml")
+)
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
 pytestmark = [
@@ -52,7 +56,8 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def loop_device(tmp_path: Path) -> Iterator[str]:
-    """A blank 320 MB loop device for the nvme_storage scenario (passed into its container)."""
+    """A blank 320 MB loop device for the scenarios of the nvme tier (nvme_storage, lmcache_server's
+    nvme), passed into their container; the others ignore it."""
     image = tmp_path / "nvme.img"
     with image.open("wb") as handle:
         handle.truncate(320 * 1024 * 1024)
@@ -79,15 +84,22 @@ def keep_ip_forward_off() -> Iterator[None]:
 
 
 def test_every_role_with_services_has_a_scenario() -> None:
-    assert {"caddy", "node_exporter", "nvme_storage", "gpu_driver", "vllm", "replay"} <= set(SCENARIOS), (
-        SCENARIOS
-    )
+    roles = {role for role, _ in SCENARIOS}
+    expected = {"caddy", "node_exporter", "nvme_storage", "gpu_driver", "vllm", "replay", "lmcache_server"}
+    assert expected <= roles, SCENARIOS
+    assert ("lmcache_server", "nvme") in SCENARIOS, SCENARIOS
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("role", SCENARIOS)
+@pytest.mark.parametrize(("role", "scenario"), SCENARIOS, ids=[f"{r}-{s}" for r, s in SCENARIOS])
 def test_molecule_scenario(
-    role: str, image: str, wheelhouse: Path, loop_device: str, keep_ip_forward_off: None, tmp_path: Path
+    role: str,
+    scenario: str,
+    image: str,
+    wheelhouse: Path,
+    loop_device: str,
+    keep_ip_forward_off: None,
+    tmp_path: Path,
 ) -> None:
     containers_conf = tmp_path / "containers.conf"
     containers_conf.write_text('[engine]\nruntime = "runc"\n')
@@ -102,7 +114,7 @@ def test_molecule_scenario(
         NO_COLOR="1",
     )
     result = subprocess.run(
-        [str(BIN / "molecule"), "test", "--scenario-name", "default"],
+        [str(BIN / "molecule"), "test", "--scenario-name", scenario],
         cwd=REPO / "roles" / role,
         env=env,
         capture_output=True,

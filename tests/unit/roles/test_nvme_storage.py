@@ -27,7 +27,7 @@ TASKS = ROLES / "nvme_storage" / "tasks"
 
 
 def blockdev() -> ModuleType:
-    path = ROLES / "nvme_storage" / "library" / "kvoffload_blockdev.py"
+    path = REPO / "plugins" / "modules" / "kvoffload_blockdev.py"
     spec = importlib.util.spec_from_file_location("kvoffload_blockdev", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Ansible module (read-only): may this block device become the kvoffload L2 file system?
 
-Part of the nvme_storage role. It inspects one listed device (/proc/partitions, /proc/self/mountinfo,
-/proc/swaps, blkid, and lsblk and /sys/class/block/*/holders where sysfs shows block devices; containers
-may hide them) and answers ok/refused with the exact reason, plus the device's facts (model, firmware,
-size, file system). It never writes to a device: formatting and mounting are separate tasks that run only
-when every listed device passed this check.
+Of the kvoffload.lab collection, called by its nvme_storage role. It inspects one listed device
+(/proc/partitions, /proc/self/mountinfo, /proc/swaps, blkid, and lsblk and /sys/class/block/*/holders
+where sysfs shows block devices; containers may hide them) and answers ok/refused with the exact
+reason, plus the device's facts (model, firmware, size, file system). It never writes to a device:
+formatting and mounting are separate tasks that run only when every listed device passed this check.
 """
 
 from __future__ import annotations
