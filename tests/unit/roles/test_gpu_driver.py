@@ -1,0 +1,158 @@
+"""gpu_driver without a host: the CUDA repository derived per distribution and architecture (Ubuntu and
+arm64 cannot be converged here, only Debian's mirror is reachable), the package set, and the detection
+fact run against fake sysfs trees (NVIDIA GPUs and NVSwitches, AMD GPUs, Secure Boot's EFI variable).
+
+The molecule scenario (roles/gpu_driver/molecule/default) runs the same fact and the install path in
+--check on a Debian 12 container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from tests.unit.roles.render import render, role_defaults
+
+CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
+SECURE_BOOT = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def _trusted(value: Any) -> Any:
+    """Role files are trusted templates, nested strings too (render.role_defaults trusts top-level ones)."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    return value
+
+
+def _defaults() -> dict[str, Any]:
+    return {k: _trusted(v) for k, v in role_defaults("gpu_driver").items()}
+
+
+def _template(expression: str, variables: dict[str, Any]) -> Any:
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
+
+
+def _facts(distribution: str, major: str, version: str, architecture: str) -> dict[str, Any]:
+    return {
+        "distribution": distribution,
+        "distribution_major_version": major,
+        "distribution_version": version,
+        "architecture": architecture,
+        "kernel": "6.8.0-51-generic",
+    }
+
+
+@pytest.mark.parametrize(
+    ("facts", "folder"),
+    [
+        (_facts("Debian", "12", "12.8", "x86_64"), "debian12/x86_64"),
+        (_facts("Debian", "12", "12.8", "aarch64"), "debian12/sbsa"),
+        (_facts("Ubuntu", "22", "22.04", "x86_64"), "ubuntu2204/x86_64"),
+        (_facts("Ubuntu", "22", "22.04", "aarch64"), "ubuntu2204/sbsa"),
+        (_facts("Ubuntu", "24", "24.04", "x86_64"), "ubuntu2404/x86_64"),
+        (_facts("Ubuntu", "24", "24.04", "aarch64"), "ubuntu2404/sbsa"),
+    ],
+)
+def test_cuda_repository_and_keyring_follow_distribution_and_architecture(
+    facts: dict[str, Any], folder: str
+) -> None:
+    variables = {**_defaults(), "ansible_facts": facts}
+    assert _template("{{ gpu_driver_nvidia_repo_url }}", variables) == f"{CUDA}/{folder}/"
+    assert (
+        _template("{{ gpu_driver_nvidia_keyring_deb }}", variables)
+        == f"{CUDA}/{folder}/cuda-keyring_1.1-1_all.deb"
+    )
+    # Headers of the running kernel (Debian's and Ubuntu's package name alike) and dkms, before the driver.
+    assert _template("{{ gpu_driver_nvidia_build_packages }}", variables) == [
+        "linux-headers-6.8.0-51-generic",
+        "dkms",
+    ]
+
+
+@pytest.mark.parametrize(("nvswitches", "fabricmanager"), [(0, False), (6, True)])
+def test_packages_are_the_pinned_open_modules_and_fabric_manager_only_with_nvswitches(
+    nvswitches: int, fabricmanager: bool
+) -> None:
+    variables = {
+        **_defaults(),
+        "ansible_local": {"kvoffload_gpu": {"nvswitch_count": nvswitches}},
+    }
+    packages = _template("{{ _gpu_driver_nvidia_install }}", variables)
+    assert packages[0] == "nvidia-open-580"
+    assert ("nvidia-fabricmanager-580" in packages) is fabricmanager
+    variables["gpu_driver_nvidia_branch"] = 590
+    assert _template("{{ _gpu_driver_nvidia_install }}", variables)[0] == "nvidia-open-590"
+    pin = render("gpu_driver", "etc/apt/preferences.d/kvoffload-nvidia-driver.pref.j2", variables)
+    assert "Pin: version 590.*\nPin-Priority: 1000\n" in pin
+
+
+def _device(root: Path, address: str, vendor: str, klass: str, driver: str | None = None) -> None:
+    device = root / "bus" / "pci" / "devices" / address
+    device.mkdir(parents=True)
+    (device / "vendor").write_text(f"{vendor}\n")
+    (device / "class").write_text(f"{klass}\n")
+    if driver:
+        (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (device / "driver").symlink_to(root / "bus" / "pci" / "drivers" / driver)
+
+
+def _run_fact(tmp_path: Path, root: Path, vendor: str) -> dict[str, Any]:
+    script = tmp_path / "kvoffload_gpu.fact"
+    script.write_text(
+        render("gpu_driver", "etc/ansible/facts.d/kvoffload_gpu.fact.j2", role_defaults("gpu_driver"))
+    )
+    env = dict(os.environ, KVOFFLOAD_GPU_SYSFS_ROOT=str(root), KVOFFLOAD_GPU_VENDOR=vendor)
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True, timeout=10
+    )
+    fact: dict[str, Any] = json.loads(out.stdout)
+    return fact
+
+
+def test_fact_counts_gpus_and_nvswitches_with_their_drivers(tmp_path: Path) -> None:
+    root = tmp_path / "sys"
+    _device(root, "0000:05:00.0", "0x10de", "0x068000")  # NVSwitch
+    _device(root, "0000:18:00.0", "0x10de", "0x030200", driver="nvidia")
+    _device(root, "0000:17:00.0", "0x10de", "0x030200")  # no driver bound
+    _device(root, "0000:00:1f.0", "0x8086", "0x068000")  # Intel bridge of the same class: not an NVSwitch
+    _device(root, "0000:c1:00.0", "0x1002", "0x038000", driver="amdgpu")
+    (root / "module" / "nvidia").mkdir(parents=True)
+    (root / "module" / "nvidia" / "version").write_text("580.95.05\n")
+
+    nvidia = _run_fact(tmp_path, root, "nvidia")
+    assert nvidia["count"] == 2
+    assert nvidia["devices"] == [
+        {"pci": "0000:17:00.0", "driver": None},
+        {"pci": "0000:18:00.0", "driver": "nvidia"},
+    ]
+    assert (nvidia["nvswitch_count"], nvidia["nvswitches"]) == (1, ["0000:05:00.0"])
+    assert nvidia["module_version"] == "580.95.05"
+    assert nvidia["secure_boot"] is None  # no efivarfs: legacy boot or not exposed
+
+    amd = _run_fact(tmp_path, root, "amd")
+    assert (amd["vendor"], amd["count"], amd["nvswitch_count"]) == ("amd", 1, 0)
+    assert amd["devices"] == [{"pci": "0000:c1:00.0", "driver": "amdgpu"}]
+    assert amd["module_version"] is None
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"), [(bytes([6, 0, 0, 0, 1]), True), (bytes([6, 0, 0, 0, 0]), False)]
+)
+def test_fact_reads_secure_boot_from_its_efi_variable(tmp_path: Path, data: bytes, expected: bool) -> None:
+    root = tmp_path / "sys"
+    efivars = root / "firmware" / "efi" / "efivars"
+    efivars.mkdir(parents=True)
+    (efivars / SECURE_BOOT).write_bytes(data)
+    assert _run_fact(tmp_path, root, "nvidia")["secure_boot"] is expected
