@@ -57,7 +57,7 @@ calibrate-torch: venv
 	$(BIN)/pip install -q 'torch==2.13.0'
 
 test: deps lint
-	$(BIN)/pytest -q -ra tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+	$(BIN)/pytest -q -ra --durations=25 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
 
 demo: deps
 	$(BIN)/kvoffload-lab demo
