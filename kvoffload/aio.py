@@ -8,7 +8,8 @@ own loop otherwise. Nothing here knows what the coroutine does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import signal
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -21,3 +22,11 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+async def until_signal(work: Callable[[], Coroutine[Any, Any, T]], stop: Callable[[], None]) -> T:
+    """Await `work()` with SIGINT and SIGTERM calling `stop` (which should make the work end soon)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    return await work()

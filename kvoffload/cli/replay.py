@@ -9,11 +9,9 @@ drives both; the replay-only flags are defined here. Exit codes come from kvoffl
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import math
 import os
-import signal
 import statistics
 import sys
 import textwrap
@@ -485,14 +483,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             runner = ReplayRunner(config, pool.users, counts, display.update)
 
-        async def main() -> None:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, runner.stop)
-            await runner.run()
-
         try:
-            aio.run(main())
+            aio.run(aio.until_signal(runner.run, runner.stop))
         except ResultsUnwritable as exc:  # sessions.json itself could not be written
             counts.stopped_by, counts.stop_reason = "results", str(exc.strerror)
     print(

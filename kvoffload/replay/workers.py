@@ -117,14 +117,8 @@ def _worker_main(
 
     runner = ReplayRunner(config, users, counts, progress)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, runner.stop)
-        await runner.run()
-
     try:
-        aio.run(main())
+        aio.run(aio.until_signal(runner.run, runner.stop))
     finally:
         messages.put(("progress", index, _snapshot(runner.progress)))
         messages.put(("done", index, counts.model_dump()))

@@ -291,8 +291,8 @@ class EngineServer:
         return web.json_response({"object": "list", "data": data})
 
     # ---- tokenize ------------------------------------------------------------------------------
-    async def tokenize(self, request: web.Request) -> web.Response:
-        """vLLM's `POST /tokenize`: `{"count", "max_model_len", "tokens", "token_strs"}`."""
+    async def _json_for_model(self, request: web.Request) -> dict[str, Any] | web.Response:
+        """The request's JSON object, or vLLM's error answer: not JSON, not an object, unknown model."""
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -308,6 +308,13 @@ class EngineServer:
                 "NotFoundError",
                 "model",
             )
+        return body
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's `POST /tokenize`: `{"count", "max_model_len", "tokens", "token_strs"}`."""
+        body = await self._json_for_model(request)
+        if isinstance(body, web.Response):
+            return body
         prompt, messages = body.get("prompt"), body.get("messages")
         add_generation_prompt = body.get("add_generation_prompt", True)
         query: str | list[Mapping[str, Any]]
@@ -347,21 +354,9 @@ class EngineServer:
     # ---- chat completions ---------------------------------------------------------------------
     async def chat(self, request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "request body is not valid JSON", "BadRequestError")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object", "BadRequestError")
-        model = body.get("model", self.model_name)
-        if model not in self.args.served_model_names:
-            aliases = ", ".join(self.args.served_model_names)
-            return _error(
-                404,
-                f"The model `{model}` does not exist. Valid aliases: {aliases}.",
-                "NotFoundError",
-                "model",
-            )
+        body = await self._json_for_model(request)
+        if isinstance(body, web.Response):
+            return body
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             return _error(
