@@ -9,17 +9,16 @@ gathered); nothing is installed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.ansible import ansible_playbook
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 # Enough for the roles' other preflight checks to pass on a machine without GPUs or NVMe.
 ROLE_VARS = {
     "kvoffload_engine": "sim",
@@ -48,17 +47,8 @@ def preflight(tmp_path: Path, roles: list[str], **extra: object) -> subprocess.C
     ]
     playbook = tmp_path / "play.json"
     playbook.write_text(json.dumps(play))
-    variables = {**ROLE_VARS, "ansible_python_interpreter": sys.executable, **extra}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(REPO / "roles"))
-    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "--tags", "preflight", str(playbook)]
-    return subprocess.run(
-        [*argv, "-e", json.dumps(variables)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=240,
-        check=False,
+    return ansible_playbook(
+        "-i", "localhost,", "--tags", "preflight", str(playbook), extravars={**ROLE_VARS, **extra}
     )
 
 

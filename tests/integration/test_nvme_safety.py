@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ansible import ansible_playbook
+
 REPO = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "ansible-playbook"
 SIZE = 320 * 1024 * 1024  # xfs needs 300 MB
 
 pytestmark = [
@@ -94,16 +95,7 @@ def converge(
         }
     ]
     playbook.write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(REPO / "roles"))
-    return subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", str(playbook)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=240,
-        check=False,
-    )
+    return ansible_playbook("-i", "localhost,", str(playbook))
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], reason: str) -> None:

@@ -9,8 +9,6 @@ or plays whose tasks only assert or stat on this machine (local connection).
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import sys
@@ -20,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.ansible import ansible_playbook as run_playbook
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,22 +28,9 @@ EXAMPLE = REPO / "inventories" / "example" / "hosts.yml"
 
 
 def ansible_playbook(*argv: str, extravars: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_ROLES_PATH=str(REPO / "roles"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_GATHERING="explicit",  # facts only where a play asks: these plays assert on inventory
-    )
-    variables = {"ansible_python_interpreter": sys.executable, **(extravars or {})}
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), *argv, "-e", json.dumps(variables)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=240,
-        check=False,
+    # facts only where a play asks: these plays assert on inventory
+    return run_playbook(
+        *argv, extravars=extravars, env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_GATHERING": "explicit"}
     )
 
 
