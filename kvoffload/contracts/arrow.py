@@ -17,12 +17,13 @@ from pydantic import BaseModel
 _SCALARS: dict[Any, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 
 
-def _arrow_type(annotation: Any) -> pa.DataType:
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The arrow type of a scalar field annotation; TypeError for anything else."""
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
         if len(args) == 1:
-            return _arrow_type(args[0])
+            return arrow_type(args[0])
     elif origin is Literal:
         kinds = {type(v) for v in get_args(annotation)}
         if len(kinds) == 1:
@@ -45,7 +46,7 @@ def arrow_schema(
     names = list(order) if order is not None else list(by_name)
     if sorted(names) != sorted(by_name):
         raise ValueError(f"order {names} does not list the fields of {model.__name__} exactly once")
-    return pa.schema([(name, _arrow_type(by_name[name].annotation)) for name in names])
+    return pa.schema([(name, arrow_type(by_name[name].annotation)) for name in names])
 
 
 def column_defaults(model: type[BaseModel]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Build, check and load a campaign's typed tables (`tables/*.parquet` + `tables/manifest.json`).
 
 Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCHEMA_VERSION`):
-- cells: one row per cell folder with a readable cell.json (config columns + JSON-text columns for
+- cells: one row per cell folder with a readable cell.json, its columns derived from CellMeta
+  (kvoffload/contracts/cells_table.py): config columns + JSON-text columns for
   hosts, targets, timings, versions (controller), software (lab hosts), config (every key of the
   resolved cell), profiles and units (systemd states); the node that ran the cell and its cold-start
   method (restart or reset); `done` says whether DONE exists).
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 
 from kvoffload.atomic import atomic_path, write_text_atomic
 from kvoffload.contracts.arrow import arrow_schema
+from kvoffload.contracts.cells_table import CELLS_SCHEMA, cell_row
 from kvoffload.contracts.layout import CampaignPaths, CellPaths
 from kvoffload.contracts.records import SessionCounts
 from kvoffload.errors import UserError
@@ -36,41 +38,12 @@ log = logging.getLogger(__name__)
 
 # 2: cells gained `software`; 3: cells gained `valid` and `invalid_reasons`; 4: cells gained `config`
 # (the whole resolved cell config), `profiles` and `units`; 5: columns derived from the contract models
-# (kvoffload/contracts): requests gained `ttft_clock` and `late_s`, sessions every sessions.json field.
+# (kvoffload/contracts): requests gained `ttft_clock` and `late_s`, sessions every sessions.json field;
+# 6: cells derived from CellMeta too (kvoffload/contracts/cells_table.py): every cell.json field a column.
 # Tables of an older version are rebuilt from the raw files (`ingest_needed`).
-TABLES_SCHEMA_VERSION = 5
+TABLES_SCHEMA_VERSION = 6
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
-CELLS_SCHEMA = pa.schema(
-    [
-        ("cell_id", pa.string()),
-        ("campaign", pa.string()),
-        ("status", pa.string()),
-        ("done", pa.bool_()),
-        ("tier", pa.string()),
-        ("model", pa.string()),
-        ("concurrency", pa.int64()),
-        ("num_rounds", pa.int64()),
-        ("isl", pa.int64()),
-        ("osl", pa.string()),
-        ("repeat", pa.int64()),
-        ("dataset_code", pa.string()),
-        ("dataset_path", pa.string()),
-        ("l2_device", pa.string()),
-        ("hosts", pa.string()),
-        ("targets", pa.string()),
-        ("timings", pa.string()),
-        ("versions", pa.string()),
-        ("software", pa.string()),
-        ("valid", pa.bool_()),
-        ("invalid_reasons", pa.string()),
-        ("config", pa.string()),
-        ("profiles", pa.string()),
-        ("units", pa.string()),
-        ("node", pa.string()),
-        ("cold_start", pa.string()),
-    ]
-)
 # Every field of sessions.json but its schema version, as the model defines them.
 SESSIONS_SCHEMA = pa.schema([("cell_id", pa.string()), *arrow_schema(SessionCounts, exclude=["schema"])])
 REQUESTS_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), *REQUEST_SCHEMA])
@@ -101,35 +74,7 @@ def _cell_row(cell: CellPaths) -> dict[str, Any]:
         raise UserError(
             f"{cell.cell_json}: cell_id {meta.cell_id!r} differs from its folder name {cell.cell_id!r}"
         )
-    c = meta.config
-    return {
-        "cell_id": meta.cell_id,
-        "campaign": meta.campaign,
-        "status": meta.status,
-        "done": cell.done.is_file(),
-        "tier": c.tier,
-        "model": c.model,
-        "concurrency": c.concurrency,
-        "num_rounds": c.num_rounds,
-        "isl": c.isl,
-        "osl": str(c.osl),
-        "repeat": c.repeat,
-        "dataset_code": c.dataset.code if c.dataset else None,
-        "dataset_path": c.dataset.path if c.dataset else None,
-        "l2_device": meta.l2_device,
-        "hosts": json.dumps(meta.hosts, sort_keys=True),
-        "targets": json.dumps({k: v.model_dump() for k, v in meta.targets.items()}, sort_keys=True),
-        "timings": json.dumps(meta.timings, sort_keys=True),
-        "versions": json.dumps(meta.versions, sort_keys=True),
-        "software": json.dumps(meta.software, sort_keys=True),
-        "valid": meta.valid,
-        "invalid_reasons": "; ".join(meta.invalid_reasons),
-        "config": json.dumps(c.model_dump(mode="json"), sort_keys=True),
-        "profiles": json.dumps(meta.profiles, sort_keys=True),
-        "units": json.dumps(meta.units, sort_keys=True),
-        "node": meta.node,
-        "cold_start": meta.cold_start.get("method"),
-    }
+    return cell_row(meta, done=cell.done.is_file())
 
 
 def _cell_samples(cell: CellPaths) -> list[pa.Table]:
