@@ -61,6 +61,14 @@ class CellPaths:
         return self.root / "software"
 
     @property
+    def workers_dir(self) -> Path:
+        """A replay over worker processes: workers/<i>/ holds each one's records until they are merged."""
+        return self.root / "workers"
+
+    def worker(self, index: int) -> CellPaths:
+        return CellPaths(self.workers_dir / str(index))
+
+    @property
     def done(self) -> Path:
         return self.root / DONE
 

@@ -157,7 +157,7 @@ class WorkerPool:
 
     def _prepare(self) -> tuple[Path, list[Path]]:
         path = prepare_output(self.config.output)  # the same checks and messages as a single replay
-        folders = [self.config.output / "workers" / str(i) for i in range(len(self.shares))]
+        folders = [CellPaths(self.config.output).worker(i).root for i in range(len(self.shares))]
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)  # scratch of an earlier, interrupted merge
         return path, folders
@@ -227,5 +227,5 @@ class WorkerPool:
             except OSError as exc:
                 raise ResultsUnwritable(exc.errno, f"cannot write {sessions}: {exc.strerror}") from exc
             if len(parts) == len(self._procs):
-                shutil.rmtree(self.config.output / "workers", ignore_errors=True)
+                shutil.rmtree(CellPaths(self.config.output).workers_dir, ignore_errors=True)
         return self.counts
