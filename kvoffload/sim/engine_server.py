@@ -291,6 +291,14 @@ class EngineServer:
         return web.json_response({"object": "list", "data": data})
 
     # ---- tokenize ------------------------------------------------------------------------------
+    def _tokenizer_died(self, exc: BrokenProcessPool) -> web.Response:
+        """A request's answer when the tokenizer worker died: the server stops (the unit restarts it)."""
+        if not self.stop.is_set():
+            log.critical("tokenizer worker died: %r", exc)
+            self.failed = exc
+            self.stop.set()
+        return _error(500, "tokenizer worker died", "InternalServerError")
+
     async def _json_for_model(self, request: web.Request) -> dict[str, Any] | web.Response:
         """The request's JSON object, or vLLM's error answer: not JSON, not an object, unknown model."""
         try:
@@ -337,11 +345,7 @@ class EngineServer:
         try:
             tokens = await self.prep.tokenize(query, add_generation_prompt)
         except BrokenProcessPool as exc:
-            if not self.stop.is_set():
-                log.critical("tokenizer worker died: %r", exc)
-                self.failed = exc
-                self.stop.set()
-            return _error(500, "tokenizer worker died", "InternalServerError")
+            return self._tokenizer_died(exc)
         return web.json_response(
             {
                 "count": len(tokens),
@@ -365,11 +369,7 @@ class EngineServer:
         try:
             prepared = await self.prep.prepare(messages, self.cache.chunk_size if self.cache else 0)
         except BrokenProcessPool as exc:
-            if not self.stop.is_set():
-                log.critical("tokenizer worker died: %r", exc)
-                self.failed = exc
-                self.stop.set()
-            return _error(500, "tokenizer worker died", "InternalServerError")
+            return self._tokenizer_died(exc)
         n = prepared.num_tokens
         max_len = self.capacity.max_model_len
         if n > max_len - 1:
