@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.errors import UserError
 
 if TYPE_CHECKING:
@@ -54,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cell_node(lab: LabConfig, cell_id: str, results: Path, schedule: Callable[..., Any]) -> str:
     """The node `run` gives the cell: the schedule of the cells still to run (all, if it is DONE)."""
-    done_root = results / lab.campaign.name / "cells"
-    todo = [c for c in lab.cells if not (done_root / c.id / "DONE").is_file()]
+    campaign = CampaignPaths(results / lab.campaign.name)
+    todo = [c for c in lab.cells if not campaign.cell(c.id).done.is_file()]
     if cell_id not in {c.id for c in todo}:
         todo = list(lab.cells)
     where, _, _ = schedule(lab, todo, lab.dataset_path.exists())
