@@ -17,7 +17,8 @@ Clients, each against a fresh server in the same run (so ratios between them hol
 
 For our client the table also shows how many records it flagged late (`late_s`: the first token's read
 took in a later token too), how many say their TTFT clock is the read's (`ttft_clock` "read"), and how
-many records with an error above 3 ms said neither ("unflagged").
+many records with an error above 3 ms said neither ("unflagged"). "no ref" counts completed requests the
+server has no reference for (their last bytes reached it without a kernel stamp); they are left out.
 CPU is the client process's user + system seconds per 1000 streamed tokens (getrusage), and its ratio
 to the floor client's in the same run. Targets (issue 16): p99 <= 1 ms at 64 streams, <= 3 ms at 512 or a
 late flag on every late record, and at most half the SDK client's p99.
@@ -275,6 +276,7 @@ class Row:
     streams: int
     client: str
     requests: int
+    unreferenced: int  # completed, but the server's arrival stamp was missing: no reference to judge by
     p50: float
     p99: float
     late: int | None
@@ -290,7 +292,7 @@ def row(streams: int, name: str, run: Run, server: dict[str, float], flags: bool
     unflagged = sum(1 for k, e in errors.items() if e > LATE_MS and k not in said)
     cpu = 1000 * run.cpu_s / run.tokens if run.tokens else float("nan")
     return Row(
-        streams, name, len(values), pct(values, 50), pct(values, 99),
+        streams, name, len(values), len(run.ttft) - len(values), pct(values, 50), pct(values, 99),
         len(run.late) if flags else None, len(run.read_clock) if flags else None,
         unflagged if flags else None, cpu,
     )  # fmt: skip
@@ -352,7 +354,7 @@ def main() -> None:
         "errors in ms; CPU s per 1000 tokens"
     )
     print(
-        f"{'streams':>7}  {'client':<18} {'requests':>8} {'err p50':>8} {'err p99':>8} "
+        f"{'streams':>7}  {'client':<18} {'requests':>8} {'no ref':>6} {'err p50':>8} {'err p99':>8} "
         f"{'late':>6} {'read':>6} {'unflagged':>9} {'cpu/1k':>7} {'cpu/floor':>9}"
     )
     for streams in args.streams:
@@ -364,8 +366,8 @@ def main() -> None:
             unflagged = "-" if r.unflagged is None else str(r.unflagged)
             ratio = f"{r.cpu_per_1k / floor.cpu_per_1k:.2f}" if floor is not None else "-"
             print(
-                f"{streams:>7}  {r.client:<18} {r.requests:>8} {r.p50:>8.3f} {r.p99:>8.3f} "
-                f"{late:>6} {read:>6} {unflagged:>9} {r.cpu_per_1k:>7.3f} {ratio:>9}"
+                f"{streams:>7}  {r.client:<18} {r.requests:>8} {r.unreferenced:>6} {r.p50:>8.3f} "
+                f"{r.p99:>8.3f} {late:>6} {read:>6} {unflagged:>9} {r.cpu_per_1k:>7.3f} {ratio:>9}"
             )
         ours = next((r for r in mine if r.client == "conn/kernel"), None)
         sdk = next((r for r in mine if r.client == "sdk"), None)

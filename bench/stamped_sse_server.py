@@ -8,7 +8,9 @@ server starts it when the kernel received the bytes that completed the request (
 that brought in the last of the headers and body, converted to the perf_counter clock), writes the first
 token at arrival + --ttft and the others every --itl, and records, per `x-request-id`, the delay it
 really achieved: perf_counter just before the first token's send, minus the arrival. Scheduling
-precision does not matter; only that record does.
+precision does not matter; only that record does. A request whose last bytes came without a kernel stamp
+(rare: receive stamping is host-wide and turns on a moment after a socket asks) gets no record, since its
+arrival would be the server's own read; the bench leaves such requests out and counts them.
 
 Wire format as tests/support/sse_server.py: a role chunk, ` tok0`.. content chunks, a usage chunk and
 `data: [DONE]`, as HTTP/1.1 chunked transfer encoding on keep-alive connections (`Connection: close` is
@@ -42,15 +44,16 @@ def stamp_on(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
 
 
-def recv_with_arrival(sock: socket.socket) -> tuple[bytes, float]:
-    """The data and its kernel arrival on the perf_counter clock (the read's moment when unstamped)."""
+def recv_with_arrival(sock: socket.socket) -> tuple[bytes, float, bool]:
+    """The data, its kernel arrival on the perf_counter clock (the read's moment when unstamped), and
+    whether the kernel stamped it."""
     data, anc, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(_TIMEVAL.size))
     wall, mono = time.time(), time.perf_counter()
     for level, kind, raw in anc:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMP and len(raw) >= _TIMEVAL.size:
             sec, usec = _TIMEVAL.unpack_from(raw)
-            return data, mono - max(0.0, wall - (sec + usec / 1e6))
-    return data, mono
+            return data, mono - max(0.0, wall - (sec + usec / 1e6)), True
+    return data, mono, False
 
 
 def _chunked_end(buf: bytes, start: int) -> int:
@@ -110,6 +113,7 @@ class Conn:
         self.server, self.sock = server, sock
         self.fd = sock.fileno()
         self.inbuf = b""
+        self.rx_stamped = False
         self.rx = 0.0  # when the kernel received the last bytes read (perf_counter clock)
         self.outbuf = bytearray()
         self.busy = False  # a response is being streamed
@@ -120,7 +124,7 @@ class Conn:
 
     def on_readable(self) -> None:
         try:
-            data, stamp = recv_with_arrival(self.sock)
+            data, stamp, self.rx_stamped = recv_with_arrival(self.sock)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -159,7 +163,8 @@ class Conn:
         method, path, *_ = head[0].split(" ")
         self.close_after = headers.get("connection", "").lower() == "close"
         if method == "POST" and path == "/v1/chat/completions":
-            self.stream(self.rx, headers.get("x-request-id"), json.loads(body or b"{}"))
+            rid = headers.get("x-request-id") if self.rx_stamped else None  # no kernel stamp: no reference
+            self.stream(self.rx, rid, json.loads(body or b"{}"))
         elif method == "GET" and path == "/timings":
             self.reply(200, json.dumps(self.server.timings).encode(), "application/json")
         elif method == "GET" and path == "/stamps":

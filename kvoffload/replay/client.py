@@ -1,13 +1,15 @@
 """One streamed chat completion, timed: the only place that talks HTTP to the server under test.
 
-TTFT runs from just before the request is written (httpcore's trace hook marks the moment the request
-headers start going out) to the arrival of the first streamed token (content or reasoning content), both
-on the `time.perf_counter()` clock. The arrival is when the kernel received the bytes that completed the
-token's chunk (`netstamp.StampedStream.last_rx`, SO_TIMESTAMPNS), not when our event loop got round to
-reading them: with hundreds of streams on one loop, the loop is often busy with other streams when a
-token arrives, and that lateness is the client's, not the server's. Connections that carry no kernel
-stamps (https, a proxy, another client passed in) fall back to the moment the chunk is read; each
-result says which clock stamped its TTFT (`ttft_clock`: "kernel" or "read").
+TTFT runs from the moment the request's last bytes were handed to the kernel (`StampedStream.last_tx`:
+the server can start no earlier) to the arrival of the first streamed token (content or reasoning
+content), both on the `time.perf_counter()` clock. Where the connection is not ours (https, a proxy),
+the clock starts just before the request headers go out (httpcore's trace hook), so it also holds any
+pause of the client between its headers and its body. The arrival is when the kernel received the bytes
+that completed the token's chunk (`netstamp.StampedStream.last_rx`, SO_TIMESTAMPNS), not when our
+event loop got round to reading them: with hundreds of streams on one loop, the loop is often busy with
+other streams when a token arrives, and that lateness is the client's, not the server's. Connections
+that carry no kernel stamps (https, a proxy, another client passed in) fall back to the moment the chunk
+is read; each result says which clock stamped its TTFT (`ttft_clock`: "kernel" or "read").
 
 A kernel stamp belongs to the last TCP segment a read took in. A loop later than one inter-token gap
 finds the first token and later ones waiting together, and one read stamps the first token with a later
@@ -183,7 +185,10 @@ async def stream_chat(
                 activity.begin(deadline)
             try:
                 resp = await client.send(request, stream=True)
-                t0 = marks.get("t0", t0)
+                stream = resp.extensions.get("network_stream")
+                stamped = stream if isinstance(stream, StampedStream) else None
+                # The request's last write: nothing is written on the stream while its answer is read.
+                t0 = stamped.last_tx if stamped is not None else marks.get("t0", t0)
                 if activity is not None:
                     activity.touch()
                 try:
@@ -198,8 +203,6 @@ async def stream_chat(
                         )  # fmt: skip
                     # The read that produced a chunk is the stream's latest read: httpcore reads again
                     # only when asked for the next chunk.
-                    stream = resp.extensions.get("network_stream")
-                    stamped = stream if isinstance(stream, StampedStream) else None
                     buffer = b""
                     done = False
                     first_read = -1  # the stream's read count at the first token (kernel clock only)

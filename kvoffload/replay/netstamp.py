@@ -89,17 +89,21 @@ Clock = Literal["kernel", "read"]
 
 
 class StampedStream(httpcore.AsyncNetworkStream):
-    """A connected non-blocking TCP socket that remembers its last read.
+    """A connected non-blocking TCP socket that remembers its last read and its last write.
 
     `last_rx` is when the kernel received the last read's data (`last_clock` "kernel"), or the moment of
     the read where the data came unstamped ("read"); `last_read` is the moment of the read itself and
     `reads` counts reads that returned data, so a caller can tell whether two chunks came in one read.
+    `last_tx` is the moment just before the send call that handed the kernel the last bytes written:
+    nothing that can pause (an await, a garbage collection) lies between that stamp and the bytes
+    leaving, so a request's clock started there holds none of the client's own delays, as the kernel
+    stamp keeps them out of its end.
     """
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._closed = False
-        self.last_rx = self.last_read = time.perf_counter()
+        self.last_rx = self.last_read = self.last_tx = time.perf_counter()
         self.last_clock: Clock = "read"
         self.reads = 0
 
@@ -138,13 +142,37 @@ class StampedStream(httpcore.AsyncNetworkStream):
         finally:
             loop.remove_reader(fd)
 
+    async def _wait_writable(self) -> None:
+        if self._closed:
+            raise OSError("stream is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        fd = self._sock.fileno()
+        loop.add_writer(fd, _wake, fut)
+        try:
+            await fut
+        finally:
+            loop.remove_writer(fd)
+
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
-        loop = asyncio.get_running_loop()
+        send, clock = self._sock.send, time.perf_counter  # bound first: no allocation between stamp and send
+        view = memoryview(buffer)
         try:
             async with asyncio.timeout(timeout):
-                await loop.sock_sendall(self._sock, buffer)
+                while True:
+                    try:
+                        stamp = clock()
+                        sent = send(view)
+                    except BlockingIOError:
+                        sent = 0
+                    if sent:
+                        self.last_tx = stamp
+                        view = view[sent:]
+                        if not view:
+                            return
+                    await self._wait_writable()
         except TimeoutError as exc:
             raise httpcore.WriteTimeout(str(exc) or "write timed out") from exc
         except OSError as exc:

@@ -6,12 +6,13 @@ import asyncio
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpcore
 import httpx
 import pytest
 
+from kvoffload.replay import client as client_module
 from kvoffload.replay.client import stream_chat
 from kvoffload.replay.netstamp import StampedBackend, StampedStream, stamped_client
 from tests.support.procs import sse_server
@@ -50,6 +51,38 @@ def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket)
         assert 0.03 < age < 0.5, age
         assert (clock, reads) == ("kernel", 1)
         assert 0.03 < read_age <= age
+
+    asyncio.run(scenario())
+
+
+def test_last_tx_is_the_send_that_handed_over_the_last_bytes(listener: socket.socket) -> None:
+    async def scenario() -> None:
+        stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
+        peer, _ = listener.accept()
+        try:
+            t_first = time.perf_counter()
+            await stream.write(b"headers", timeout=5.0)
+            assert t_first <= stream.last_tx <= time.perf_counter()
+            # A write larger than both socket buffers: its last bytes go out only once the peer reads.
+            big = b"x" * (32 << 20)
+            got = bytearray()
+
+            def drain() -> None:
+                time.sleep(0.2)
+                while len(got) < len(b"headers") + len(big):
+                    got.extend(peer.recv(1 << 20))
+
+            loop = asyncio.get_running_loop()
+            reader = loop.run_in_executor(None, drain)
+            t_write = time.perf_counter()
+            await stream.write(big, timeout=10.0)
+            await reader
+        finally:
+            peer.close()
+            await stream.aclose()
+        assert bytes(got) == b"headers" + big
+        # Stamped at the last partial send, after the peer began to read, not when the write began.
+        assert stream.last_tx - t_write >= 0.15, stream.last_tx - t_write
 
     asyncio.run(scenario())
 
@@ -110,4 +143,29 @@ def test_stamped_client_streams_and_times_the_first_token(monkeypatch: pytest.Mo
         assert achieved - 0.001 <= r.ttft_s < achieved + 0.05, (r.ttft_s, achieved)
 
     with sse_server("--ttft", "0.1", "--itl", "0.01", "--tokens", "3") as url:
+        asyncio.run(scenario(url))
+
+
+def test_a_client_pause_between_headers_and_body_is_not_ttft(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clock starts when the request's last bytes went out, not when its headers did."""
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+
+    async def paused(body: bytes) -> AsyncIterator[bytes]:
+        await asyncio.sleep(0.3)  # the client's own delay (a loop busy elsewhere, a collection)
+        yield body
+
+    monkeypatch.setattr(client_module, "_chunked", paused)
+
+    async def scenario(url: str) -> None:
+        limits = httpx.Limits(max_connections=4)
+        async with stamped_client(limits=limits, timeout=httpx.Timeout(10.0)) as client:
+            r = await stream_chat(client, f"{url}/v1/chat/completions", {"max_tokens": 2}, {}, 10.0)
+        assert r.status == "ok", r.error
+        assert r.ttft_clock == "kernel"
+        # The server's clock starts with the headers, so its first token leaves as soon as the body is in;
+        # timed from the headers, the client would measure the 0.3 s pause on top.
+        assert r.ttft_s is not None and r.ttft_s < 0.25, r.ttft_s
+
+    with sse_server("--ttft", "0.1", "--itl", "0.01", "--tokens", "2") as url:
         asyncio.run(scenario(url))
