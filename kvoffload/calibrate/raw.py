@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.errors import UserError
 
 RAW_FORMAT_VERSION = 1
@@ -169,7 +170,7 @@ class RawCalibration(_Raw):
 def write_raw(raw: RawCalibration, path: Path) -> None:
     """Write `raw` as indented JSON (created or replaced)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(raw.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(raw.model_dump(mode="json"), indent=2) + "\n")
 
 
 def load_raw(path: Path) -> RawCalibration:

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.calibrate.raw import RawCalibration
 from kvoffload.calibrate.sanity import failures
 from kvoffload.sim.profile import CostProfile, parse_profile
@@ -174,5 +175,5 @@ def write_profile(raw: RawCalibration, path: Path, name: str | None = None) -> C
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
-    path.write_text(header + body, encoding="utf-8")
+    write_text_atomic(path, header + body)
     return profile

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvoffload.atomic import write_text_atomic
+
 FORMATS = ("md", "html", "json", "csv")
 # Figures in json/csv keep this many significant digits: 0.13499999999999998 s reads 0.135 s, and no
 # figure the report derives (seconds, shares, rates, bytes) is known to more than that.
@@ -118,7 +120,7 @@ def _report(args: argparse.Namespace) -> int:
             summary[floats] = summary[floats].map(round_figure)
             text = summary_csv(summary)
         if args.output:
-            args.output.write_text(text, encoding="utf-8")
+            write_text_atomic(args.output, text)
         else:
             print(text, end="")
     return 0

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvoffload.atomic import write_text_atomic
 from kvoffload.errors import UserError
 from kvoffload.lab import hosts as lab_hosts
 from kvoffload.lab import network
@@ -111,7 +112,7 @@ def up(opts: UpOptions) -> LabStatus:
         if current.healthy and len(current.hosts) == opts.hosts:
             log.info("the lab is already up (state in %s); rewriting its inventory", sdir)
             Path(existing.inventory).parent.mkdir(parents=True, exist_ok=True)
-            Path(existing.inventory).write_text(render(existing))
+            write_text_atomic(Path(existing.inventory), render(existing))
             return current
         raise UserError(
             f"a lab (or what is left of one) is recorded in {sdir / STATE_FILE}: "
@@ -153,7 +154,7 @@ def up(opts: UpOptions) -> LabStatus:
         for host in state.hosts:
             lab_hosts.settle(state, host)
         opts.inventory.parent.mkdir(parents=True, exist_ok=True)
-        opts.inventory.write_text(render(state))
+        write_text_atomic(opts.inventory, render(state))
     except BaseException:
         kept = _keep_consoles(sdir)
         log.error("lab up failed; tearing down what was created (host consoles kept in %s)", kept)
