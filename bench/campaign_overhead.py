@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PHASES = ("teardown-before", "deploy", "cold-check", "reset", "replay", "collect", "teardown")
+PHASES = ("install", "teardown-before", "deploy", "cold-check", "reset", "replay", "collect", "teardown")
+# Once per node and run, not per cell (the first cell of a node carries it): left out of a cell's
+# overhead, shown on their own with the campaign's other once-only phases.
+NODE_PHASES = ("install",)
 
 
 def cells(campaign: Path) -> list[dict[str, Any]]:
@@ -29,19 +32,43 @@ def cells(campaign: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r.get("started_at") or 0)
 
 
-def teardown_tasks(campaign: Path) -> list[tuple[float, str, str]]:
-    """(seconds, task, host) of every task result in the campaign's teardown playbook runs."""
+def task_results(campaign: Path, playbook: str = "*") -> list[tuple[float, str, str]]:
+    """(seconds, task, host) of every task result in the campaign's runs of `playbook` (a glob of the
+    ident's last part: teardown, deploy, replay, collect, install)."""
     out = []
-    for events in (campaign / "ansible" / "artifacts").glob("*-teardown/job_events"):
-        for path in events.glob("*.json"):
-            try:
-                event = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            data = event.get("event_data") or {}
-            if event.get("event") in ("runner_on_ok", "runner_on_failed") and "duration" in data:
-                out.append((float(data["duration"]), str(data.get("task")), str(data.get("host"))))
+    for events in (campaign / "ansible" / "artifacts").glob(f"*-{playbook}/job_events"):
+        out += task_results_in(events)
     return sorted(out, reverse=True)
+
+
+def slowest_tasks(campaign: Path, top: int = 15) -> None:
+    """The tasks that cost the most summed over every playbook run of the campaign (the overhead's
+    ingredients; the replay task itself is the measurement)."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    for events in (campaign / "ansible" / "artifacts").glob("*/job_events"):
+        playbook = events.parent.name.rsplit("-", 1)[-1]
+        for seconds, task, _host in task_results_in(events):
+            totals.setdefault((playbook, task), []).append(seconds)
+    if not totals:
+        return
+    print(f"tasks with the most seconds summed over the campaign (top {top}):")
+    ranked = sorted(totals.items(), key=lambda kv: -sum(kv[1]))[:top]
+    for (playbook, task), values in ranked:
+        print(f"  {sum(values):7.1f} s  {len(values):4d}x  {playbook:9} {task[:70]}")
+
+
+def task_results_in(events: Path) -> list[tuple[float, str, str]]:
+    """(seconds, task, host) of the task results in one ansible-runner job_events folder."""
+    out = []
+    for path in events.glob("*.json"):
+        try:
+            event = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        data = event.get("event_data") or {}
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and "duration" in data:
+            out.append((float(data["duration"]), str(data.get("task")), str(data.get("host"))))
+    return out
 
 
 def report(campaign: Path) -> dict[str, float]:
@@ -56,24 +83,38 @@ def report(campaign: Path) -> dict[str, float]:
     for r in records:
         t = r.get("timings") or {}
         total = float(t.get("total") or 0.0)
-        over = total - float(t.get("replay") or 0.0)
+        over = total - float(t.get("replay") or 0.0) - sum(float(t.get(p) or 0.0) for p in NODE_PHASES)
         overheads.append(over)
         method = (r.get("cold_start") or {}).get("method", "-")
         row = f"{r['cell_id']:10} {r['config']['tier']:5} {str(r.get('node', '-'))[:10]:10} {method:8}"
         row += "".join(f"{t[p]:>11.1f}" if p in t else f"{'-':>11}" for p in PHASES)
         print(row + f"{total:>9.1f}{over:>10.1f}{over / total:>7.0%}" if total else row)
+    once = json.loads((campaign / "campaign.json").read_text()).get("timings") or {}
+    once |= {
+        f"{p} ({r.get('node')})": float(r["timings"][p])
+        for r in records
+        for p in NODE_PHASES
+        if p in (r.get("timings") or {})
+    }
+    if once:
+        print(
+            "once per run or node: "
+            + ", ".join(f"{k} {float(v):.1f} s" for k, v in once.items() if k != "cells")
+        )
     wall = max(r.get("finished_at") or 0 for r in records) - min(r.get("started_at") or 0 for r in records)
     replay = sum(float((r.get("timings") or {}).get("replay") or 0) for r in records)
     busy = sum(float((r.get("timings") or {}).get("total") or 0) for r in records)
     print(
         f"wall {wall:.0f} s (cells back to back or in parallel); cell time {busy:.0f} s, of which replay "
-        f"{replay:.0f} s; overhead per cell: median {statistics.median(overheads):.1f} s, "
+        f"{replay:.0f} s; overhead per cell (not counting the install): "
+        f"median {statistics.median(overheads):.1f} s, "
         f"max {max(overheads):.1f} s; outside replays: {1 - replay / busy:.0%} of cell time"
     )
-    tasks = teardown_tasks(campaign)
+    tasks = task_results(campaign, "teardown")
     if tasks:
         seconds, task, host = tasks[0]
         print(f"slowest teardown task: {seconds:.1f} s ({task} on {host}); {len(tasks)} task results")
+    slowest_tasks(campaign)
     return {"wall": wall, "median_overhead": statistics.median(overheads)}
 
 

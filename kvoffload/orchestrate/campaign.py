@@ -224,6 +224,9 @@ class CampaignRunner:
         self._lock = threading.Lock()  # the outcome and the cell counter, shared by the node threads
         self._started = 0
         self._last_key: dict[str, str] = {}  # node -> engine key of its latest cell
+        # node -> a cell of this run whose collect read the node's (and the client's) software: software
+        # changes only in a node's install phase, once per run, so later cells copy that record
+        self._software_from: dict[str, Cell] = {}
         self._campaign_timings: dict[str, float] = {}
         self._knee: list[knee.RampLog] = []
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
@@ -387,6 +390,8 @@ class CampaignRunner:
                     else:
                         outcome.failed[cell.id] = status
         finally:
+            if deployed is None and last is not None:
+                self._unquiet(node, last[0])  # the last step's teardown kept them masked
             if deployed is not None and last is not None:
                 t0 = time.monotonic()
                 self.playbooks.run(
@@ -473,6 +478,28 @@ class CampaignRunner:
                 else:
                     outcome.failed[cell.id] = status
             previous = cell
+        self._unquiet(plan.node, extravars_of=plan.cells[-1])
+
+    def _unquiet(self, node: str, extravars_of: Cell) -> None:
+        """After a node's last cell: give its hosts their periodic disk jobs back, which the node's install
+        masked for the whole run. Node-level, like the install: campaign.json `timings`
+        `unquiet-<node>`. A failure is logged, not raised: the cells' results stand."""
+        t0 = time.monotonic()
+        self.progress.phase(None, self._started, self._started, f"unquiet on {node}")
+        try:
+            self.playbooks.run(
+                "teardown.yml",
+                cell_extravars(
+                    self.lab, extravars_of, self.results.cell_dir(extravars_of), self._wheels(), node
+                ),
+                limit=self._limit(node, client=False),  # as the install masked them
+                tags=["unquiet"],
+                ident=self._ident(f"unquiet-{node}"),
+            )
+        except PlaybookFailed as exc:
+            log.error("giving %s its periodic disk jobs back failed: %s", node, exc)
+        with self._lock:
+            self._campaign_timings[f"unquiet-{node}"] = round(time.monotonic() - t0, 3)
 
     def _ident(self, phase: str, cell: Cell | None = None) -> str:
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -645,12 +672,14 @@ class CampaignRunner:
                         watched.extend(watch.faults())
 
             phase("replay", replay)
-            same_software = record["cold_start"]["method"] == "reset" and previous is not None
-            skip = ["collect-software"] if same_software else []
+            source = self._software_from.get(node)
+            skip = ["collect-software"] if source is not None else []
             phase("collect", lambda: play("collect.yml", client=True, skip=skip))
-            if same_software and previous is not None:
-                # the engines (and so every host's software) are those the previous cell recorded
-                _copy_tree(self.results.cell_paths(previous).software_dir, CellPaths(cell_dir).software_dir)
+            if source is not None:
+                # nothing was installed since that cell's collect (install runs once per node and run)
+                _copy_tree(self.results.cell_paths(source).software_dir, CellPaths(cell_dir).software_dir)
+            else:
+                self._software_from[node] = cell
         except KeyboardInterrupt:
             record["status"] = "interrupted"
             with _signals_deferred():
@@ -666,7 +695,8 @@ class CampaignRunner:
         if keep:
             record["engines_kept"] = True
         else:
-            self._teardown_cell(cell, extravars, record, timings, node, final=following is None)
+            # the node's periodic disk jobs come back once its last cell is over (_run_node), not here
+            self._teardown_cell(cell, extravars, record, timings, node, final=False)
         record["units"] = _unit_states(cell_dir)
         record["software"] = host_software(CellPaths(cell_dir).software_dir)
         self._record_faults(record, watched, cell_units(self.lab, cell, node), cell_dir, kept_units)
@@ -737,8 +767,8 @@ class CampaignRunner:
         *,
         final: bool,
     ) -> None:
-        """Stop the cell's services and wipe L2; `final` (the node's last cell, or an interrupt) also
-        gives the hosts their periodic disk jobs back."""
+        """Stop the cell's services and wipe L2; `final` (an interrupt: no cell follows) also gives the
+        hosts their periodic disk jobs back, which after a node's last cell `_unquiet` does."""
         t0 = time.monotonic()
         try:
             self.playbooks.run(

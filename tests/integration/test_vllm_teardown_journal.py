@@ -70,3 +70,46 @@ def test_clean_stops_keep_nothing_and_without_a_results_folder_the_warning_names
     out, rc = _run(tmp_path, ["timeout", "success", "success"], None)
     assert rc == 0, out[-3000:]
     assert "see journalctl -u UNIT on gpu1" in out
+
+
+def test_the_running_replicas_are_stopped_in_one_call(tmp_path: Path) -> None:
+    """teardown_stop.yml: one `systemctl stop` for every unit that runs (or is starting), none for the
+    others; with none running, no call at all."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    states = tmp_path / "states"
+    # `systemctl is-active -- U...` prints one state per unit (exit 3 when any is not active);
+    # `systemctl stop -- U...` is logged.
+    (bin_dir / "systemctl").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = is-active ]; then cat {states}; exit 3; fi\n'
+        f'echo "$@" >> {calls}\n'
+    )
+    (bin_dir / "systemctl").chmod(0o755)
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "ansible.builtin.include_role": {"name": "vllm", "tasks_from": "teardown_stop.yml"},
+                    "vars": {"_vllm_teardown_units": UNITS},
+                }
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1"}
+
+    def run(lines: list[str]) -> str:
+        states.write_text("\n".join(lines) + "\n")
+        done = ansible_playbook("-i", "gpu1,", "-c", "local", str(tmp_path / "play.yml"), env=env)
+        assert done.returncode == 0, done.stdout[-3000:]
+        return calls.read_text() if calls.exists() else ""
+
+    assert run(["active", "inactive", "activating"]) == (
+        "stop -- kvoffload-vllm@0.service kvoffload-vllm@2.service\n"
+    )
+    calls.unlink()
+    assert run(["inactive", "failed", "inactive"]) == ""

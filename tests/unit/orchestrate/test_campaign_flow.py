@@ -67,6 +67,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.active: dict[str, int] = {}
         self.overlap = False  # two nodes inside a playbook at the same time
+        self.software_reads: list[str] = []  # nodes whose collect read the software versions
 
     def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
         ev = extravars or {}
@@ -85,6 +86,11 @@ class Recorder:
             self.active[node] = self.active.get(node, 0) + 1
             self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
         try:
+            if playbook == "collect.yml" and "collect-software" not in (kw.get("skip_tags") or ()):
+                software = Path(ev["replay_controller_dir"]) / "software"
+                software.mkdir(parents=True, exist_ok=True)
+                (software / f"{node}.json").write_text('{"packages": {"vllm": "1"}}')
+                self.software_reads.append(node)
             if playbook == "replay.yml" and not kw.get("tags"):
                 folder = Path(ev["replay_controller_dir"])
                 (folder / "requests.jsonl").write_text("")
@@ -174,7 +180,8 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
         # nvme always restarts: L2 cannot be emptied in place
-        "deploy.yml", *cycle, "teardown.yml", "deploy.yml", *cycle, "teardown.yml:final",
+        "deploy.yml", *cycle, "teardown.yml", "deploy.yml", *cycle, "teardown.yml",
+        "teardown.yml:unquiet",  # after the node's last cell: the periodic disk jobs come back
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
     # one reset per tier, external only where a connector runs, probing with the previous cell's prompt
@@ -199,7 +206,7 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     plays = rec.for_node("gpu01.lab.example")
     assert plays[:3] == ["replay.yml:install", "deploy.yml:install,model,quiet", "teardown.yml"]
     cell = ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"]
-    assert plays[3:] == cell * 5 + [*cell[:3], "teardown.yml:final"]
+    assert plays[3:] == cell * 6 + ["teardown.yml:unquiet"]
     assert fakes["resets"] == []
 
 
@@ -295,7 +302,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     cycle = ["replay.yml", "collect.yml"]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
     assert plays == [
-        "deploy.yml", *cycle, *cycle, "teardown.yml:final",  # the campaign's cells
+        "deploy.yml", *cycle, *cycle, "teardown.yml", "teardown.yml:unquiet",  # the campaign's cells
         "deploy.yml:install,model,quiet", "teardown.yml", "deploy.yml", *cycle * 4, "teardown.yml:final",
     ]  # fmt: skip
     # a second run resumes: nothing runs again, the ramp re-derives the same bracket from the results
@@ -338,3 +345,17 @@ def test_a_stop_on_one_node_stops_the_other_and_both_tear_down(tmp_path: Path, f
     assert len(statuses.get("gpu01.lab.example", [])) < 3
     for node in ("gpu01.lab.example", "gpu02.lab.example"):
         assert rec.for_node(node)[-1] == "teardown.yml:final", rec.for_node(node)
+
+
+def test_software_is_read_once_per_node_and_copied_into_later_cells(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    import json
+
+    runner, rec = _runner(tmp_path, nodes=2, cold_start="restart")
+    runner.run(provision=False)
+    # nothing is installed after a node's first cell, so its collect alone reads the versions
+    assert sorted(rec.software_reads) == ["gpu01.lab.example", "gpu02.lab.example"]
+    for cell in runner.lab.cells:
+        record = json.loads((runner.results.cell_dir(cell) / "cell.json").read_text())
+        assert record["software"] == {record["node"]: {"packages": {"vllm": "1"}}}, cell.id
