@@ -73,8 +73,8 @@ def test_clean_stops_keep_nothing_and_without_a_results_folder_the_warning_names
 
 
 def test_the_running_replicas_are_stopped_in_one_call(tmp_path: Path) -> None:
-    """teardown_stop.yml: one `systemctl stop` for every unit that runs (or is starting), none for the
-    others; with none running, no call at all."""
+    """teardown_stop.yml: the units named from the replicas' environment files, then one `systemctl
+    stop` for every unit that runs (or is starting), none for the others; with none running, no call."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
@@ -82,9 +82,7 @@ def test_the_running_replicas_are_stopped_in_one_call(tmp_path: Path) -> None:
     # `systemctl is-active -- U...` prints one state per unit (exit 3 when any is not active);
     # `systemctl stop -- U...` is logged.
     (bin_dir / "systemctl").write_text(
-        "#!/bin/sh\n"
-        f'if [ "$1" = is-active ]; then cat {states}; exit 3; fi\n'
-        f'echo "$@" >> {calls}\n'
+        f'#!/bin/sh\nif [ "$1" = is-active ]; then cat {states}; exit 3; fi\necho "$@" >> {calls}\n'
     )
     (bin_dir / "systemctl").chmod(0o755)
     play = [
@@ -94,7 +92,12 @@ def test_the_running_replicas_are_stopped_in_one_call(tmp_path: Path) -> None:
             "tasks": [
                 {
                     "ansible.builtin.include_role": {"name": "vllm", "tasks_from": "teardown_stop.yml"},
-                    "vars": {"_vllm_teardown_units": UNITS},
+                    # what `find` answers for /etc/kvoffload/vllm/replica-*.env, in its own order
+                    "vars": {
+                        "_vllm_teardown_env": {
+                            "files": [{"path": f"/etc/kvoffload/vllm/replica-{i}.env"} for i in (2, 0, 1)]
+                        }
+                    },
                 }
             ],
         }
