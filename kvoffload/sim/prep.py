@@ -5,10 +5,12 @@ Tokenizing a long prompt is pure-Python work; on a thread it would hold the GIL 
 against the event loop and the step timer, so it runs in one worker process instead (like vLLM's
 own frontend process does its tokenizing apart from the engine core). The worker memoises token ids
 per message: multi-turn prompts re-send the same history. The engine process owns the worker's
-lifetime: the worker ignores SIGTERM and SIGINT (systemd signals the whole unit, a terminal the whole
-process group, and a worker dying first would fail the request it holds while the engine shuts down
-cleanly) and exits by itself within a second of the engine process going away. This module knows
-nothing of HTTP or of scheduling.
+lifetime: the worker ignores SIGINT (a terminal signals the whole process group, and a worker dying
+first would fail the request it holds while the engine shuts down cleanly), exits by itself within a
+second of the engine process going away, and on SIGTERM (systemd signals every process of the unit)
+exits TERM_GRACE_S later whatever it is doing: a helper that outlived its engine and ignored SIGTERM
+held the next stop of the same unit for systemd's whole TimeoutStopSec (the replica unit also says
+KillMode=mixed). This module knows nothing of HTTP or of scheduling.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from kvoffload.tokenizer import GENERATION_PROMPT, Tokenizer, load_tokenizer, re
 _MESSAGE_CACHE_ENTRIES = 65536
 PREP_NICENESS = 10
 PARENT_POLL_S = 1.0
+# After SIGTERM the worker exits this much later: time to finish the prompt it holds (milliseconds) while
+# the engine, signalled at the same moment, winds down in its own SHUTDOWN_GRACE_S.
+TERM_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,16 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
+def _exit_soon(_signum: int, _frame: object) -> None:
+    """SIGTERM in the worker: exit TERM_GRACE_S from now (a daemon timer), without waiting for anything."""
+    timer = threading.Timer(TERM_GRACE_S, os._exit, (0,))
+    timer.daemon = True
+    timer.start()
+
+
 def _init_worker(setup: _Setup) -> None:
     global _worker
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_soon)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     # Below the engine's priority: when the cores are busy, a due step end must win over tokenizing
@@ -151,6 +163,11 @@ class PrepWorker:
     ) -> list[int]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, _tokenize_in_worker, query, add_generation_prompt)
+
+    async def pid(self) -> int:
+        """The worker process's id (asked of the worker itself)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, os.getpid)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -283,3 +283,33 @@ def test_reset_prefix_cache_refuses_while_a_stream_holds_blocks(tmp_path: Path) 
     assert (
         'vllm:request_success_total{engine="0",finished_reason="abort",model_name="sim-llama"} 1.0' in aborted
     )
+
+
+def test_the_tokenizer_worker_leaves_soon_after_its_own_sigterm() -> None:
+    """systemd signals every process of the unit: the worker must not outlive a stop by ignoring it
+    (a worker left behind held the next stop of the same unit for all of TimeoutStopSec)."""
+    import asyncio
+
+    from kvoffload.sim.prep import TERM_GRACE_S, PrepWorker
+
+    worker = PrepWorker("tiny-llama", 16, b"seed")
+    try:
+        asyncio.run(worker.start())
+        pid = asyncio.run(worker.pid())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S + 8.0
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it: the pool's own thread may not have yet
+            time.sleep(0.1)
+        else:
+            pytest.fail(
+                f"the tokenizer worker {pid} was still running {TERM_GRACE_S + 8:.0f} s after SIGTERM"
+            )
+    finally:
+        with contextlib.suppress(Exception):
+            worker.close()
