@@ -19,20 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PHASES = (
-    "install",
-    "wait-client",
-    "teardown-before",
-    "deploy",
-    "cold-check",
-    "reset",
-    "replay",
-    "collect",
-    "teardown",
-)
+PHASES = ("install", "teardown-before", "deploy", "cold-check", "reset", "replay", "collect", "teardown")
 # Once per node and run, not per cell (the first cell of a node carries it): left out of a cell's
 # overhead, shown on their own with the campaign's other once-only phases.
-NODE_PHASES = ("install", "wait-client")  # wait-client: a first replay waiting for the client's install
+NODE_PHASES = ("install",)
 
 
 def cells(campaign: Path) -> list[dict[str, Any]]:

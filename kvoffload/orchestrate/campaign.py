@@ -320,51 +320,30 @@ class CampaignRunner:
             if knee_search:
                 self._knee_search(len(todo), outcome)
         finally:
-            if self._client_install is not None:
-                self._client_install.join()  # a stop canceled its playbook too
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
             self.write_campaign_json()
         return outcome
 
     _provision = True
     _prepared = False
-    _client_install: threading.Thread | None = None
-    _client_error: BaseException | None = None
 
     def _prepare(self, cell: Cell, total: int) -> None:
-        """Once per run, before its first cell: provision, then the client's software and dataset (the
-        node threads' replays then skip those). The client installs in a thread of its own, beside the
-        nodes' installs and deploys; a cell's replay waits for it (`_client_ready`)."""
+        """Once per run, before its first cell: provision, and the client's software and dataset (the
+        node threads' replays then skip those)."""
         if self._prepared:
             return
         self._prepared = True
         if self._provision:
             self.provision()
-        extravars = cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels())
-
-        def install() -> None:
-            t0 = time.monotonic()
-            try:
-                self.playbooks.run(
-                    "replay.yml", extravars, tags=["install"], ident=self._ident("install-client")
-                )
-            except BaseException as exc:  # handed to the replays waiting for it
-                self._client_error = exc
-            finally:
-                self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
-
         self.progress.phase(None, 0, total, "install (client)")
-        self._client_install = threading.Thread(target=install, name="install-client")
-        self._client_install.start()
-
-    def _client_ready(self) -> None:
-        """Before a replay: wait for the client's install; a failed one fails the cell."""
-        if self._client_install is not None:
-            self._client_install.join()
-        if isinstance(self._client_error, KeyboardInterrupt):
-            raise KeyboardInterrupt
-        if self._client_error is not None:
-            raise RuntimeError(f"the client host's install failed: {self._client_error}")
+        t0 = time.monotonic()
+        self.playbooks.run(
+            "replay.yml",
+            cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels()),
+            tags=["install"],
+            ident=self._ident("install-client"),
+        )
+        self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
 
     def _knee_search(self, total: int, outcome: CampaignOutcome) -> None:
         """The campaign's knee search (kvoffload/orchestrate/knee.py), on the first node."""
@@ -692,9 +671,6 @@ class CampaignRunner:
                     finally:
                         watched.extend(watch.faults())
 
-            if self._client_install is not None and self._client_install.is_alive():
-                phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
-            self._client_ready()
             phase("replay", replay)
             source = self._software_from.get(node)
             skip = ["collect-software"] if source is not None else []

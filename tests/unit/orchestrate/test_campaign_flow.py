@@ -8,7 +8,6 @@ that a lab of two nodes runs each comparison group on one node, the nodes at onc
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +24,7 @@ from kvoffload.orchestrate.probe import ColdCheck
 from kvoffload.orchestrate.results import CampaignResults
 from kvoffload.orchestrate.schedule import group_key, schedule
 from kvoffload.orchestrate.wheelhouse import Wheels
-from kvoffload.playbook import PlaybookFailed, PlaybookResult
+from kvoffload.playbook import PlaybookResult
 from tests.support.datasets import generic_lines
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,9 +68,6 @@ class Recorder:
         self.active: dict[str, int] = {}
         self.overlap = False  # two nodes inside a playbook at the same time
         self.software_reads: list[str] = []  # nodes whose collect read the software versions
-        self.client_installed: float | None = None  # when the client's install ended
-        self.node_installs: list[float] = []  # when each node's install started
-        self.replays: list[float] = []  # when each cell's replay started
 
     def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
         ev = extravars or {}
@@ -90,13 +86,6 @@ class Recorder:
             self.active[node] = self.active.get(node, 0) + 1
             self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
         try:
-            if playbook == "replay.yml:install":  # the client's: slow enough to overlap the nodes'
-                threading.Event().wait(0.2)
-                self.client_installed = time.monotonic()
-            if playbook == "deploy.yml:install,model,quiet":
-                self.node_installs.append(time.monotonic())
-            if playbook == "replay.yml":
-                self.replays.append(time.monotonic())
             if playbook == "collect.yml" and "collect-software" not in (kw.get("skip_tags") or ()):
                 software = Path(ev["replay_controller_dir"]) / "software"
                 software.mkdir(parents=True, exist_ok=True)
@@ -113,8 +102,7 @@ class Recorder:
         return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {})
 
     def for_node(self, node: str) -> list[str]:
-        """The node's playbooks in order; the client's install runs beside them (its own test)."""
-        return [p for p, n, _ in self.runs if n == node and p != "replay.yml:install"]
+        return [p for p, n, _ in self.runs if n == node]
 
 
 class Progress:
@@ -187,6 +175,7 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
     assert len(outcome.done) == 6 and not outcome.failed
     cycle = ["replay.yml", "collect.yml"]
     assert rec.for_node("gpu01.lab.example") == [
+        "replay.yml:install",  # the client, once
         "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
@@ -215,9 +204,9 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")
-    assert plays[:2] == ["deploy.yml:install,model,quiet", "teardown.yml"]
+    assert plays[:3] == ["replay.yml:install", "deploy.yml:install,model,quiet", "teardown.yml"]
     cell = ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"]
-    assert plays[2:] == cell * 6 + ["teardown.yml:unquiet"]
+    assert plays[3:] == cell * 6 + ["teardown.yml:unquiet"]
     assert fakes["resets"] == []
 
 
@@ -225,7 +214,7 @@ def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fak
     fakes["fail_resets"] = 1
     runner, rec = _runner(tmp_path, nodes=1)
     runner.run(provision=False)
-    plays = rec.for_node("gpu01.lab.example")[2:]
+    plays = rec.for_node("gpu01.lab.example")[3:]
     assert plays[:8] == [
         "deploy.yml", "replay.yml", "collect.yml",
         "teardown.yml", "deploy.yml", "replay.yml", "collect.yml", "teardown.yml",
@@ -309,7 +298,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     (ramp,) = campaign["knee_search"]
     assert ramp["outcome"] == "bracketed" and ramp["bracket"] == [10, 11]
     assert [s["concurrency"] for s in ramp["steps"] if s["action"] == "try"] == [16, 12, 10, 11]
-    plays = rec.for_node("gpu01.lab.example")[2:]
+    plays = rec.for_node("gpu01.lab.example")[3:]
     cycle = ["replay.yml", "collect.yml"]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
     assert plays == [
@@ -370,37 +359,3 @@ def test_software_is_read_once_per_node_and_copied_into_later_cells(
     for cell in runner.lab.cells:
         record = json.loads((runner.results.cell_dir(cell) / "cell.json").read_text())
         assert record["software"] == {record["node"]: {"packages": {"vllm": "1"}}}, cell.id
-
-
-def test_the_client_installs_beside_the_nodes_and_every_replay_waits_for_it(
-    tmp_path: Path, fakes: dict[str, Any]
-) -> None:
-    runner, rec = _runner(tmp_path, nodes=2)
-    outcome = runner.run(provision=False)
-    assert len(outcome.done) == 6
-    assert [r for r in rec.runs if r[0] == "replay.yml:install"] == [
-        ("replay.yml:install", "gpu01.lab.example", None)  # once, for the client
-    ]
-    assert rec.client_installed is not None and len(rec.node_installs) == 2
-    assert min(rec.node_installs) < rec.client_installed  # the nodes did not wait for it to install
-    assert len(rec.replays) == 6 and min(rec.replays) > rec.client_installed  # the replays did
-    waited = [_cell_json(runner, c.id)["timings"].get("wait-client") for c in runner.lab.cells]
-    assert any(w is not None for w in waited)  # a phase of its own, not part of any replay
-
-
-def test_a_failed_client_install_fails_the_cells_and_the_nodes_go_on(
-    tmp_path: Path, fakes: dict[str, Any]
-) -> None:
-    runner, rec = _runner(tmp_path, nodes=1)
-    original = rec.run
-
-    def run(playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
-        if playbook == "replay.yml" and kw.get("tags"):
-            raise PlaybookFailed("playbook replay.yml failed (rc 2); artifacts: /nonexistent")
-        return original(playbook, extravars, **kw)
-
-    rec.run = run  # type: ignore[method-assign]
-    outcome = runner.run(provision=False)
-    assert not outcome.done and len(outcome.failed) == 6
-    assert all("the client host's install failed" in why for why in outcome.failed.values())
-    assert "replay.yml" not in rec.for_node("gpu01.lab.example")
