@@ -125,14 +125,21 @@ class StampedStream(httpcore.AsyncNetworkStream):
             raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
 
     async def _wait_readable(self, timeout: float | None) -> None:
-        # A one-shot reader callback rather than loop.sock_recv: the asyncio and uvloop sock_* helpers
-        # call recv(), which cannot return the ancillary data that carries the stamp.
+        await self._wait_ready(write=False, timeout=timeout)
+
+    async def _wait_writable(self) -> None:
+        await self._wait_ready(write=True, timeout=None)  # write() holds the timeout
+
+    async def _wait_ready(self, *, write: bool, timeout: float | None) -> None:
+        # One-shot reader and writer callbacks rather than loop.sock_recv and sock_sendall: the asyncio
+        # and uvloop sock_* helpers call recv(), which cannot return the ancillary data that carries the
+        # stamp, and send without telling when the last bytes went.
         if self._closed:
             raise OSError("stream is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         fd = self._sock.fileno()
-        loop.add_reader(fd, _wake, fut)
+        (loop.add_writer if write else loop.add_reader)(fd, _wake, fut)
         try:
             if timeout is None:
                 await fut
@@ -140,19 +147,7 @@ class StampedStream(httpcore.AsyncNetworkStream):
                 async with asyncio.timeout(timeout):
                     await fut
         finally:
-            loop.remove_reader(fd)
-
-    async def _wait_writable(self) -> None:
-        if self._closed:
-            raise OSError("stream is closed")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        fd = self._sock.fileno()
-        loop.add_writer(fd, _wake, fut)
-        try:
-            await fut
-        finally:
-            loop.remove_writer(fd)
+            (loop.remove_writer if write else loop.remove_reader)(fd)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
