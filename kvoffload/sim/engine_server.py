@@ -24,7 +24,6 @@ import socket
 import sys
 import time
 from collections.abc import Coroutine, Mapping
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from aiohttp import web
@@ -37,7 +36,7 @@ from kvoffload.sim.engine import Engine, Request
 from kvoffload.sim.engine_args import Capacity, EngineArgs, StartupPlan, derive_capacity, derive_startup
 from kvoffload.sim.engine_metrics import VERSION, EngineMetrics
 from kvoffload.sim.kv_cache import KVCache
-from kvoffload.sim.prep import PrepWorker
+from kvoffload.sim.prep import PrepWorker, WorkerDied
 from kvoffload.sim.profile import CostProfile, load_profile
 
 log = logging.getLogger("kvoffload.sim.serve")
@@ -291,7 +290,7 @@ class EngineServer:
         return web.json_response({"object": "list", "data": data})
 
     # ---- tokenize ------------------------------------------------------------------------------
-    def _tokenizer_died(self, exc: BrokenProcessPool) -> web.Response:
+    def _tokenizer_died(self, exc: WorkerDied) -> web.Response:
         """A request's answer when the tokenizer worker died: the server stops (the unit restarts it)."""
         if not self.stop.is_set():
             log.critical("tokenizer worker died: %r", exc)
@@ -344,7 +343,7 @@ class EngineServer:
             )
         try:
             tokens = await self.prep.tokenize(query, add_generation_prompt)
-        except BrokenProcessPool as exc:
+        except WorkerDied as exc:
             return self._tokenizer_died(exc)
         return web.json_response(
             {
@@ -368,7 +367,7 @@ class EngineServer:
             )
         try:
             prepared = await self.prep.prepare(messages, self.cache.chunk_size if self.cache else 0)
-        except BrokenProcessPool as exc:
+        except WorkerDied as exc:
             return self._tokenizer_died(exc)
         n = prepared.num_tokens
         max_len = self.capacity.max_model_len

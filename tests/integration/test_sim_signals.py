@@ -295,7 +295,8 @@ def test_the_tokenizer_worker_leaves_soon_after_its_own_sigterm() -> None:
     worker = PrepWorker("tiny-llama", 16, b"seed")
     try:
         asyncio.run(worker.start())
-        pid = asyncio.run(worker.pid())
+        pid = worker.pid
+        assert pid is not None
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S + 8.0
         while time.monotonic() < deadline:
@@ -304,7 +305,7 @@ def test_the_tokenizer_worker_leaves_soon_after_its_own_sigterm() -> None:
             except ProcessLookupError:
                 break
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # reap it: the pool's own thread may not have yet
+                os.waitpid(pid, os.WNOHANG)  # reap it: our child
             time.sleep(0.1)
         else:
             pytest.fail(
@@ -313,3 +314,20 @@ def test_the_tokenizer_worker_leaves_soon_after_its_own_sigterm() -> None:
     finally:
         with contextlib.suppress(Exception):
             worker.close()
+
+
+def test_nothing_of_the_engine_outlives_its_main_process(tmp_path: Path) -> None:
+    """systemd in the lab's hosts is not told when a unit's last process ends: a helper that outlived
+    the engine's main process, even by milliseconds, held the unit's stop for TimeoutStopSec. So when
+    the main process (alone, as KillMode=mixed signals it) has exited, its process group is empty."""
+    port = _free_port()
+    log = tmp_path / "engine.log"
+    proc = _spawn(_engine_args(port, None, []), log)
+    try:
+        _wait_healthy(proc, f"http://127.0.0.1:{port}/health", log)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=3 * EXITS_WITHIN_S) == 0, log.read_text()
+        with pytest.raises(ProcessLookupError):
+            os.killpg(proc.pid, 0)  # any process left in the engine's group would take the signal
+    finally:
+        stop_group(proc)
