@@ -1,11 +1,11 @@
 """A small OpenAI-compatible streaming server with injected, known timing, for tests and benchmarks.
 
 `POST /v1/chat/completions` streams `--tokens` chunks (or `max_tokens` when smaller is asked), the
-first after `--ttft` seconds and the rest every `--itl` seconds, then a usage chunk and `[DONE]`. It
-remembers each request (headers, body) and the delay it really achieved before writing the first token
-(`GET /requests`, `GET /timings`), so a client's TTFT error can be computed without trusting the server's
-sleep accuracy. `x-fail: <status>` makes a request fail with that status (`--fail-user S`: every request of
-users whose id contains S); `--replica NAME` adds
+first `--ttft` seconds after the whole request is in and the rest every `--itl` seconds, then a usage
+chunk and `[DONE]`. It remembers each request (headers, body) and the delay it really achieved before
+writing the first token (`GET /requests`, `GET /timings`), so a client's TTFT error can be computed
+without trusting the server's sleep accuracy. `x-fail: <status>` makes a request fail with that status
+(`--fail-user S`: every request of users whose id contains S); `--replica NAME` adds
 `x-kvoffload-replica`. Run: `python tests/support/sse_server.py --port 0` (prints `PORT <n>` when ready).
 """
 
@@ -28,8 +28,10 @@ def make_app(
     timings: dict[str, float] = {}
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
         body = await request.json()
+        # The clock starts once the whole request is in, as a real server's can (it needs the prompt);
+        # aiohttp runs the handler as soon as the headers are in.
+        t0 = time.perf_counter()
         peer = request.transport.get_extra_info("peername") if request.transport else None
         requests.append({"headers": dict(request.headers), "body": body, "peer": list(peer or ())})
         fail = request.headers.get("x-fail")
