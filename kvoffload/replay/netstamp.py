@@ -118,17 +118,11 @@ class StampedStream(httpcore.AsyncNetworkStream):
                     self.reads += 1
                     return data
                 except BlockingIOError:
-                    await self._wait_readable(timeout)
+                    await self._wait_ready(write=False, timeout=timeout)
         except TimeoutError as exc:
             raise httpcore.ReadTimeout(str(exc) or "read timed out") from exc
         except OSError as exc:
             raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
-
-    async def _wait_readable(self, timeout: float | None) -> None:
-        await self._wait_ready(write=False, timeout=timeout)
-
-    async def _wait_writable(self) -> None:
-        await self._wait_ready(write=True, timeout=None)  # write() holds the timeout
 
     async def _wait_ready(self, *, write: bool, timeout: float | None) -> None:
         # One-shot reader and writer callbacks rather than loop.sock_recv and sock_sendall: the asyncio
@@ -167,7 +161,7 @@ class StampedStream(httpcore.AsyncNetworkStream):
                         view = view[sent:]
                         if not view:
                             return
-                    await self._wait_writable()
+                    await self._wait_ready(write=True, timeout=None)  # write() holds the timeout
         except TimeoutError as exc:
             raise httpcore.WriteTimeout(str(exc) or "write timed out") from exc
         except OSError as exc:
