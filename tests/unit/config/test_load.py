@@ -170,6 +170,18 @@ def test_demo_campaign_is_valid_on_the_lab_layout(write_yaml: Writer, inventory:
     assert lab.dataset_path == root / "data" / "tau2-bench"
 
 
+@pytest.mark.parametrize("name", ["startup-60s.yml", "two-groups.yml"])
+def test_bench_campaigns_are_valid_on_the_lab_layout(write_yaml: Writer, inventory: Any, name: str) -> None:
+    """The campaign-overhead benchmark's campaigns: three tiers, groups that run only as long as
+    duration_s (their lengths are what the benchmark compares), the shipped tau2 sample."""
+    root = Path(__file__).resolve().parents[3]
+    lab = load_lab(write_yaml("hosts.yml", inventory), root / "bench" / "campaigns" / name)
+    assert {c.tier for c in lab.cells} == {"gpu", "cpu", "nvme"}
+    assert lab.campaign.duration_s is not None
+    assert len(lab.cells) == 3 * len(lab.campaign.concurrency) * lab.campaign.repeats
+    assert lab.dataset_path == root / "data" / "tau2-bench"
+
+
 def test_campaign_in_group_vars_all_is_located_there(
     write_yaml: Writer, inventory: Any, campaign: Any, tmp_path: Path
 ) -> None:
