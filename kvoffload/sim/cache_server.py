@@ -16,7 +16,9 @@
   one write timeline (the drive is shared), and never less than the real file IO took.
 The engine protocol is `kvoffload.sim.protocol` on `--host:--port`. LMCache's HTTP API is served on
 `--http-host:--http-port`, as far as the simulator can fill it truthfully: `GET /healthcheck`,
-`GET /status` (a subset of the real keys), `POST /cache/clear` (L1 only) and `GET /metrics`.
+`GET /status` (a subset of the real keys), `POST /cache/clear` (L1 only), `DELETE /cache/objects`
+(key-addressed, L1, L2 or both; a key is matched by its chunk hash), `GET /cache/objects` (503, as
+fs_native does not list) and `GET /metrics`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ EVICTION_INTERVAL_S = 1.0
 # cancelled; aiohttp's default of 60 s held the process past systemd's stop timeout.
 SHUTDOWN_GRACE_S = 0.25
 CLEAR_TIERS = ("l1", "l2", "all")  # LMCache's Tier values; /cache/clear supports l1 only
+MAX_DELETE_BATCH = 10_000  # LMCache's limit on the keys of one DELETE /cache/objects
 
 
 class _Timeline:
@@ -75,7 +78,7 @@ class CacheStore:
         self.l2 = [FsL2(a, args.sim_l2_scale) for a in args.l2_adapters]
         self._reads = _Timeline()
         self._writes = _Timeline()
-        self._l2_queue: asyncio.Queue[tuple[list[str], int, float]] = asyncio.Queue()
+        self._l2_queue: asyncio.Queue[tuple[str, list[str], int, float]] = asyncio.Queue()
         self._prefetches = 0
         for adapter in self.l2:
             self._publish_l2(adapter)
@@ -136,6 +139,25 @@ class CacheStore:
         self._publish()
         log.info("L1 cleared (%d chunks, force=%s)", cleared, force)
         return cleared
+
+    def delete(self, tier: str, keys: list[str]) -> int:
+        """`DELETE /cache/objects`: these chunks out of L1, L2 (every adapter) or both. Counted as LMCache
+        counts: the L1 chunks removed plus, for L2, the whole batch (absent keys are skipped silently)."""
+        deleted = 0
+        if tier in ("l1", "all"):
+            for key in keys:
+                size = self.l1.pop(key, None)
+                if size is not None:
+                    self.l1_used -= size
+                    deleted += 1
+            self._publish()
+        if tier in ("l2", "all"):
+            for adapter in self.l2:
+                held = adapter.delete(keys)
+                log.info("L2 %s: %d of %d keys deleted through the object API", adapter.name, held, len(keys))
+                self._publish_l2(adapter)
+            deleted += len(keys)
+        return deleted
 
     # ---- L2 eviction ----------------------------------------------------------------------------
     def l2_eviction_tick(self) -> int:
@@ -284,20 +306,20 @@ class CacheStore:
                 # LMCache submits every chunk new to L1, also one L2 already holds (it is rewritten).
                 self.m.l2_store_submitted.add(1)
                 self.m.l2_store_submitted_chunks.add(len(new))
-                self._l2_queue.put_nowait((new, chunk_bytes, time.monotonic()))
+                self._l2_queue.put_nowait((model, new, chunk_bytes, time.monotonic()))
         self._publish()
         return len(new)
 
     async def l2_writer(self) -> None:
         """Write-through to every L2 adapter, one task at a time, at the modelled write bandwidth."""
         while True:
-            keys, chunk_bytes, submitted = await self._l2_queue.get()
+            model, keys, chunk_bytes, submitted = await self._l2_queue.get()
             self.m.l1_read.add(len(keys), l1_tag=L1_TAG)  # read out of L1 once for all adapters
             for adapter in self.l2:
                 total = len(keys) * chunk_bytes
                 done_at = self._writes.reserve(self.disk.write_s(total))
                 for key in keys:
-                    await adapter.write(key, chunk_bytes)
+                    await adapter.write(key, chunk_bytes, model)
                 delay = done_at - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -387,6 +409,20 @@ def _adapter_status(adapter: FsL2) -> dict[str, Any]:
     return out
 
 
+def _chunk_hash(key: Any) -> str | None:
+    """The chunk hash (hex) of an `EncodedObjectKey`, or None when it is not one."""
+    if not isinstance(key, dict):
+        return None
+    chunk, model, rank = key.get("chunk_hash_hex"), key.get("model_name"), key.get("kv_rank")
+    if not isinstance(chunk, str) or not chunk or not isinstance(model, str) or not isinstance(rank, int):
+        return None
+    try:
+        bytes.fromhex(chunk)
+    except ValueError:
+        return None
+    return chunk
+
+
 def _validation_error(loc: list[str | int], msg: str, value: Any) -> web.Response:
     """A 422 shaped like FastAPI's request validation errors."""
     detail = [{"type": "value_error", "loc": loc, "msg": msg, "input": value}]
@@ -416,6 +452,8 @@ class CacheServer:
         app.router.add_get("/healthcheck", self.health)
         app.router.add_get("/status", self.status)
         app.router.add_post("/cache/clear", self.cache_clear)
+        app.router.add_get("/cache/objects", self.list_objects)
+        app.router.add_delete("/cache/objects", self.delete_objects)
         app.router.add_get("/metrics", self.metrics_endpoint)
         return app
 
@@ -467,6 +505,45 @@ class CacheServer:
             return web.json_response({"detail": f"tier {tier!r} not supported; only 'l1'"}, status=400)
         self.store.clear(force)
         return web.json_response({"status": "ok", "cleared": {"tier": "l1"}})
+
+    async def list_objects(self, request: web.Request) -> web.Response:
+        """fs / fs_native cannot list their keys in LMCache 0.5.6: the same 503."""
+        tier = request.query.get("tier", "l2")
+        if tier != "l2":
+            return web.json_response({"detail": f"tier {tier!r} not supported; only 'l2'"}, status=400)
+        if not self.store.l2:
+            return web.json_response({"detail": "no L2 adapters configured"}, status=503)
+        name = self.store.l2[0].name
+        impl = "NativeConnectorL2Adapter" if name == "fs_native" else "FSL2Adapter"
+        detail = f"L2 adapter {name!r} does not support listing: {impl} does not implement list_l2_keys"
+        return web.json_response({"detail": detail}, status=503)
+
+    async def delete_objects(self, request: web.Request) -> web.Response:
+        """Key-addressed delete, body `{"tier", "keys": [EncodedObjectKey], "force"}` as LMCache takes it."""
+        try:
+            body = json.loads(await request.read())
+        except json.JSONDecodeError as exc:
+            return _validation_error(["body", exc.pos], "JSON decode error", None)
+        if not isinstance(body, dict):
+            return _validation_error(["body"], "Input should be a valid dictionary", body)
+        tier, keys = body.get("tier", "l2"), body.get("keys")
+        if tier not in CLEAR_TIERS:
+            return _validation_error(["body", "tier"], "Input should be 'l1', 'l2' or 'all'", tier)
+        if not isinstance(keys, list):
+            return _validation_error(["body", "keys"], "Field required (a list of object keys)", keys)
+        if len(keys) > MAX_DELETE_BATCH:
+            detail = f"too many keys in a single request (limit={MAX_DELETE_BATCH}, got={len(keys)})"
+            return web.json_response({"detail": detail}, status=400)
+        hashes = []
+        for i, key in enumerate(keys):
+            chunk = _chunk_hash(key)
+            if chunk is None:
+                return web.json_response({"detail": f"keys[{i}]: not an object key: {key!r}"}, status=400)
+            hashes.append(chunk)
+        if tier != "l1" and not self.store.l2:
+            return web.json_response({"detail": "no L2 adapters configured"}, status=503)
+        deleted = self.store.delete(tier, hashes)
+        return web.json_response({"deleted": deleted, "skipped": 0, "ok": True})
 
     async def metrics_endpoint(self, _request: web.Request) -> web.Response:
         return web.Response(

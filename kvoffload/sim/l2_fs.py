@@ -12,7 +12,8 @@ disk that an earlier run left); with `persist_enabled: false` the adapter delete
 server stops, as LMCache does. Files deleted from `base_path` while the server runs (a campaign wiping
 L2 between cells) leave the index at the next `reconcile` (the cache server calls it once a second) or at
 the first read that finds one gone, whichever comes first; a deleted folder is made again on the next
-write.
+write. Files are named as LMCache's fs_native names them (`object_name`), so the same tools list and
+delete them (`DELETE /cache/objects`, plugins/modules/kvoffload_l2_clear.py).
 
 Blocking file IO runs in worker threads; callers await it. Timing (the modelled disk bandwidth) and
 when to evict (the eviction block's watermark) are the cache server's business, not this module's.
@@ -115,6 +116,12 @@ def _key_of(name: str) -> str:
     return name.removesuffix(_EXT).rsplit("@", 1)[-1]
 
 
+def object_name(model: str, key: str) -> str:
+    """fs_native's file name of a chunk: `<model, / as -SEP->@<kv_rank>@<object group>@<chunk hash>.data`
+    (LMCache 0.5.6; the simulator has one rank and one group, and its hex key is the chunk hash)."""
+    return f"{model.replace('/', '-SEP-')}@0x00000000@0@{key}{_EXT}"
+
+
 class FsL2:
     """Index + files of one fs / fs_native adapter (see module docstring)."""
 
@@ -127,8 +134,9 @@ class FsL2:
         self.tmp_dir = self.base / cfg.relative_tmp_dir if cfg.relative_tmp_dir else self.base
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.capacity_bytes = int(cfg.max_capacity_gb * 2**30)
-        # key -> modelled bytes, least recently used first
+        # key -> modelled bytes, least recently used first; key -> its file's name
         self.index: OrderedDict[str, int] = OrderedDict()
+        self.files: dict[str, str] = {}
         self.used = 0
         self._written: set[str] = set()  # keys written while a reconcile lists the folder
         self._recover()
@@ -138,10 +146,11 @@ class FsL2:
             key = _key_of(path.name)
             size = path.stat().st_size * self.scale
             self.index[key] = size
+            self.files[key] = path.name
             self.used += size
 
     def path(self, key: str) -> Path:
-        return self.base / f"kvsim@{key}{_EXT}"
+        return self.base / self.files.get(key, object_name("", key))
 
     def __contains__(self, key: str) -> bool:
         return key in self.index
@@ -151,9 +160,10 @@ class FsL2:
         """used / capacity, or -1 without a capacity (LMCache's "no eviction signal")."""
         return self.used / self.capacity_bytes if self.capacity_bytes > 0 else -1.0
 
-    async def write(self, key: str, nbytes: int) -> None:
+    async def write(self, key: str, nbytes: int, model: str = "") -> None:
         self._written.add(key)
-        tmp = self.tmp_dir / f"kvsim@{key}.tmp"
+        self.files.setdefault(key, object_name(model, key))
+        tmp = self.tmp_dir / f"{key}.tmp"
         await asyncio.to_thread(_write, self.path(key), tmp, scaled_size(nbytes, self.scale))
         if key not in self.index:
             self.used += nbytes
@@ -192,8 +202,21 @@ class FsL2:
 
     def forget(self, key: str) -> None:
         size = self.index.pop(key, None)
+        self.files.pop(key, None)
         if size is not None:
             self.used -= size
+
+    def delete(self, keys: list[str]) -> int:
+        """Delete these chunks (LMCache's key-addressed delete, absent keys skipped); how many it held."""
+        held = 0
+        for key in keys:
+            if key not in self.index:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                self.path(key).unlink()
+            self.forget(key)
+            held += 1
+        return held
 
     def evict(self, count: int) -> list[str]:
         """Delete the `count` least recently used chunks (stored or loaded); the keys deleted."""
@@ -203,6 +226,7 @@ class FsL2:
             self.used -= size
             with contextlib.suppress(FileNotFoundError):
                 self.path(key).unlink()
+            self.files.pop(key, None)
             evicted.append(key)
         return evicted
 

@@ -544,6 +544,10 @@ def test_cache_server_http_api_matches_lmcache(tmp_path: Path, sessions: list[Se
             real_status["storage_manager"]["l2_adapters"][0]
         )
         assert HTTP.post(f"{cache.url}/cache/clear", json={"tier": "l2", "force": False}).status_code == 400
+        listing = HTTP.get(f"{cache.url}/cache/objects", params={"tier": "l2"})
+        assert listing.status_code == 503 and "does not support listing" in listing.json()["detail"]
+        bad = HTTP.request("DELETE", f"{cache.url}/cache/objects", json={"tier": "l2", "keys": [{"x": 1}]})
+        assert bad.status_code == 400
         cleared = HTTP.post(f"{cache.url}/cache/clear", json={"tier": "l1", "force": False})
         assert cleared.json() == json.loads((LMCACHE / "cache-clear-l1.json").read_text())
         after = HTTP.get(f"{cache.url}/status").json()["storage_manager"]
@@ -580,11 +584,25 @@ def test_reset_prefix_cache_with_reset_external_empties_the_cache_servers_l1(
     assert cold.cached_tokens == 0
 
 
-def test_clear_and_wiped_l2_files_leave_a_running_cache_server_cold(
-    tmp_path: Path, sessions: list[Session]
-) -> None:
-    """The campaign's cold start without restarts: reset the engine (reset_external), POST /cache/clear,
-    delete L2's files; the cache server then shows no L1 or L2 bytes and every lookup misses."""
+def _l2_clear(path: Path, url: str, *check: str) -> dict[str, Any]:
+    """The lmcache_server role's L2 clear: the kvoffload_l2_clear module, run by ansible on localhost."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+         "-m", "kvoffload_l2_clear", "-a", json.dumps({"path": str(path), "url": url}), *check,
+         "-e", json.dumps({"ansible_python_interpreter": sys.executable})],
+        capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"},
+        cwd=ROOT, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result: dict[str, Any] = json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return result
+
+
+def test_the_l2_clear_leaves_a_running_cache_server_cold(tmp_path: Path, sessions: list[Session]) -> None:
+    """The nvme tier's cold start without restarts: reset the engine (reset_external), POST /cache/clear,
+    then the role's L2 clear (DELETE /cache/objects with the keys of the files); the cache server then
+    holds no L1 or L2 bytes, every lookup misses, and no read of a vanished file was tried."""
     l2_dir = tmp_path / "l2"
     l2 = {"type": "fs_native", "base_path": str(l2_dir), "use_odirect": True, "num_workers": 2}
     with (
@@ -602,16 +620,19 @@ def test_clear_and_wiped_l2_files_leave_a_running_cache_server_cold(
             "success": True
         }
         assert HTTP.post(f"{cache.url}/cache/clear", json={"tier": "l1"}).status_code == 200
-        files = list(l2_dir.glob("*.data"))
-        assert len(files) >= first.prompt_tokens // 256
-        for path in files:
-            path.unlink()
-        deadline = time.monotonic() + 10
-        while total(cold := metrics(cache.url), "lmcache_mp_l2_usage_bytes") != 0:
-            assert time.monotonic() < deadline, "L2 usage did not drop after its files were deleted"
-            time.sleep(0.1)
+        files = len(list(l2_dir.glob("*.data")))
+        assert files >= first.prompt_tokens // 256
+        checked = _l2_clear(l2_dir, cache.url, "--check")
+        assert checked["changed"] and checked["found"] == files and len(list(l2_dir.glob("*.data"))) == files
+        cleared = _l2_clear(l2_dir, cache.url)
+        assert cleared["changed"] and cleared["found"] == files and cleared["requests"] == 1, cleared
+        assert not list(l2_dir.glob("*.data"))
+        idle = _l2_clear(l2_dir, cache.url)  # nothing left: reports no change
+        assert idle["changed"] is False and idle["found"] == 0, idle
+        cold = metrics(cache.url)  # at once: the server deleted them itself, no reconcile needed
         again = chat(e.url, messages)
         after = metrics(cache.url)
+    assert total(cold, "lmcache_mp_l2_usage_bytes") == 0
     assert total(cold, "lmcache_mp_l1_memory_usage_bytes") == 0
     assert again.cached_tokens == 0  # neither the GPU cache nor the cache server had anything
     assert total(after, "lmcache_mp_lookup_hit_tokens_total") == total(
@@ -620,7 +641,6 @@ def test_clear_and_wiped_l2_files_leave_a_running_cache_server_cold(
     assert total(after, "lmcache_mp_lookup_requested_tokens_total") > total(
         cold, "lmcache_mp_lookup_requested_tokens_total"
     )
-    # The index knew the files were gone: no read was tried and failed.
     assert "lmcache_mp_l2_prefetch_failure_chunks_total" not in {k.split("{")[0] for k in after}
 
 

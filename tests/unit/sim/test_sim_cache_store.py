@@ -16,7 +16,7 @@ from kvoffload.analysis.names import LMC_NOT_IN_CPU_CAPTURE
 from kvoffload.sim.cache_args import parse_cache_args
 from kvoffload.sim.cache_metrics import CacheMetrics
 from kvoffload.sim.cache_server import CacheStore
-from kvoffload.sim.l2_fs import scaled_size
+from kvoffload.sim.l2_fs import object_name, scaled_size
 from kvoffload.sim.profile import load_profile
 from tests.support.metrics import families
 
@@ -129,7 +129,8 @@ def test_l2_write_through_and_prefetch_back_into_l1(tmp_path: Path) -> None:
         return await store.lookup("m", ["b", "c", "d", "e"], MIB)
 
     assert _with_l2_writer(store, body) == (3, 3)
-    assert sorted(p.name for p in tmp_path.glob("*.data")) == sorted(f"kvsim@{k}.data" for k in "abcd")
+    names = sorted(p.name for p in tmp_path.glob("*.data"))
+    assert names == sorted(f"m@0x00000000@0@{k}.data" for k in "abcd")
     assert all(p.stat().st_size == MIB // 16 for p in tmp_path.glob("*.data"))
     assert set(store.l1) == {"b", "c", "d"}
     v = _values(metrics)
@@ -166,6 +167,27 @@ def test_l2_files_deleted_under_the_running_server_leave_usage_and_lookups(tmp_p
     assert store.l2[0].used == 0 and not store.l2[0].index
 
 
+def test_a_key_addressed_delete_empties_l2_and_its_account(tmp_path: Path) -> None:
+    """`DELETE /cache/objects` (the nvme tier's reset): files, index and usage go; L1 is left alone
+    by an l2 delete, and the answer counts the batch as LMCache does."""
+    store, metrics = _store(_l2(tmp_path))
+
+    async def body() -> tuple[int, int]:
+        store.store("org/model", ["aa", "bb", "cc"], MIB)
+        await _settle(store)
+        assert sorted(p.name for p in tmp_path.glob("*.data")) == [
+            f"org-SEP-model@0x00000000@0@{k}.data" for k in ("aa", "bb", "cc")
+        ]
+        deleted = store.delete("l2", ["aa", "bb", "cc", "dd"])  # dd: absent, skipped
+        return deleted, (await store.lookup("org/model", ["aa"], MIB))[1]
+
+    assert _with_l2_writer(store, body) == (4, 0)
+    assert not list(tmp_path.glob("*.data")) and not store.l2[0].index
+    assert _values(metrics)["lmcache_mp_l2_usage_bytes"] == 0
+    assert "aa" in store.l1  # the lookup found it in L1: an l2 delete leaves L1
+    assert store.delete("all", ["aa"]) == 2 and "aa" not in store.l1
+
+
 def test_a_chunk_written_while_the_folder_is_listed_is_kept(tmp_path: Path) -> None:
     store, _metrics = _store(_l2(tmp_path))
     adapter = store.l2[0]
@@ -174,7 +196,7 @@ def test_a_chunk_written_while_the_folder_is_listed_is_kept(tmp_path: Path) -> N
         await adapter.write("gone", MIB)
         await adapter.write("again", MIB)
         for key in ("gone", "again"):
-            (tmp_path / f"kvsim@{key}.data").unlink()
+            (tmp_path / object_name("", key)).unlink()
         listing = asyncio.ensure_future(adapter.reconcile())
         await asyncio.sleep(0)  # the listing has started in its thread
         await adapter.write("again", MIB)  # rewritten meanwhile: its file may postdate the listing
@@ -182,7 +204,7 @@ def test_a_chunk_written_while_the_folder_is_listed_is_kept(tmp_path: Path) -> N
 
     assert asyncio.run(body()) == ["gone"]
     assert set(adapter.index) == {"again"} and adapter.used == MIB
-    assert (tmp_path / "kvsim@again.data").exists()
+    assert (tmp_path / object_name("", "again")).exists()
 
 
 def test_a_deleted_l2_folder_is_made_again_on_the_next_write(tmp_path: Path) -> None:
@@ -191,7 +213,7 @@ def test_a_deleted_l2_folder_is_made_again_on_the_next_write(tmp_path: Path) -> 
     adapter = store.l2[0]
     base.rmdir()
     asyncio.run(adapter.write("k", MIB))
-    assert (base / "kvsim@k.data").stat().st_size == MIB // 16
+    assert (base / object_name("", "k")).stat().st_size == MIB // 16
 
 
 def test_a_prefetch_that_l1_cannot_hold_fails_as_l1_oom(tmp_path: Path) -> None:
@@ -228,7 +250,7 @@ def test_l2_eviction_needs_capacity_and_an_eviction_block(tmp_path: Path) -> Non
         return store.l2_eviction_tick()  # 4/4: two go
 
     assert _with_l2_writer(store, body) == 2
-    assert sorted(p.name for p in tmp_path.glob("*.data")) == ["kvsim@d.data", "kvsim@e.data"]
+    assert sorted(p.name for p in tmp_path.glob("*.data")) == [object_name("m", "d"), object_name("m", "e")]
     v = _values(metrics)
     assert v["lmcache_mp_l2_evicted_objects_chunks_total"] == 3
     assert v["lmcache_mp_l2_usage_bytes"] == 2 * MIB
