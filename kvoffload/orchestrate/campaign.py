@@ -54,12 +54,11 @@ log = logging.getLogger(__name__)
 # Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
 # disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
 CELL_SKIP_TAGS = ("install", "model", "quiet")
-# Tiers whose cells always start on fresh engines, even with cold_start: reset. nvme: LMCache 0.5.6
-# cannot empty L2 in place (`/cache/clear` takes l1 only). Wiping the L2 files behind a running server
-# leaves its own count of L2 bytes stale, so it would evict early in the next cell. Restarting only the
-# cache server under running vLLM broke the real connector ("EngineCore encountered an issue", HTTP 500
-# on the next request, measured on the real-engine lane).
-RESTARTS_ALWAYS = ("nvme",)
+# The extravar that makes collect.yml (after a cell whose engines stay up) and replay.yml (after the
+# reset's probes) empty the L2 of a running lmcache-server: LMCache 0.5.6's `/cache/clear` takes L1
+# only, so the lmcache_server role deletes L2's objects through `DELETE /cache/objects` (its clear_l2
+# tasks). Riding on playbooks that run anyway costs no extra playbook start per cell.
+CLEAR_L2_VAR = "kvoffload_clear_l2"
 # What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
 BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
 
@@ -515,9 +514,8 @@ class CampaignRunner:
         return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
 
     def _keeps_engines(self, cell: Cell, key: str, following: Cell | None, node: str) -> bool:
-        """Whether the engines stay up after `cell`: the next cell on the node runs the same ones, and
-        its tier can be emptied in place (not nvme: RESTARTS_ALWAYS)."""
-        if following is None or self.lab.campaign.cold_start != "reset" or cell.tier in RESTARTS_ALWAYS:
+        """Whether the engines stay up after `cell`: the next cell on the node runs the same ones."""
+        if following is None or self.lab.campaign.cold_start != "reset":
             return False
         nxt = cell_extravars(self.lab, following, self.results.cell_dir(following), self._wheels(), node)
         return engine_key(nxt) == key
@@ -592,11 +590,16 @@ class CampaignRunner:
                 _write_cell(cell_dir, record)
 
         def play(
-            playbook: str, *, client: bool = False, tags: Sequence[str] = (), skip: Sequence[str] = ()
+            playbook: str,
+            *,
+            client: bool = False,
+            tags: Sequence[str] = (),
+            skip: Sequence[str] = (),
+            clear_l2: bool = False,
         ) -> PlaybookResult:
             return self.playbooks.run(
                 playbook,
-                extravars,
+                {**extravars, CLEAR_L2_VAR: True} if clear_l2 and has_l2 else extravars,
                 limit=self._limit(node, client=client),
                 tags=tags,
                 skip_tags=skip,
@@ -604,6 +607,7 @@ class CampaignRunner:
                 cancel=self._stopping,
             )
 
+        has_l2 = bool(extravars.get("lmcache_server_l2_path"))
         t_cell = time.monotonic()
         status = "done"
         watched: list[Fault] = []  # outages the TargetWatch saw during the replay
@@ -667,14 +671,19 @@ class CampaignRunner:
                     TargetWatch(targets) as watch,
                 ):
                     try:
-                        return play("replay.yml", client=True, skip=CELL_SKIP_TAGS)
+                        # after a reset, L2 holds the KV of the probes: emptied before the replay starts
+                        reset = record["cold_start"]["method"] == "reset"
+                        return play("replay.yml", client=True, skip=CELL_SKIP_TAGS, clear_l2=reset)
                     finally:
                         watched.extend(watch.faults())
 
             phase("replay", replay)
             source = self._software_from.get(node)
             skip = ["collect-software"] if source is not None else []
-            phase("collect", lambda: play("collect.yml", client=True, skip=skip))
+            # the next cell keeps these engines: its reset finds L2 empty (L1 and the GPU caches it
+            # empties itself)
+            keeping = self._keeps_engines(cell, key, following, node)
+            phase("collect", lambda: play("collect.yml", client=True, skip=skip, clear_l2=keeping))
             if source is not None:
                 # nothing was installed since that cell's collect (install runs once per node and run)
                 _copy_tree(self.results.cell_paths(source).software_dir, CellPaths(cell_dir).software_dir)
@@ -793,19 +802,13 @@ def _restart_reason(
     cell: Cell, cold_start: str, reset_error: str | None, previous: Cell | None, torn_down: bool
 ) -> str:
     """Why a cell's engines were (re)started, for cell.json `cold_start.reason`. `torn_down`: the
-    previous cell ran the same engines but ended them (it failed, its results were incomplete, or its
-    tier always restarts)."""
+    previous cell ran the same engines but ended them (it failed or its results were incomplete)."""
     if reset_error is not None:
         return f"the reset failed: {reset_error}"
     if cold_start == "restart":
         return "cold_start: restart"
     if previous is None:
         return "first cell on the node"
-    if torn_down and cell.tier in RESTARTS_ALWAYS:
-        return (
-            f"the {cell.tier} tier always restarts: LMCache cannot empty its L2 in place, and a restart "
-            "of the cache server alone breaks the running replicas' connector"
-        )
     if torn_down:
         return "the previous cell's engines were torn down"
     return "the engine configuration changed"

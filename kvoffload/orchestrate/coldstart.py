@@ -5,8 +5,11 @@ that share an engine configuration the orchestrator empties the caches in place 
 - every replica: vLLM `POST /reset_prefix_cache?reset_external=true` (needs `VLLM_SERVER_DEV_MODE=1`).
   vLLM answers 200 `{"success": false}` while blocks are still held, so it is retried within a bound;
   `reset_external` also makes the connector clear what it holds in the LMCache server.
-- the lmcache-server: `POST /cache/clear` (L1). L2 cannot be emptied in place, so the nvme tier
-  always restarts its engines instead (kvoffload/orchestrate/campaign.py RESTARTS_ALWAYS).
+- the lmcache-server: `POST /cache/clear` (L1). L2 (the nvme tier) is not this module's: `/cache/clear`
+  takes L1 only, and its files live on the cache host. The lmcache_server role empties it through the
+  server's `DELETE /cache/objects`, at the end of the previous cell's collect (so this probe finds it
+  empty) and at the start of this cell's replay (dropping what the probes stored); see
+  kvoffload/orchestrate/campaign.py CLEAR_L2_VAR.
 Then a probe proves the cell cold from counter deltas, never from absolute values (counters survive
 a reset): one request per replica that repeats a prompt the previous cell sent, directly to the
 replica. The first probe must see no cached tokens, no local or external prefix-cache hits and no

@@ -270,8 +270,7 @@ def cold_start_methods(lab: LabConfig, cells: Sequence[Cell], node: Host | str) 
     previous: str | None = None
     for cell in cells:
         key = engine_key(cell_extravars(lab, cell, Path(cell.id), placeholder, node))
-        # the nvme tier always restarts (kvoffload/orchestrate/campaign.py RESTARTS_ALWAYS)
-        reset = lab.campaign.cold_start == "reset" and key == previous and cell.tier != "nvme"
+        reset = lab.campaign.cold_start == "reset" and key == previous
         methods.append("reset" if reset else "restart")
         previous = key
     return methods

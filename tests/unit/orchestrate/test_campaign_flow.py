@@ -81,17 +81,19 @@ class Recorder:
                 "deploy.yml",
                 "replay.yml",
             ), (playbook, kw)
+        if ev.get("kvoffload_clear_l2"):
+            playbook += "+clear-l2"  # the lmcache_server role empties L2 in place in this run
         with self.lock:
             self.runs.append((playbook, node, kw.get("limit")))
             self.active[node] = self.active.get(node, 0) + 1
             self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
         try:
-            if playbook == "collect.yml" and "collect-software" not in (kw.get("skip_tags") or ()):
+            if playbook.startswith("collect.yml") and "collect-software" not in (kw.get("skip_tags") or ()):
                 software = Path(ev["replay_controller_dir"]) / "software"
                 software.mkdir(parents=True, exist_ok=True)
                 (software / f"{node}.json").write_text('{"packages": {"vllm": "1"}}')
                 self.software_reads.append(node)
-            if playbook == "replay.yml" and not kw.get("tags"):
+            if playbook.startswith("replay.yml") and not kw.get("tags"):
                 folder = Path(ev["replay_controller_dir"])
                 (folder / "requests.jsonl").write_text("")
                 (folder / "sessions.json").write_text("{}")
@@ -179,19 +181,19 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
         "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
-        # nvme always restarts: L2 cannot be emptied in place
-        "deploy.yml", *cycle, "teardown.yml", "deploy.yml", *cycle, "teardown.yml",
+        # nvme: L2 emptied in place, after the first cell's replay and after the second's probes
+        "deploy.yml", "replay.yml", "collect.yml+clear-l2", "replay.yml+clear-l2", "collect.yml",
+        "teardown.yml",
         "teardown.yml:unquiet",  # after the node's last cell: the periodic disk jobs come back
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
     # one reset per tier, external only where a connector runs, probing with the previous cell's prompt
     assert [(external, payload is not None) for _r, external, payload in fakes["resets"]] == [
-        (False, True), (True, True)
+        (False, True), (True, True), (True, True)
     ]  # fmt: skip
     order = [c.id for c in runner.plan(runner.lab.cells)[0].cells]
     methods = [_cell_json(runner, i)["cold_start"]["method"] for i in order]
-    assert methods == ["restart", "reset", "restart", "reset", "restart", "restart"]
-    assert _cell_json(runner, order[5])["cold_start"]["reason"].startswith("the nvme tier always restarts")
+    assert methods == ["restart", "reset", "restart", "reset", "restart", "reset"]
     first, second = _cell_json(runner, order[0]), _cell_json(runner, order[1])
     assert first["cold_start"]["reason"] == "first cell on the node"
     assert first.get("engines_kept") is True and "teardown" not in first["timings"]
