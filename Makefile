@@ -60,7 +60,15 @@ calibrate-torch: venv
 test: deps lint calibrate-torch
 	$(BIN)/pytest -q -ra --durations=25 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
 
-demo: deps
+# The lab's base image (debootstrap, about 75 s when not cached) needs only the OS packages and the
+# standard library, so it builds with the system python3 while pip fills the venv, not after it.
+IMAGE_BUILD := import logging; logging.basicConfig(level=logging.INFO, format="lab image: %(message)s"); \
+	from kvoffload.lab.image import ensure_base_image; ensure_base_image()
+
+demo: $(STAMP)/apt
+	@PYTHONPATH=$(CURDIR) python3 -c '$(IMAGE_BUILD)' & image=$$!; \
+	$(MAKE) --no-print-directory venv; venv=$$?; wait $$image; built=$$?; \
+	if [ $$venv -ne 0 ] || [ $$built -ne 0 ]; then echo "make demo: venv rc $$venv, lab image rc $$built"; exit 1; fi
 	$(BIN)/kvoffload-lab demo
 
 bench: venv
