@@ -3,9 +3,12 @@
 Reads the `timings` every cell.json records (deploy, cold-check or reset, replay, collect, teardown)
 and the task durations in the teardown playbooks' ansible-runner events, and prints per cell and in
 total: each phase's seconds, the overhead and its share of the cell's time, and the campaign's wall
-time from its first cell's start to its last cell's end. Give several campaign folders (for example
-the demo with cold_start: reset and with restart, or on one node and on two) to compare them; the
-last line then gives each one's wall time as a ratio of the first's.
+time from its first cell's start to its last cell's end. The overhead is counted twice: outside the
+replay phase (the replay playbook: snapshots, sampler, replay, fetch) and, stricter, outside the
+replay's own run (sessions.json `duration_s`, first request to last answer), which also counts the
+replay playbook's other tasks and the replay process's start as overhead. Give several campaign
+folders (for example the demo with cold_start: reset and with restart, or on one node and on two)
+to compare them; the last line then gives each one's wall time as a ratio of the first's.
 
     python bench/campaign_overhead.py results/demo [results/demo-restart ...]
 """
@@ -28,7 +31,13 @@ NODE_PHASES = ("install",)
 def cells(campaign: Path) -> list[dict[str, Any]]:
     records = []
     for path in sorted((campaign / "cells").glob("*/cell.json")):
-        records.append(json.loads(path.read_text()))
+        record = json.loads(path.read_text())
+        try:
+            sessions = json.loads((path.parent / "sessions.json").read_text())
+            record["_replay_own"] = float(sessions["duration_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            record["_replay_own"] = None
+        records.append(record)
     return sorted(records, key=lambda r: r.get("started_at") or 0)
 
 
@@ -78,17 +87,24 @@ def report(campaign: Path) -> dict[str, float]:
         return {}
     print(f"\n== {campaign} ({len(records)} cells)")
     header = f"{'cell':10} {'tier':5} {'node':10} {'start':8}" + "".join(f"{p[:10]:>11}" for p in PHASES)
-    print(header + f"{'total':>9}{'overhead':>10}{'share':>7}")
-    overheads = []
+    print(header + f"{'total':>9}{'overhead':>10}{'share':>7}{'own':>7}{'strict':>8}")
+    overheads, strict = [], []
     for r in records:
         t = r.get("timings") or {}
         total = float(t.get("total") or 0.0)
         over = total - float(t.get("replay") or 0.0) - sum(float(t.get(p) or 0.0) for p in NODE_PHASES)
         overheads.append(over)
+        own = r["_replay_own"]
+        strict_over = over + float(t.get("replay") or 0.0) - own if own is not None else None
+        if strict_over is not None:
+            strict.append(strict_over)
         method = (r.get("cold_start") or {}).get("method", "-")
         row = f"{r['cell_id']:10} {r['config']['tier']:5} {str(r.get('node', '-'))[:10]:10} {method:8}"
         row += "".join(f"{t[p]:>11.1f}" if p in t else f"{'-':>11}" for p in PHASES)
-        print(row + f"{total:>9.1f}{over:>10.1f}{over / total:>7.0%}" if total else row)
+        if total:
+            row += f"{total:>9.1f}{over:>10.1f}{over / total:>7.0%}"
+            row += f"{own:>7.1f}{strict_over:>8.1f}" if own is not None and strict_over is not None else ""
+        print(row)
     once = json.loads((campaign / "campaign.json").read_text()).get("timings") or {}
     once |= {
         f"{p} ({r.get('node')})": float(r["timings"][p])
@@ -110,12 +126,23 @@ def report(campaign: Path) -> dict[str, float]:
         f"median {statistics.median(overheads):.1f} s, "
         f"max {max(overheads):.1f} s; outside replays: {1 - replay / busy:.0%} of cell time"
     )
+    owns = [r["_replay_own"] for r in records if r["_replay_own"] is not None]
+    if strict:
+        print(
+            f"strict (outside the replays' own {sum(owns):.0f} s, sessions.json duration_s): overhead per "
+            f"cell median {statistics.median(strict):.1f} s, max {max(strict):.1f} s; outside the replays' "
+            f"own time: {1 - sum(owns) / busy:.0%} of cell time"
+        )
     tasks = task_results(campaign, "teardown")
     if tasks:
         seconds, task, host = tasks[0]
         print(f"slowest teardown task: {seconds:.1f} s ({task} on {host}); {len(tasks)} task results")
     slowest_tasks(campaign)
-    return {"wall": wall, "median_overhead": statistics.median(overheads)}
+    return {
+        "wall": wall,
+        "median_overhead": statistics.median(overheads),
+        "median_strict": statistics.median(strict) if strict else float("nan"),
+    }
 
 
 def main() -> int:
