@@ -6,7 +6,9 @@ what a host would receive; the variables are the role defaults overlaid with the
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -46,3 +48,13 @@ def render(role: str, template: str, variables: dict[str, Any]) -> str:
     assert isinstance(rendered, str)
     # The template module keeps a template's final newline.
     return rendered if rendered.endswith("\n") else rendered + "\n"
+
+
+def collection_module(name: str) -> ModuleType:
+    """One of the collection's modules (plugins/modules/NAME.py), imported for its functions."""
+    path = REPO / "plugins" / "modules" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,12 +4,11 @@ tests/integration/test_sim_engine.py and against real LMCache on the real-engine
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 from kvoffload.sim.l2_fs import object_name
-from tests.unit.roles.render import REPO
+from tests.unit.roles.render import collection_module
 
 # A file real LMCache 0.5.6 wrote for a model served from /tmp/tinymodel (docs/contracts.md).
 CHUNK = "1dbfde1c2912d814da51f4db5efe88fc2a5b91da59dbf34ea260bade4d4be67e"
@@ -17,12 +16,7 @@ REAL_NAME = f"-SEP-tmp-SEP-tinymodel@0x01000100@0@{CHUNK}.data"
 
 
 def l2_clear() -> ModuleType:
-    path = REPO / "plugins" / "modules" / "kvoffload_l2_clear.py"
-    spec = importlib.util.spec_from_file_location("kvoffload_l2_clear", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return collection_module("kvoffload_l2_clear")
 
 
 def test_a_real_fs_native_name_gives_back_its_key() -> None:

@@ -9,7 +9,6 @@ with every cell's deploy and teardown; here their task files and plays are read 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -21,18 +20,13 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from tests.unit.roles.render import REPO, ROLES, role_defaults
+from tests.unit.roles.render import REPO, ROLES, collection_module, role_defaults
 
 TASKS = ROLES / "nvme_storage" / "tasks"
 
 
 def blockdev() -> ModuleType:
-    path = REPO / "plugins" / "modules" / "kvoffload_blockdev.py"
-    spec = importlib.util.spec_from_file_location("kvoffload_blockdev", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return collection_module("kvoffload_blockdev")
 
 
 def test_holders_name_the_stacked_devices_and_their_dm_names(tmp_path: Path) -> None:
