@@ -608,6 +608,7 @@ class CampaignRunner:
             )
 
         has_l2 = bool(extravars.get("lmcache_server_l2_path"))
+        keeping = False  # the next cell keeps these engines (decided before collect, which then empties L2)
         t_cell = time.monotonic()
         status = "done"
         watched: list[Fault] = []  # outages the TargetWatch saw during the replay
@@ -700,7 +701,7 @@ class CampaignRunner:
             record["status"] = "failed"
             record["error"] = str(exc)
             log.error("cell %s failed: %s", cell.id, exc)
-        keep = status == "done" and self._keeps_engines(cell, key, following, node)
+        keep = status == "done" and keeping
         if keep:
             record["engines_kept"] = True
         else:
