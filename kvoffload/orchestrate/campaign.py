@@ -307,42 +307,108 @@ class CampaignRunner:
         if not todo and not knee_search:
             return outcome
         self._provision = provision
+        self._stop = threading.Event()
         t0 = time.monotonic()
         try:
             if todo:
-                self._prepare(todo[0], len(todo))
                 plans = self.plan(todo)
+                self._prepare(todo[0], len(todo), [p.node for p in plans])
                 if len(plans) == 1:
-                    self._run_node(plans[0], len(todo), outcome)
+                    try:
+                        self._run_node(plans[0], len(todo), outcome)
+                    except KeyboardInterrupt:
+                        self._stop.set()  # the client's install, if it still runs, stops too
+                        raise
                 else:
                     self._run_nodes(plans, len(todo), outcome)
             if knee_search:
                 self._knee_search(len(todo), outcome)
         finally:
+            if self._client_install is not None:
+                with _signals_deferred():
+                    self._client_install.join()  # canceled with the cells when the run stops
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
             self.write_campaign_json()
         return outcome
 
     _provision = True
     _prepared = False
+    # The client's install when it runs beside the nodes' first deploys (_prepare): the thread, the
+    # nodes whose installs it still waits for, its extravars, its end and its error.
+    _client_install: threading.Thread | None = None
+    _client_after: frozenset[str] = frozenset()
+    _client_extravars: dict[str, Any] | None = None
+    _client_done: threading.Event | None = None
+    _client_error: BaseException | None = None
 
-    def _prepare(self, cell: Cell, total: int) -> None:
-        """Once per run, before its first cell: provision, and the client's software and dataset (the
-        node threads' replays then skip those)."""
+    def _prepare(self, cell: Cell, total: int, nodes: Sequence[str]) -> None:
+        """Once per run, before its first cell: provision, then the client's software and dataset (the
+        node threads' replays then skip those).
+
+        The client's install does not hold up the nodes: it starts once every node of the run has
+        installed its own software (so that the pip runs never share a host's cores) and runs while the
+        nodes start their first engines (a model load: minutes on GPUs). Every replay waits for it
+        (`_client_ready`). A client host that is also one of the nodes' hosts installs first, alone."""
         if self._prepared:
             return
         self._prepared = True
         if self._provision:
             self.provision()
-        self.progress.phase(None, 0, total, "install (client)")
+        extravars = cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels())
+        client = self.lab.client_host.name
+        if any(client in self.lab.node_hosts(self.lab.node(n)) for n in nodes) or not nodes:
+            self.progress.phase(None, 0, total, "install (client)")
+            t0 = time.monotonic()
+            self.playbooks.run("replay.yml", extravars, tags=["install"], ident=self._ident("install-client"))
+            self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
+            return
+        self._client_extravars = extravars
+        self._client_after = frozenset(nodes)
+        self._client_done = threading.Event()
+
+    def _node_installed(self, node: str) -> None:
+        """`node`'s install is over (or will not happen): the client's starts after the last one."""
+        with self._lock:
+            if node not in self._client_after:
+                return
+            self._client_after -= {node}
+            if self._client_after or self._client_install is not None:
+                return
+            self._client_install = threading.Thread(target=self._install_client, name="install-client")
+        self._client_install.start()
+
+    def _install_client(self) -> None:
+        assert self._client_extravars is not None and self._client_done is not None
         t0 = time.monotonic()
-        self.playbooks.run(
-            "replay.yml",
-            cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels()),
-            tags=["install"],
-            ident=self._ident("install-client"),
-        )
-        self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
+        try:
+            self.playbooks.run(
+                "replay.yml",
+                self._client_extravars,
+                tags=["install"],
+                ident=self._ident("install-client"),
+                cancel=self._stopping,
+            )
+        except BaseException as exc:  # handed to the replays waiting for it
+            self._client_error = exc
+        finally:
+            with self._lock:
+                self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
+            self._client_done.set()
+
+    def _client_pending(self) -> bool:
+        return self._client_done is not None and not self._client_done.is_set()
+
+    def _client_ready(self) -> None:
+        """Before a replay: wait for the client's install; a failed one fails the cell."""
+        if self._client_done is None:
+            return
+        while not self._client_done.wait(0.5):
+            if self._stopping():
+                raise KeyboardInterrupt
+        if isinstance(self._client_error, KeyboardInterrupt):  # PlaybookCanceled too: a stop
+            raise KeyboardInterrupt
+        if self._client_error is not None:
+            raise RuntimeError(f"the client host's install failed: {self._client_error}")
 
     def _knee_search(self, total: int, outcome: CampaignOutcome) -> None:
         """The campaign's knee search (kvoffload/orchestrate/knee.py), on the first node."""
@@ -363,7 +429,8 @@ class CampaignRunner:
                         outcome.skipped.append(cell.id)
                         continue
                     first = previous is None
-                    self._prepare(cell, total)  # a resumed run whose campaign cells were all done
+                    # a resumed run whose campaign cells were all done
+                    self._prepare(cell, total, [node])
                     with self._lock:
                         self._started += 1
                         index = self._started
@@ -379,6 +446,7 @@ class CampaignRunner:
                         # the node's software and quiet disk jobs again: its last cell gave them back
                         install=cell if first else None,
                     )
+                    self._node_installed(node)  # the client's install waits for no one now
                     previous = cell
                     last = (
                         cell,
@@ -404,7 +472,7 @@ class CampaignRunner:
     def _run_nodes(self, plans: Sequence[NodePlan], total: int, outcome: CampaignOutcome) -> None:
         """One thread per node. A node that fails a cell goes on with its next one; Ctrl-C stops every
         node (each tears its cell down) and then propagates."""
-        self._stop = threading.Event()
+        assert self._stop is not None  # run() made it
         errors: dict[str, BaseException] = {}
 
         def work(plan: NodePlan) -> None:
@@ -471,6 +539,8 @@ class CampaignRunner:
                 with self._lock:
                     outcome.interrupted = outcome.interrupted or cell.id
                 raise
+            finally:
+                self._node_installed(plan.node)  # also when its install failed or never began
             with self._lock:
                 if status == "done":
                     outcome.done.append(cell.id)
@@ -631,17 +701,20 @@ class CampaignRunner:
                     with_all = cell_extravars(
                         self.lab, install, self.results.cell_dir(install), self._wheels(), node
                     )
-                    phase(
-                        "install",
-                        lambda: self.playbooks.run(
-                            "deploy.yml",
-                            with_all,
-                            limit=self._limit(node, client=False),
-                            tags=CELL_SKIP_TAGS,
-                            ident=self._ident("install", cell),
-                            cancel=self._stopping,
-                        ),
-                    )
+                    try:
+                        phase(
+                            "install",
+                            lambda: self.playbooks.run(
+                                "deploy.yml",
+                                with_all,
+                                limit=self._limit(node, client=False),
+                                tags=CELL_SKIP_TAGS,
+                                ident=self._ident("install", cell),
+                                cancel=self._stopping,
+                            ),
+                        )
+                    finally:
+                        self._node_installed(node)  # the client installs while the engines start
                 if deployed is not None or reset_error is not None or install is not None:
                     phase("teardown-before", lambda: play("teardown.yml", skip=BETWEEN_CELLS_SKIP_TAGS))
                 kept_units = {}
@@ -678,6 +751,9 @@ class CampaignRunner:
                     finally:
                         watched.extend(watch.faults())
 
+            if self._client_pending():
+                phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
+            self._client_ready()
             phase("replay", replay)
             source = self._software_from.get(node)
             skip = ["collect-software"] if source is not None else []

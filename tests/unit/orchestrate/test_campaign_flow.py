@@ -2,12 +2,14 @@
 
 What is checked: which playbooks run for which cell on which node, when engines are kept between
 cells (cold_start: reset) and when they restart, the fallback to a restart when a reset fails, and
-that a lab of two nodes runs each comparison group on one node, the nodes at once.
+that a lab of two nodes runs each comparison group on one node, the nodes at once, and that the
+client installs while the nodes start their first engines (and every replay waits for it).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +26,8 @@ from kvoffload.orchestrate.probe import ColdCheck
 from kvoffload.orchestrate.results import CampaignResults
 from kvoffload.orchestrate.schedule import group_key, schedule
 from kvoffload.orchestrate.wheelhouse import Wheels
-from kvoffload.playbook import PlaybookResult
+from kvoffload.playbook import PlaybookFailed, PlaybookResult
+from kvoffload.playbook.runner import TaskFailure
 from tests.support.datasets import generic_lines
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,6 +71,8 @@ class Recorder:
         self.active: dict[str, int] = {}
         self.overlap = False  # two nodes inside a playbook at the same time
         self.software_reads: list[str] = []  # nodes whose collect read the software versions
+        self.marks: list[tuple[float, str]] = []  # (when, what): installs' ends, replays' starts
+        self.fail_client_install = False
 
     def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
         ev = extravars or {}
@@ -88,6 +93,17 @@ class Recorder:
             self.active[node] = self.active.get(node, 0) + 1
             self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
         try:
+            if playbook == "replay.yml:install":  # the client's: slow enough to overlap a deploy
+                threading.Event().wait(0.2)
+                if self.fail_client_install:
+                    failure = TaskFailure(
+                        "client01.lab.example", "Install the requirement set", "pip: no wheel"
+                    )
+                    raise PlaybookFailed(
+                        PlaybookResult("replay.yml", "failed", 2, {}, (failure,), Path("/nonexistent"), 0.0)
+                    )
+            if playbook.startswith("replay.yml") and not kw.get("tags"):
+                self.mark(f"replay {node}")
             if playbook.startswith("collect.yml") and "collect-software" not in (kw.get("skip_tags") or ()):
                 software = Path(ev["replay_controller_dir"]) / "software"
                 software.mkdir(parents=True, exist_ok=True)
@@ -101,10 +117,20 @@ class Recorder:
         finally:
             with self.lock:
                 self.active[node] -= 1
+            if kw.get("tags") and "install" in kw["tags"]:
+                self.mark(f"installed {playbook} {node}")
         return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {})
 
+    def mark(self, what: str) -> None:
+        with self.lock:
+            self.marks.append((time.monotonic(), what))
+
+    def when(self, prefix: str) -> list[float]:
+        return [t for t, what in self.marks if what.startswith(prefix)]
+
     def for_node(self, node: str) -> list[str]:
-        return [p for p, n, _ in self.runs if n == node]
+        """The node's playbooks in order; the client's install runs beside them (tested on its own)."""
+        return [p for p, n, _ in self.runs if n == node and p != "replay.yml:install"]
 
 
 class Progress:
@@ -177,7 +203,6 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
     assert len(outcome.done) == 6 and not outcome.failed
     cycle = ["replay.yml", "collect.yml"]
     assert rec.for_node("gpu01.lab.example") == [
-        "replay.yml:install",  # the client, once
         "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
         "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
@@ -206,9 +231,9 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")
-    assert plays[:3] == ["replay.yml:install", "deploy.yml:install,model,quiet", "teardown.yml"]
+    assert plays[:2] == ["deploy.yml:install,model,quiet", "teardown.yml"]
     cell = ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"]
-    assert plays[3:] == cell * 6 + ["teardown.yml:unquiet"]
+    assert plays[2:] == cell * 6 + ["teardown.yml:unquiet"]
     assert fakes["resets"] == []
 
 
@@ -216,7 +241,7 @@ def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fak
     fakes["fail_resets"] = 1
     runner, rec = _runner(tmp_path, nodes=1)
     runner.run(provision=False)
-    plays = rec.for_node("gpu01.lab.example")[3:]
+    plays = rec.for_node("gpu01.lab.example")[2:]
     assert plays[:8] == [
         "deploy.yml", "replay.yml", "collect.yml",
         "teardown.yml", "deploy.yml", "replay.yml", "collect.yml", "teardown.yml",
@@ -239,7 +264,7 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
         nodes.setdefault(group_key(cell), set()).add(_cell_json(runner, cell.id)["node"])
     assert all(len(n) == 1 for n in nodes.values()) and len(set().union(*nodes.values())) == 2
     assert [r for r in rec.runs if r[0] == "replay.yml:install"] == [
-        ("replay.yml:install", "gpu01.lab.example", None)  # once, for the client, before the nodes start
+        ("replay.yml:install", "gpu01.lab.example", None)  # once, for the client
     ]
     for playbook, node, limit in rec.runs:
         if playbook == "replay.yml:install":
@@ -300,7 +325,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     (ramp,) = campaign["knee_search"]
     assert ramp["outcome"] == "bracketed" and ramp["bracket"] == [10, 11]
     assert [s["concurrency"] for s in ramp["steps"] if s["action"] == "try"] == [16, 12, 10, 11]
-    plays = rec.for_node("gpu01.lab.example")[3:]
+    plays = rec.for_node("gpu01.lab.example")[2:]
     cycle = ["replay.yml", "collect.yml"]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
     assert plays == [
@@ -361,3 +386,58 @@ def test_software_is_read_once_per_node_and_copied_into_later_cells(
     for cell in runner.lab.cells:
         record = json.loads((runner.results.cell_dir(cell) / "cell.json").read_text())
         assert record["software"] == {record["node"]: {"packages": {"vllm": "1"}}}, cell.id
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_the_client_installs_after_the_nodes_and_before_every_replay(
+    tmp_path: Path, fakes: dict[str, Any], nodes: int
+) -> None:
+    runner, rec = _runner(tmp_path, nodes=nodes)
+    outcome = runner.run(provision=False)
+    assert len(outcome.done) == 6 and not outcome.failed
+    assert [r[0] for r in rec.runs].count("replay.yml:install") == 1
+    (client,) = rec.when("installed replay.yml:install")
+    nodes_installed = rec.when("installed deploy.yml:install")
+    assert len(nodes_installed) == nodes and max(nodes_installed) <= client  # no two pip runs at once
+    replays = rec.when("replay ")
+    assert len(replays) == 6 and min(replays) >= client  # every replay waited for it
+    # the first cell of a node deployed while the client installed: that wait is a phase of its own
+    first = [_cell_json(runner, plan.cells[0].id) for plan in runner.plan(runner.lab.cells)]
+    assert all("wait-client" in record["timings"] for record in first)
+    assert {"install-client", "cells"} <= set(
+        __import__("json").loads((runner.results.root / "campaign.json").read_text())["timings"]
+    )
+
+
+def test_a_client_that_is_also_a_node_host_installs_first_alone(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    inv, camp = _lab_files(tmp_path, nodes=1)
+    inventory = yaml.safe_load(inv.read_text())
+    inventory["all"]["children"]["lb"]["hosts"] = {"client01.lab.example": None}  # Caddy on the client
+    inv.write_text(yaml.safe_dump(inventory))
+    lab = load_lab(inv, camp)
+    runner = CampaignRunner(lab, inv, CampaignResults.open(tmp_path / "results", lab.campaign.name),
+                            Progress(), wheel_cache=tmp_path / "cache")  # fmt: skip
+    rec = Recorder()
+    runner.playbooks = rec  # type: ignore[assignment]
+    runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
+    assert not runner.run(provision=False).failed
+    assert [p for p, _n, _l in rec.runs][:2] == ["replay.yml:install", "deploy.yml:install,model,quiet"]
+    assert all("wait-client" not in _cell_json(runner, c.id)["timings"] for c in lab.cells)
+
+
+def test_a_failed_client_install_fails_the_cells_and_the_nodes_still_tear_down(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    runner, rec = _runner(tmp_path, nodes=2)
+    rec.fail_client_install = True
+    outcome = runner.run(provision=False)
+    assert not outcome.done and len(outcome.failed) == 6
+    assert all(
+        "the client host's install failed" in why and "pip: no wheel" in why
+        for why in outcome.failed.values()
+    )
+    assert rec.when("replay ") == []  # nothing was replayed
+    for node in ("gpu01.lab.example", "gpu02.lab.example"):
+        assert rec.for_node(node)[-1] == "teardown.yml:unquiet", rec.for_node(node)
