@@ -49,6 +49,7 @@ from kvoffload.orchestrate.schedule import NodePlan, schedule
 from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON, Wheels, build_wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, ansible_dir
 from kvoffload.profiles.resolve import caddy_profile
+from kvoffload.replay.command import WARMUP_REQUESTS
 
 log = logging.getLogger(__name__)
 # Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
@@ -741,7 +742,10 @@ class CampaignRunner:
 
             def replay() -> PlaybookResult:
                 with (
-                    ReplayWatcher(targets, lambda n: self.progress.replay(n, expected)),
+                    # the replicas also count the replay's warmup requests, sent before the dataset's
+                    ReplayWatcher(
+                        targets, lambda n: self.progress.replay(max(0, n - WARMUP_REQUESTS), expected)
+                    ),
                     TargetWatch(targets) as watch,
                 ):
                     try:

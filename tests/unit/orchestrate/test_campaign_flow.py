@@ -441,3 +441,28 @@ def test_a_failed_client_install_fails_the_cells_and_the_nodes_still_tear_down(
     assert rec.when("replay ") == []  # nothing was replayed
     for node in ("gpu01.lab.example", "gpu02.lab.example"):
         assert rec.for_node(node)[-1] == "teardown.yml:unquiet", rec.for_node(node)
+
+
+def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
+    tmp_path: Path, fakes: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvoffload.replay.command import WARMUP_REQUESTS
+
+    @contextmanager
+    def watcher(_targets: Any, on_update: Any, *_a: Any, **_k: Any) -> Iterator[None]:
+        on_update(2)  # the replicas' finished requests: the warmup is still running
+        on_update(WARMUP_REQUESTS + 40)  # every request of the dataset is done
+        yield None
+
+    monkeypatch.setattr(campaign_mod, "ReplayWatcher", watcher)
+    runner, _rec = _runner(tmp_path, nodes=1)
+    runner.expected_requests = lambda _cell: 40
+    seen: list[tuple[int, int]] = []
+
+    class Seen(Progress):
+        def replay(self, done: int, expected: int) -> None:
+            seen.append((done, expected))
+
+    runner.progress = Seen()
+    assert not runner.run(provision=False).failed
+    assert seen[:2] == [(0, 40), (40, 40)]
