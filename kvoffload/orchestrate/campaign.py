@@ -757,7 +757,8 @@ class CampaignRunner:
 
             if self._client_pending():
                 phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
-            self._client_ready()
+            else:
+                self._client_ready()  # raises when the client's install failed
             phase("replay", replay)
             source = self._software_from.get(node)
             skip = ["collect-software"] if source is not None else []
