@@ -55,11 +55,16 @@ log = logging.getLogger(__name__)
 # Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
 # disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
 CELL_SKIP_TAGS = ("install", "model", "quiet")
-# The extravar that makes collect.yml (after a cell whose engines stay up) and replay.yml (after the
-# reset's probes) empty the L2 of a running lmcache-server: LMCache 0.5.6's `/cache/clear` takes L1
+# The extravars that empty the L2 of a running lmcache-server: LMCache 0.5.6's `/cache/clear` takes L1
 # only, so the lmcache_server role deletes L2's objects through `DELETE /cache/objects` (its clear_l2
-# tasks). Riding on playbooks that run anyway costs no extra playbook start per cell.
+# tasks). CLEAR_L2_VAR: replay.yml's first play, after a reset (the probes' KV); CLEAR_L2_NEXT_VAR: its
+# collect play (collect.yml), before a next cell that keeps these engines. Riding on the playbook that
+# runs anyway costs no extra playbook start per cell.
 CLEAR_L2_VAR = "kvoffload_clear_l2"
+CLEAR_L2_NEXT_VAR = "kvoffload_clear_l2_next"
+# The first play of collect.yml, which replay.yml runs after the replay: the cell's `collect` timing is
+# measured from its start.
+COLLECT_PLAY = "Unit states, journal excerpts and software versions of every lab host"
 # What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
 BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
 
@@ -666,11 +671,11 @@ class CampaignRunner:
             client: bool = False,
             tags: Sequence[str] = (),
             skip: Sequence[str] = (),
-            clear_l2: bool = False,
+            clear_l2: Sequence[str] = (),
         ) -> PlaybookResult:
             return self.playbooks.run(
                 playbook,
-                {**extravars, CLEAR_L2_VAR: True} if clear_l2 and has_l2 else extravars,
+                {**extravars, **dict.fromkeys(clear_l2, True)} if has_l2 else extravars,
                 limit=self._limit(node, client=client),
                 tags=tags,
                 skip_tags=skip,
@@ -679,7 +684,8 @@ class CampaignRunner:
             )
 
         has_l2 = bool(extravars.get("lmcache_server_l2_path"))
-        keeping = False  # the next cell keeps these engines (decided before collect, which then empties L2)
+        keeping = False  # the next cell keeps these engines (decided before the replay's collect, which
+        # then empties L2)
         t_cell = time.monotonic()
         status = "done"
         watched: list[Fault] = []  # outages the TargetWatch saw during the replay
@@ -740,6 +746,11 @@ class CampaignRunner:
                     raise RuntimeError("cell did not start cold: " + "; ".join(cold.problems))
             expected = self.expected_requests(cell) if self.expected_requests else 0
 
+            source = self._software_from.get(node)
+            # the next cell keeps these engines: its reset finds L2 empty (L1 and the GPU caches it
+            # empties itself)
+            keeping = self._keeps_engines(cell, key, following, node)
+
             def replay() -> PlaybookResult:
                 with (
                     # the replicas also count the replay's warmup requests, sent before the dataset's
@@ -749,9 +760,17 @@ class CampaignRunner:
                     TargetWatch(targets) as watch,
                 ):
                     try:
-                        # after a reset, L2 holds the KV of the probes: emptied before the replay starts
+                        # after a reset, L2 holds the KV of the probes: emptied before the replay starts;
+                        # the collect at the end empties it for a next cell that keeps these engines
                         reset = record["cold_start"]["method"] == "reset"
-                        return play("replay.yml", client=True, skip=CELL_SKIP_TAGS, clear_l2=reset)
+                        clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: keeping}
+                        return play(
+                            "replay.yml",
+                            client=True,
+                            # nothing was installed since that cell's collect (once per node and run)
+                            skip=[*CELL_SKIP_TAGS, *(["collect-software"] if source is not None else [])],
+                            clear_l2=[var for var, wanted in clear.items() if wanted],
+                        )
                     finally:
                         watched.extend(watch.faults())
 
@@ -759,15 +778,14 @@ class CampaignRunner:
                 phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
             else:
                 self._client_ready()  # raises when the client's install failed
-            phase("replay", replay)
-            source = self._software_from.get(node)
-            skip = ["collect-software"] if source is not None else []
-            # the next cell keeps these engines: its reset finds L2 empty (L1 and the GPU caches it
-            # empties itself)
-            keeping = self._keeps_engines(cell, key, following, node)
-            phase("collect", lambda: play("collect.yml", client=True, skip=skip, clear_l2=keeping))
+            try:
+                result = phase("replay", replay)
+            except PlaybookFailed as exc:
+                _split_collect(timings, exc.result)
+                raise
+            _split_collect(timings, result)
+            _write_cell(cell_dir, record)
             if source is not None:
-                # nothing was installed since that cell's collect (install runs once per node and run)
                 _copy_tree(self.results.cell_paths(source).software_dir, CellPaths(cell_dir).software_dir)
             else:
                 self._software_from[node] = cell
@@ -873,6 +891,14 @@ class CampaignRunner:
             record["teardown_error"] = str(exc)
             log.error("teardown after cell %s failed: %s", cell.id, exc)
         timings["teardown"] = round(time.monotonic() - t0, 3)
+
+
+def _split_collect(timings: dict[str, float], result: PlaybookResult) -> None:
+    """Time replay.yml's collect play as the cell's `collect` phase, taken out of its `replay` phase."""
+    collect = result.seconds_from(COLLECT_PLAY)
+    if collect is not None and "replay" in timings:
+        timings["collect"] = collect
+        timings["replay"] = round(max(0.0, timings["replay"] - collect), 3)
 
 
 def _write_cell(cell_dir: Path, record: dict[str, Any]) -> None:

@@ -79,10 +79,21 @@ class PlaybookResult:
     artifacts: Path
     duration_s: float
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # (play name, seconds from the run's start to the play's start), in order: lets a caller time the
+    # phases of a playbook that runs several (replay.yml replays, then collects)
+    plays: tuple[tuple[str, float], ...] = ()
 
     @property
     def total_changed(self) -> int:
         return sum(self.changed.values())
+
+    def seconds_from(self, play: str) -> float | None:
+        """Seconds from the start of the first play named `play` to the run's end; None when it never
+        started."""
+        for name, at in self.plays:
+            if name == play:
+                return round(max(0.0, self.duration_s - at), 3)
+        return None
 
 
 class PlaybookCanceled(KeyboardInterrupt):
@@ -293,12 +304,16 @@ class PlaybookRunner:
         ident = ident or f"{time.strftime('%Y%m%dT%H%M%S')}-{path.stem}"
         failures: list[TaskFailure] = []
         facts: dict[str, dict[str, Any]] = {}
+        plays: list[tuple[str, float]] = []
 
         def handler(event: dict[str, Any]) -> bool:
             data = event.get("event_data") or {}
             kind = event.get("event")
             if kind == "playbook_on_task_start" and self.on_task is not None:
                 self.on_task("", str(data.get("task", "")))
+            elif kind == "playbook_on_play_start":
+                # events reach the handler as they happen (ansible-runner streams them)
+                plays.append((str(data.get("play", "")), round(time.monotonic() - t0, 3)))
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                 failures.append(
                     TaskFailure(str(data.get("host")), str(data.get("task")), _message(data.get("res") or {}))
@@ -375,6 +390,7 @@ class PlaybookRunner:
             artifacts=self.artifacts / "artifacts" / ident,
             duration_s=round(time.monotonic() - t0, 3),
             facts=facts,
+            plays=tuple(plays),
         )
         if result.status != "successful" or result.rc != 0:
             raise PlaybookFailed(result)

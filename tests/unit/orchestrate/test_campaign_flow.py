@@ -87,7 +87,9 @@ class Recorder:
                 "replay.yml",
             ), (playbook, kw)
         if ev.get("kvoffload_clear_l2"):
-            playbook += "+clear-l2"  # the lmcache_server role empties L2 in place in this run
+            playbook += "+clear-l2"  # the lmcache_server role empties L2 in place before the replay
+        if ev.get("kvoffload_clear_l2_next"):
+            playbook += "+clear-l2-next"  # and after the replay's collect, for a next cell on these engines
         with self.lock:
             self.runs.append((playbook, node, kw.get("limit")))
             self.active[node] = self.active.get(node, 0) + 1
@@ -104,7 +106,8 @@ class Recorder:
                     )
             if playbook.startswith("replay.yml") and not kw.get("tags"):
                 self.mark(f"replay {node}")
-            if playbook.startswith("collect.yml") and "collect-software" not in (kw.get("skip_tags") or ()):
+            replay = playbook.startswith("replay.yml") and not kw.get("tags")
+            if replay and "collect-software" not in (kw.get("skip_tags") or ()):  # replay.yml collects
                 software = Path(ev["replay_controller_dir"]) / "software"
                 software.mkdir(parents=True, exist_ok=True)
                 (software / f"{node}.json").write_text('{"packages": {"vllm": "1"}}')
@@ -201,14 +204,12 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
     runner, rec = _runner(tmp_path, nodes=1)
     outcome = runner.run(provision=False)
     assert len(outcome.done) == 6 and not outcome.failed
-    cycle = ["replay.yml", "collect.yml"]
     assert rec.for_node("gpu01.lab.example") == [
         "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
-        "deploy.yml", *cycle, *cycle, "teardown.yml",  # gpu c2 restart, gpu c8 reset
-        "deploy.yml", *cycle, *cycle, "teardown.yml",  # cpu
-        # nvme: L2 emptied in place, after the first cell's replay and after the second's probes
-        "deploy.yml", "replay.yml", "collect.yml+clear-l2", "replay.yml+clear-l2", "collect.yml",
-        "teardown.yml",
+        "deploy.yml", "replay.yml", "replay.yml", "teardown.yml",  # gpu c2 restart, gpu c8 reset
+        "deploy.yml", "replay.yml", "replay.yml", "teardown.yml",  # cpu
+        # nvme: L2 emptied in place, by the first cell's collect and before the second's replay
+        "deploy.yml", "replay.yml+clear-l2-next", "replay.yml+clear-l2", "teardown.yml",
         "teardown.yml:unquiet",  # after the node's last cell: the periodic disk jobs come back
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
@@ -232,7 +233,7 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")
     assert plays[:2] == ["deploy.yml:install,model,quiet", "teardown.yml"]
-    cell = ["deploy.yml", "replay.yml", "collect.yml", "teardown.yml"]
+    cell = ["deploy.yml", "replay.yml", "teardown.yml"]
     assert plays[2:] == cell * 6 + ["teardown.yml:unquiet"]
     assert fakes["resets"] == []
 
@@ -242,9 +243,8 @@ def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fak
     runner, rec = _runner(tmp_path, nodes=1)
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")[2:]
-    assert plays[:8] == [
-        "deploy.yml", "replay.yml", "collect.yml",
-        "teardown.yml", "deploy.yml", "replay.yml", "collect.yml", "teardown.yml",
+    assert plays[:6] == [
+        "deploy.yml", "replay.yml", "teardown.yml", "deploy.yml", "replay.yml", "teardown.yml",
     ]  # fmt: skip
     second = _cell_json(runner, runner.plan(runner.lab.cells)[0].cells[1].id)
     assert second["cold_start"]["method"] == "restart"
@@ -271,7 +271,7 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
             continue
         playbook = playbook.split(":")[0]
         hosts = set((limit or "").split(","))
-        own = {node, "client01.lab.example"} if playbook in ("replay.yml", "collect.yml") else {node}
+        own = {node, "client01.lab.example"} if playbook == "replay.yml" else {node}
         assert hosts == own, (playbook, node, limit)
 
 
@@ -326,11 +326,11 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     assert ramp["outcome"] == "bracketed" and ramp["bracket"] == [10, 11]
     assert [s["concurrency"] for s in ramp["steps"] if s["action"] == "try"] == [16, 12, 10, 11]
     plays = rec.for_node("gpu01.lab.example")[2:]
-    cycle = ["replay.yml", "collect.yml"]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
     assert plays == [
-        "deploy.yml", *cycle, *cycle, "teardown.yml", "teardown.yml:unquiet",  # the campaign's cells
-        "deploy.yml:install,model,quiet", "teardown.yml", "deploy.yml", *cycle * 4, "teardown.yml:final",
+        "deploy.yml", "replay.yml", "replay.yml", "teardown.yml", "teardown.yml:unquiet",  # the campaign's
+        "deploy.yml:install,model,quiet", "teardown.yml", "deploy.yml", *["replay.yml"] * 4,
+        "teardown.yml:final",
     ]  # fmt: skip
     # a second run resumes: nothing runs again, the ramp re-derives the same bracket from the results
     rec.runs.clear()
@@ -466,3 +466,21 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
     runner.progress = Seen()
     assert not runner.run(provision=False).failed
     assert seen[:2] == [(0, 40), (40, 40)]
+
+
+def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
+    from kvoffload.orchestrate.campaign import COLLECT_PLAY, _split_collect
+
+    result = PlaybookResult(
+        "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 30.0,
+        plays=(("Empty L2 of the reset's probes", 0.9), ("Replay the cell", 1.0), (COLLECT_PLAY, 27.5)),
+    )  # fmt: skip
+    assert result.seconds_from(COLLECT_PLAY) == 2.5 and result.seconds_from("no such play") is None
+    timings = {"replay": 30.2}  # the phase: the playbook and the orchestrator's own work around it
+    _split_collect(timings, result)
+    assert timings == {"replay": 27.7, "collect": 2.5}
+    # collect.yml's first play is the one replay.yml imports under that name
+    play = yaml.safe_load((Path(__file__).parents[3] / "playbooks" / "collect.yml").read_text())[0]
+    assert play["name"] == COLLECT_PLAY
+    imported = yaml.safe_load((Path(__file__).parents[3] / "playbooks" / "replay.yml").read_text())
+    assert imported[-1]["ansible.builtin.import_playbook"] == "collect.yml"

@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Ansible module: the systemd states of a host's kvoffload units, read in one module run.
+
+Of the kvoffload.lab collection, called by its collect role after every cell: the units it names, plus
+one `kvoffload-vllm@<n>.service` per replica configured on the host (an `replica-<n>.env` file in the
+vllm role's folder), are read with a single `systemctl show`, and those systemd has loaded come back
+as a mapping of unit name to properties. It replaces a `find` task, a `command` task and a Jinja parse
+of the output (three round trips to the host in every cell, on every host, became one). It only reads:
+check mode reports the same states.
+
+`systemctl show` prints one block of KEY=value lines per unit, blocks separated by an empty line, in
+the order asked; a unit never installed has `LoadState=not-found` and is left out. Standard library
+only: it runs on the host's own python3.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: kvoffload_unit_states
+short_description: Read the states of the kvoffload units of a host with one systemctl show
+description:
+  - Asks C(systemctl show) for I(units) and for one I(replica_unit) instance per C(replica-<n>.env)
+    file in I(replica_dir), and returns the properties of those systemd has loaded.
+options:
+  units: {type: list, elements: str, required: true, description: "Units recorded when present."}
+  replica_dir: {type: path, default: /etc/kvoffload/vllm, description: "Folder of the replicas' env files."}
+  replica_unit:
+    {type: str, default: "kvoffload-vllm@{}.service", description: "Instance name, {} the replica number."}
+  properties:
+    {type: list, elements: str, required: true, description: "Properties asked (and Id, LoadState)."}
+"""
+
+RETURN = r"""
+units: {description: loaded unit name -> its properties (strings as systemctl prints them), type: dict}
+asked: {description: every unit name asked, in order, type: list}
+"""
+
+_REPLICA_ENV = re.compile(r"^replica-([0-9]+)\.env$")
+
+
+def replica_units(names: list[str], template: str) -> list[str]:
+    """Instance names of the replicas whose env files are among `names`, by replica number."""
+    numbers = sorted(int(m.group(1)) for m in map(_REPLICA_ENV.match, names) if m)
+    return [template.format(n) for n in numbers]
+
+
+def parse_show(text: str) -> dict[str, dict[str, str]]:
+    """`systemctl show` output -> the loaded units' properties, keyed by their Id."""
+    loaded: dict[str, dict[str, str]] = {}
+    for block in text.split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.strip().splitlines() if "=" in line)
+        if props.get("LoadState") == "loaded" and props.get("Id"):
+            loaded[props["Id"]] = props
+    return loaded
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "units": {"type": "list", "elements": "str", "required": True},
+            "replica_dir": {"type": "path", "default": "/etc/kvoffload/vllm"},
+            "replica_unit": {"type": "str", "default": "kvoffload-vllm@{}.service"},
+            "properties": {"type": "list", "elements": "str", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        present = os.listdir(p["replica_dir"])
+    except FileNotFoundError:
+        present = []  # no vllm role on this host (client, load balancer)
+    asked = list(p["units"]) + replica_units(present, p["replica_unit"])
+    properties = ["Id", "LoadState"] + [x for x in p["properties"] if x not in ("Id", "LoadState")]
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command([systemctl, "show", "--property=" + ",".join(properties), "--", *asked])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show exited {rc}: {err.strip()}", asked=asked)
+    module.exit_json(changed=False, units=parse_show(out), asked=asked)
+
+
+if __name__ == "__main__":
+    main()

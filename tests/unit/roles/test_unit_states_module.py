@@ -1,0 +1,108 @@
+"""plugins/modules/kvoffload_unit_states.py: which units it asks for and what it keeps of `systemctl
+show`, run as Ansible runs it (a JSON arguments file) against a stand-in systemctl on PATH. The collect
+role calls it on the virtual lab's hosts in the lab tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.unit.roles.render import REPO, collection_module
+
+# Two blocks as systemd 252 prints them: a loaded replica and a unit that is not installed.
+SHOW = (
+    "Id=kvoffload-vllm@0.service\nLoadState=loaded\nActiveState=active\nNRestarts=1\nResult=success\n"
+    "\n"
+    "Id=kvoffload-caddy.service\nLoadState=not-found\nActiveState=inactive\nNRestarts=0\n"
+)
+
+
+def test_replica_units_follow_the_env_files_in_number_order() -> None:
+    mod = collection_module("kvoffload_unit_states")
+    names = ["replica-10.env", "replica-2.env", "replica-x.env", "lmcache.env", "replica-0.env.bak"]
+    assert mod.replica_units(names, "kvoffload-vllm@{}.service") == [
+        "kvoffload-vllm@2.service",
+        "kvoffload-vllm@10.service",
+    ]
+
+
+def test_parse_show_keeps_loaded_units_with_every_property() -> None:
+    parsed = collection_module("kvoffload_unit_states").parse_show(SHOW)
+    assert parsed == {
+        "kvoffload-vllm@0.service": {
+            "Id": "kvoffload-vllm@0.service",
+            "LoadState": "loaded",
+            "ActiveState": "active",
+            "NRestarts": "1",
+            "Result": "success",
+        }
+    }
+
+
+def test_the_module_asks_systemctl_once_for_units_and_replicas(tmp_path: Path) -> None:
+    replicas = tmp_path / "vllm"
+    replicas.mkdir()
+    (replicas / "replica-0.env").write_text("")
+    (replicas / "replica-1.env").write_text("")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    systemctl = bindir / "systemctl"
+    systemctl.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat <<"EOF"\n{SHOW}EOF\n')
+    systemctl.chmod(0o755)
+    args = tmp_path / "args.json"
+    args.write_text(
+        json.dumps(
+            {
+                "ANSIBLE_MODULE_ARGS": {
+                    "units": ["kvoffload-caddy.service"],
+                    "replica_dir": str(replicas),
+                    "properties": ["ActiveState", "NRestarts", "Id"],
+                }
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_unit_states.py"), str(args)],
+        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    result = json.loads(out.stdout)
+    assert result["changed"] is False
+    assert result["asked"] == ["kvoffload-caddy.service", "kvoffload-vllm@0.service", "kvoffload-vllm@1.service"]
+    assert list(result["units"]) == ["kvoffload-vllm@0.service"]
+    assert calls.read_text().split() == [
+        "show",
+        "--property=Id,LoadState,ActiveState,NRestarts",
+        "--",
+        "kvoffload-caddy.service",
+        "kvoffload-vllm@0.service",
+        "kvoffload-vllm@1.service",
+    ]
+
+
+def test_the_module_fails_when_systemctl_does(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
+    (bindir / "systemctl").chmod(0o755)
+    args = tmp_path / "args.json"
+    args.write_text(
+        json.dumps({"ANSIBLE_MODULE_ARGS": {"units": ["a.service"], "replica_dir": str(tmp_path / "none"), "properties": []}})
+    )
+    out = subprocess.run(
+        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_unit_states.py"), str(args)],
+        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    result = json.loads(out.stdout)
+    assert result["failed"] is True
+    assert "Failed to connect to bus" in result["msg"]
+    assert result["asked"] == ["a.service"]
