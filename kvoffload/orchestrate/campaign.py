@@ -672,10 +672,11 @@ class CampaignRunner:
             tags: Sequence[str] = (),
             skip: Sequence[str] = (),
             clear_l2: Sequence[str] = (),
+            more: dict[str, Any] | None = None,
         ) -> PlaybookResult:
             return self.playbooks.run(
                 playbook,
-                {**extravars, **dict.fromkeys(clear_l2, True)} if has_l2 else extravars,
+                {**extravars, **(dict.fromkeys(clear_l2, True) if has_l2 else {}), **(more or {})},
                 limit=self._limit(node, client=client),
                 tags=tags,
                 skip_tags=skip,
@@ -766,6 +767,8 @@ class CampaignRunner:
                         clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: keeping}
                         return play(
                             "replay.yml",
+                            # the collect's unit states come back in the run's events (_write_units)
+                            more={"collect_units_to_controller": False},
                             client=True,
                             # nothing was installed since that cell's collect (once per node and run)
                             skip=[*CELL_SKIP_TAGS, *(["collect-software"] if source is not None else [])],
@@ -782,8 +785,10 @@ class CampaignRunner:
                 result = phase("replay", replay)
             except PlaybookFailed as exc:
                 _split_collect(timings, exc.result)
+                _write_units(cell_dir, exc.result)
                 raise
             _split_collect(timings, result)
+            _write_units(cell_dir, result)
             _write_cell(cell_dir, record)
             if source is not None:
                 _copy_tree(self.results.cell_paths(source).software_dir, CellPaths(cell_dir).software_dir)
@@ -899,6 +904,16 @@ def _split_collect(timings: dict[str, float], result: PlaybookResult) -> None:
     if collect is not None and "replay" in timings:
         timings["collect"] = collect
         timings["replay"] = round(max(0.0, timings["replay"] - collect), 3)
+
+
+def _write_units(cell_dir: Path, result: PlaybookResult) -> None:
+    """`units/<host>.json` of every host the run's collect read, as the collect role writes it when
+    left to (`collect_units_to_controller`)."""
+    folder = CellPaths(cell_dir).units_dir
+    for host, units in result.unit_states.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"host": host, "units": units}, indent=4, sort_keys=True)
+        write_text_atomic(folder / f"{host}.json", text + "\n")
 
 
 def _write_cell(cell_dir: Path, record: dict[str, Any]) -> None:

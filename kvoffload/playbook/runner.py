@@ -61,6 +61,10 @@ def ansible_dir() -> Path:
     return Path(override) if override else Path(kvoffload.__file__).resolve().parents[1]
 
 
+# The collection's module whose results the runner keeps (PlaybookResult.unit_states).
+UNIT_STATES_MODULE = "kvoffload_unit_states"
+
+
 @dataclass(frozen=True)
 class TaskFailure:
     host: str
@@ -82,6 +86,8 @@ class PlaybookResult:
     # (play name, seconds from the run's start to the play's start), in order: lets a caller time the
     # phases of a playbook that runs several (replay.yml replays, then collects)
     plays: tuple[tuple[str, float], ...] = ()
+    # host -> the units the collect role's `kvoffload_unit_states` read there (unit -> properties)
+    unit_states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def total_changed(self) -> int:
@@ -305,6 +311,7 @@ class PlaybookRunner:
         failures: list[TaskFailure] = []
         facts: dict[str, dict[str, Any]] = {}
         plays: list[tuple[str, float]] = []
+        unit_states: dict[str, dict[str, Any]] = {}
 
         def handler(event: dict[str, Any]) -> bool:
             data = event.get("event_data") or {}
@@ -329,6 +336,10 @@ class PlaybookRunner:
                 set_facts = res.get("ansible_facts") if isinstance(res, dict) else None
                 if isinstance(set_facts, dict) and set_facts.get("kvoffload_host_facts"):
                     facts[str(data.get("host"))] = set_facts["kvoffload_host_facts"]
+                action = str(data.get("resolved_action") or data.get("task_action") or "")
+                units = res.get("units") if isinstance(res, dict) else None
+                if action.rsplit(".", 1)[-1] == UNIT_STATES_MODULE and isinstance(units, dict):
+                    unit_states[str(data.get("host"))] = units
             return True  # keep the event in the artifacts
 
         # --diff with --check: what would change, file by file; tasks that handle a secret set diff: false
@@ -391,6 +402,7 @@ class PlaybookRunner:
             duration_s=round(time.monotonic() - t0, 3),
             facts=facts,
             plays=tuple(plays),
+            unit_states=unit_states,
         )
         if result.status != "successful" or result.rc != 0:
             raise PlaybookFailed(result)

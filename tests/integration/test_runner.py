@@ -258,3 +258,43 @@ def test_the_extravars_file_is_readable_by_its_owner_only() -> None:
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
         assert json.loads(path.read_text()) == {"a": [1, "x"]}
     assert not path.parent.exists()
+
+
+def test_plays_are_timed_and_unit_states_come_back_in_events(ansible_home: Path, tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    with (ansible_home / "ansible.cfg").open("a") as cfg:
+        cfg.write(f"library = {repo / 'plugins' / 'modules'}\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text(
+        "#!/bin/sh\nprintf 'Id=kvoffload-lmcache.service\\nLoadState=loaded\\nNRestarts=3\\n'\n"
+    )
+    (bindir / "systemctl").chmod(0o755)
+    (ansible_home / "playbooks" / "two.yml").write_text(f"""
+- name: Replay the cell
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Wait a little
+      ansible.builtin.command: sleep 0.5
+      changed_when: false
+- name: Collect
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Read the state of every unit
+      kvoffload_unit_states:
+        units: [kvoffload-lmcache.service]
+        replica_dir: {tmp_path / "no-replicas"}
+        properties: [NRestarts]
+      environment:
+        PATH: "{bindir}:/usr/sbin:/usr/bin:/sbin:/bin"
+""")
+    result = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art").run("two.yml")
+    assert [name for name, _at in result.plays] == ["Replay the cell", "Collect"]
+    collect = result.seconds_from("Collect")
+    assert collect is not None and 0 < collect < result.duration_s - 0.5  # the sleep is before it
+    assert result.unit_states == {
+        "box1": {"kvoffload-lmcache.service": {"Id": "kvoffload-lmcache.service", "LoadState": "loaded",
+                                               "NRestarts": "3"}}
+    }  # fmt: skip

@@ -8,6 +8,7 @@ client installs while the nodes start their first engines (and every replay wait
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -480,7 +481,26 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
     _split_collect(timings, result)
     assert timings == {"replay": 27.7, "collect": 2.5}
     # collect.yml's first play is the one replay.yml imports under that name
-    play = yaml.safe_load((Path(__file__).parents[3] / "playbooks" / "collect.yml").read_text())[0]
+    play = yaml.safe_load((ROOT / "playbooks" / "collect.yml").read_text())[0]
     assert play["name"] == COLLECT_PLAY
-    imported = yaml.safe_load((Path(__file__).parents[3] / "playbooks" / "replay.yml").read_text())
+    imported = yaml.safe_load((ROOT / "playbooks" / "replay.yml").read_text())
     assert imported[-1]["ansible.builtin.import_playbook"] == "collect.yml"
+
+
+def test_unit_states_from_the_runs_events_land_where_the_collect_role_writes_them(tmp_path: Path) -> None:
+    from kvoffload.orchestrate.campaign import _unit_states, _write_units
+
+    state = {"Id": "kvoffload-vllm@0.service", "LoadState": "loaded", "NRestarts": "2", "Result": "success"}
+    result = PlaybookResult(
+        "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 1.0,
+        unit_states={"gpu01.lab.example": {"kvoffload-vllm@0.service": state}, "client01.lab.example": {}},
+    )  # fmt: skip
+    _write_units(tmp_path, result)
+    written = json.loads((tmp_path / "units" / "gpu01.lab.example.json").read_text())
+    assert written == {"host": "gpu01.lab.example", "units": {"kvoffload-vllm@0.service": state}}
+    assert _unit_states(tmp_path) == {
+        "gpu01.lab.example--kvoffload-vllm@0.service": {**state, "host": "gpu01.lab.example"}
+    }
+    # the role's own write is off in the orchestrator's runs (the file above replaces it)
+    defaults = yaml.safe_load((ROOT / "roles/collect/defaults/main.yml").read_text())
+    assert defaults["collect_units_to_controller"] is True
