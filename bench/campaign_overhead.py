@@ -173,10 +173,13 @@ def wall_shares(records: list[dict[str, Any]], run_s: float) -> str:
     own = [r["_replay_own"] for r in records if r["_replay_own"] is not None]
     phase = sum(float((r.get("timings") or {}).get("replay") or 0) for r in records)
     walls = sum(node_wall.values())
+    # a node's install (software and model, once per node and run) is the first cell's: shown apart too
+    installs = sum(float((r.get("timings") or {}).get("install") or 0) for r in records)
     line = (
         f"share of wall time outside replays ({len(nodes)} node(s), {walls:.0f} node-s): "
         f"{1 - phase / walls:.1%} outside replay phases, "
-        f"{1 - sum(own) / walls:.1%} outside the replays' own time"
+        f"{1 - sum(own) / walls:.1%} outside the replays' own time; "
+        f"without the nodes' installs ({installs:.0f} s): {1 - phase / (walls - installs):.1%}"
     )
     if run_s:
         whole = run_s * len(nodes)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.unit.roles.render import REPO, collection_module
 
@@ -18,6 +19,20 @@ SHOW = (
     "\n"
     "Id=kvoffload-caddy.service\nLoadState=not-found\nActiveState=inactive\nNRestarts=0\n"
 )
+
+
+def run_module(tmp_path: Path, bindir: Path, args: dict[str, object]) -> dict[str, Any]:
+    """The module's JSON answer, run as Ansible runs it, `bindir` (a stand-in systemctl) first on PATH."""
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    out = subprocess.run(
+        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_unit_states.py"), str(path)],
+        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return dict(json.loads(out.stdout))
 
 
 def test_replica_units_follow_the_env_files_in_number_order() -> None:
@@ -53,28 +68,21 @@ def test_the_module_asks_systemctl_once_for_units_and_replicas(tmp_path: Path) -
     systemctl = bindir / "systemctl"
     systemctl.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat <<"EOF"\n{SHOW}EOF\n')
     systemctl.chmod(0o755)
-    args = tmp_path / "args.json"
-    args.write_text(
-        json.dumps(
-            {
-                "ANSIBLE_MODULE_ARGS": {
-                    "units": ["kvoffload-caddy.service"],
-                    "replica_dir": str(replicas),
-                    "properties": ["ActiveState", "NRestarts", "Id"],
-                }
-            }
-        )
+    result = run_module(
+        tmp_path,
+        bindir,
+        {
+            "units": ["kvoffload-caddy.service"],
+            "replica_dir": str(replicas),
+            "properties": ["ActiveState", "NRestarts", "Id"],
+        },
     )
-    out = subprocess.run(
-        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_unit_states.py"), str(args)],
-        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    result = json.loads(out.stdout)
     assert result["changed"] is False
-    assert result["asked"] == ["kvoffload-caddy.service", "kvoffload-vllm@0.service", "kvoffload-vllm@1.service"]
+    assert result["asked"] == [
+        "kvoffload-caddy.service",
+        "kvoffload-vllm@0.service",
+        "kvoffload-vllm@1.service",
+    ]
     assert list(result["units"]) == ["kvoffload-vllm@0.service"]
     assert calls.read_text().split() == [
         "show",
@@ -91,18 +99,9 @@ def test_the_module_fails_when_systemctl_does(tmp_path: Path) -> None:
     bindir.mkdir()
     (bindir / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
     (bindir / "systemctl").chmod(0o755)
-    args = tmp_path / "args.json"
-    args.write_text(
-        json.dumps({"ANSIBLE_MODULE_ARGS": {"units": ["a.service"], "replica_dir": str(tmp_path / "none"), "properties": []}})
+    result = run_module(
+        tmp_path, bindir, {"units": ["a.service"], "replica_dir": str(tmp_path / "none"), "properties": []}
     )
-    out = subprocess.run(
-        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_unit_states.py"), str(args)],
-        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    result = json.loads(out.stdout)
     assert result["failed"] is True
     assert "Failed to connect to bus" in result["msg"]
     assert result["asked"] == ["a.service"]
