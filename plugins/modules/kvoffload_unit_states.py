@@ -9,14 +9,18 @@ of the output (three round trips to the host in every cell, on every host, becam
 check mode reports the same states.
 
 `systemctl show` prints one block of KEY=value lines per unit, blocks separated by an empty line, in
-the order asked; a unit never installed has `LoadState=not-found` and is left out. Standard library
-only: it runs on the host's own python3.
+the order asked; a unit never installed has `LoadState=not-found` and is left out. A unit caught in
+a transition (waiting out its RestartSec after a crash, starting, stopping) is read again, every
+0.5 s for at most `settle` seconds, so that a crash just before the collect reads as the restart it
+becomes rather than as a unit caught between its death and its restart. Standard library only: it
+runs on the host's own python3.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -33,14 +37,20 @@ options:
     {type: str, default: "kvoffload-vllm@{}.service", description: "Instance name, {} the replica number."}
   properties:
     {type: list, elements: str, required: true, description: "Properties asked (and Id, LoadState)."}
+  settle:
+    {type: float, default: 10, description: "Seconds to read again while a unit is in a transition."}
 """
 
 RETURN = r"""
 units: {description: loaded unit name -> its properties (strings as systemctl prints them), type: dict}
 asked: {description: every unit name asked, in order, type: list}
+unsettled: {description: units still in a transition when the module gave up waiting, type: list}
 """
 
 _REPLICA_ENV = re.compile(r"^replica-([0-9]+)\.env$")
+# States a unit passes through: waiting to restart after a crash, starting, stopping, reloading.
+_TRANSIENT_ACTIVE = ("activating", "deactivating", "reloading")
+_TRANSIENT_SUB = ("auto-restart",)
 
 
 def replica_units(names: list[str], template: str) -> list[str]:
@@ -59,6 +69,15 @@ def parse_show(text: str) -> dict[str, dict[str, str]]:
     return loaded
 
 
+def in_transition(units: dict[str, dict[str, str]]) -> list[str]:
+    """The units caught between two states (those read again until they settle)."""
+    return sorted(
+        name
+        for name, props in units.items()
+        if props.get("ActiveState") in _TRANSIENT_ACTIVE or props.get("SubState") in _TRANSIENT_SUB
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -66,6 +85,7 @@ def main() -> None:
             "replica_dir": {"type": "path", "default": "/etc/kvoffload/vllm"},
             "replica_unit": {"type": "str", "default": "kvoffload-vllm@{}.service"},
             "properties": {"type": "list", "elements": "str", "required": True},
+            "settle": {"type": "float", "default": 10.0},
         },
         supports_check_mode=True,
     )
@@ -75,12 +95,21 @@ def main() -> None:
     except FileNotFoundError:
         present = []  # no vllm role on this host (client, load balancer)
     asked = list(p["units"]) + replica_units(present, p["replica_unit"])
-    properties = ["Id", "LoadState"] + [x for x in p["properties"] if x not in ("Id", "LoadState")]
+    wanted = [x for x in p["properties"] if x not in ("Id", "LoadState", "ActiveState", "SubState")]
+    properties = ["Id", "LoadState", "ActiveState", "SubState", *wanted]
     systemctl = module.get_bin_path("systemctl", required=True)
-    rc, out, err = module.run_command([systemctl, "show", "--property=" + ",".join(properties), "--", *asked])
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show exited {rc}: {err.strip()}", asked=asked)
-    module.exit_json(changed=False, units=parse_show(out), asked=asked)
+    deadline = time.monotonic() + max(0.0, p["settle"])
+    argv = [systemctl, "show", "--property=" + ",".join(properties), "--", *asked]
+    while True:
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg=f"systemctl show exited {rc}: {err.strip()}", asked=asked)
+        units = parse_show(out)
+        moving = in_transition(units)
+        if not moving or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    module.exit_json(changed=False, units=units, asked=asked, unsettled=moving)
 
 
 if __name__ == "__main__":

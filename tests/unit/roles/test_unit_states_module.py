@@ -86,7 +86,7 @@ def test_the_module_asks_systemctl_once_for_units_and_replicas(tmp_path: Path) -
     assert list(result["units"]) == ["kvoffload-vllm@0.service"]
     assert calls.read_text().split() == [
         "show",
-        "--property=Id,LoadState,ActiveState,NRestarts",
+        "--property=Id,LoadState,ActiveState,SubState,NRestarts",
         "--",
         "kvoffload-caddy.service",
         "kvoffload-vllm@0.service",
@@ -105,3 +105,35 @@ def test_the_module_fails_when_systemctl_does(tmp_path: Path) -> None:
     assert result["failed"] is True
     assert "Failed to connect to bus" in result["msg"]
     assert result["asked"] == ["a.service"]
+
+
+def test_a_unit_waiting_to_restart_is_read_again_until_it_has_restarted(tmp_path: Path) -> None:
+    # the first read catches the cache server between its crash and its restart (RestartSec), the
+    # second one after it: what is recorded is the restart, not a unit that looks dead
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    reads = tmp_path / "reads"
+    waiting = "Id=kvoffload-lmcache.service\nLoadState=loaded\nActiveState=activating\nSubState=auto-restart\nNRestarts=0"
+    restarted = (
+        "Id=kvoffload-lmcache.service\nLoadState=loaded\nActiveState=active\nSubState=running\nNRestarts=1"
+    )
+    (bindir / "systemctl").write_text(
+        f'#!/bin/sh\necho x >> {reads}\nif [ "$(wc -l < {reads})" -lt 2 ]; then printf "{waiting}\\n"; '
+        f'else printf "{restarted}\\n"; fi\n'
+    )
+    (bindir / "systemctl").chmod(0o755)
+    args = {
+        "units": ["kvoffload-lmcache.service"],
+        "replica_dir": str(tmp_path / "none"),
+        "properties": ["NRestarts"],
+    }
+    result = run_module(tmp_path, bindir, args)
+    assert result["units"]["kvoffload-lmcache.service"]["NRestarts"] == "1"
+    assert result["unsettled"] == [] and len(reads.read_text().split()) == 2
+    # a unit that stays in its transition is recorded as it is once `settle` runs out
+    reads.write_text("")
+    (bindir / "systemctl").write_text(f'#!/bin/sh\necho x >> {reads}\nprintf "{waiting}\\n"\n')
+    result = run_module(tmp_path, bindir, {**args, "settle": 1.0})
+    assert result["units"]["kvoffload-lmcache.service"]["SubState"] == "auto-restart"
+    assert result["unsettled"] == ["kvoffload-lmcache.service"]
+    assert 2 <= len(reads.read_text().split()) <= 4  # every 0.5 s for 1 s
