@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Ansible module: the systemd states of a host's kvoffload units, read in one module run.
+"""Ansible module: the systemd states of a host's kvoffload units, read (or stopped) in one module run.
 
 Of the kvoffload.lab collection, called by its collect role after every cell: the units it names, plus
 one `kvoffload-vllm@<n>.service` per replica configured on the host (an `replica-<n>.env` file in the
@@ -14,6 +14,11 @@ a transition (waiting out its RestartSec after a crash, starting, stopping) is r
 0.5 s for at most `settle` seconds, so that a crash just before the collect reads as the restart it
 becomes rather than as a unit caught between its death and its restart. Standard library only: it
 runs on the host's own python3.
+
+With `stop`, the vllm role's teardown stops those of the units that run in one `systemctl stop` (one
+transaction: systemd stops the replicas before the cache server they are ordered after, and all
+replicas at once, so their stop times do not add up), then reads their states: a `Result` of
+`timeout` names a replica that systemd had to kill. Check mode says what it would stop.
 """
 
 from __future__ import annotations
@@ -39,12 +44,15 @@ options:
     {type: list, elements: str, required: true, description: "Properties asked (and Id, LoadState)."}
   settle:
     {type: float, default: 10, description: "Seconds to read again while a unit is in a transition."}
+  stop:
+    {type: bool, default: false, description: "Stop the running ones first (one systemctl stop), then read."}
 """
 
 RETURN = r"""
 units: {description: loaded unit name -> its properties (strings as systemctl prints them), type: dict}
 asked: {description: every unit name asked, in order, type: list}
 unsettled: {description: units still in a transition when the module gave up waiting, type: list}
+stopped: {description: "with stop: the units that ran and were stopped (would be, in check mode)", type: list}
 """
 
 _REPLICA_ENV = re.compile(r"^replica-([0-9]+)\.env$")
@@ -69,6 +77,11 @@ def parse_show(text: str) -> dict[str, dict[str, str]]:
     return loaded
 
 
+def running(units: dict[str, dict[str, str]]) -> list[str]:
+    """The loaded units that a stop would act on: all but those already inactive or failed."""
+    return [name for name, props in units.items() if props.get("ActiveState") not in ("inactive", "failed")]
+
+
 def in_transition(units: dict[str, dict[str, str]]) -> list[str]:
     """The units caught between two states (those read again until they settle)."""
     return sorted(
@@ -86,6 +99,7 @@ def main() -> None:
             "replica_unit": {"type": "str", "default": "kvoffload-vllm@{}.service"},
             "properties": {"type": "list", "elements": "str", "required": True},
             "settle": {"type": "float", "default": 10.0},
+            "stop": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -98,18 +112,30 @@ def main() -> None:
     wanted = [x for x in p["properties"] if x not in ("Id", "LoadState", "ActiveState", "SubState")]
     properties = ["Id", "LoadState", "ActiveState", "SubState", *wanted]
     systemctl = module.get_bin_path("systemctl", required=True)
-    deadline = time.monotonic() + max(0.0, p["settle"])
     argv = [systemctl, "show", "--property=" + ",".join(properties), "--", *asked]
+    stopped: list[str] = []
+    if p["stop"]:
+        stopped = running(show(module, argv, asked))
+        if stopped and not module.check_mode:
+            rc, _out, err = module.run_command([systemctl, "stop", "--", *stopped])
+            if rc != 0:
+                module.fail_json(msg=f"systemctl stop exited {rc}: {err.strip()}", asked=asked, stopped=stopped)
+    deadline = time.monotonic() + max(0.0, p["settle"])
     while True:
-        rc, out, err = module.run_command(argv)
-        if rc != 0:
-            module.fail_json(msg=f"systemctl show exited {rc}: {err.strip()}", asked=asked)
-        units = parse_show(out)
+        units = show(module, argv, asked)
         moving = in_transition(units)
         if not moving or time.monotonic() >= deadline:
             break
         time.sleep(0.5)
-    module.exit_json(changed=False, units=units, asked=asked, unsettled=moving)
+    module.exit_json(changed=bool(stopped), units=units, asked=asked, unsettled=moving, stopped=stopped)
+
+
+def show(module: AnsibleModule, argv: list[str], asked: list[str]) -> dict[str, dict[str, str]]:
+    """One `systemctl show` of the asked units, parsed (the module fails on a non-zero exit)."""
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show exited {rc}: {err.strip()}", asked=asked)
+    return parse_show(out)
 
 
 if __name__ == "__main__":

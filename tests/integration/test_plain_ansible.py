@@ -109,9 +109,12 @@ def test_phase_tags_select_their_phase_with_preflight_and_gpu_detection() -> Non
     # --tags teardown: the teardown plays, and of the other phases only checks
     plays = listed(teardown.stdout)
     phase = {
-        "Stop the load balancer": ["Stop kvoffload-caddy"],
-        "Stop the replicas": ["Stop every kvoffload-vllm instance"],
-        "Clear the offload tiers": ["Stop lmcache-server and wipe L2"],
+        # one module run per host stops every unit of the cell (one systemctl stop)
+        "Stop the cell's units": [
+            "Stop Caddy, the replicas, the GPU telemetry and lmcache-server where they run",
+            "Keep the journal of units that did not stop in time",
+            "Wipe the L2 folder",
+        ],
         "Give the periodic disk jobs back": ["Unmask their timers and start those that ran"],
     }
     assert {name: plays[name] for name in phase} == phase

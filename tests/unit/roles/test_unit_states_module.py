@@ -137,3 +137,89 @@ def test_a_unit_waiting_to_restart_is_read_again_until_it_has_restarted(tmp_path
     assert result["units"]["kvoffload-lmcache.service"]["SubState"] == "auto-restart"
     assert result["unsettled"] == ["kvoffload-lmcache.service"]
     assert 2 <= len(reads.read_text().split()) <= 4  # every 0.5 s for 1 s
+
+
+# A systemctl stand-in with state: `show` prints each asked unit from a JSON file (name -> properties,
+# absent: not-found), `stop` logs its arguments and leaves those units inactive with the Result the
+# file's "on_stop" gives them (the vllm role's teardown stops and reads through the module).
+STATEFUL_SYSTEMCTL = """#!{python}
+import json, sys
+path, log = {state!r}, {log!r}
+state = json.load(open(path))
+args = sys.argv[1:]
+units = args[args.index("--") + 1:]
+if args[0] == "stop":
+    open(log, "a").write(" ".join(units) + "\\n")
+    for unit in units:
+        state[unit].update(ActiveState="inactive", SubState="dead", Result=state["on_stop"].get(unit, "success"))
+    json.dump(state, open(path, "w"))
+    sys.exit(0)
+blocks = []
+for unit in units:
+    props = state.get(unit, {{"LoadState": "not-found", "ActiveState": "inactive"}})
+    blocks.append("\\n".join(f"{{k}}={{v}}" for k, v in {{"Id": unit, **props}}.items()))
+print("\\n\\n".join(blocks))
+"""
+
+
+def _stateful(tmp_path: Path, units: dict[str, dict[str, str]], on_stop: dict[str, str]) -> tuple[Path, Path]:
+    bindir, state, log = tmp_path / "bin", tmp_path / "state.json", tmp_path / "stops"
+    bindir.mkdir()
+    state.write_text(json.dumps({**units, "on_stop": on_stop}))
+    tool = bindir / "systemctl"
+    tool.write_text(STATEFUL_SYSTEMCTL.format(python=sys.executable, state=str(state), log=str(log)))
+    tool.chmod(0o755)
+    return bindir, log
+
+
+def _loaded(active: str, result: str = "success") -> dict[str, str]:
+    return {"LoadState": "loaded", "ActiveState": active, "SubState": "x", "Result": result}
+
+
+def test_stop_stops_the_running_units_in_one_call_and_reads_how_they_stopped(tmp_path: Path) -> None:
+    replicas = tmp_path / "vllm"
+    replicas.mkdir()
+    for i in (0, 1, 2):
+        (replicas / f"replica-{i}.env").write_text("")
+    units = {
+        "kvoffload-vllm@0.service": _loaded("active"),
+        "kvoffload-vllm@1.service": _loaded("inactive", "timeout"),  # an earlier cell's stop, not this one's
+        "kvoffload-vllm@2.service": _loaded("activating"),  # still loading its model: stopped too
+    }
+    bindir, log = _stateful(tmp_path, units, {"kvoffload-vllm@2.service": "timeout"})
+    args = {
+        "units": ["kvoffload-gpu-telemetry.service"],
+        "replica_dir": str(replicas),
+        "properties": ["Result"],
+        "stop": True,
+        "settle": 0,
+    }
+    result = run_module(tmp_path, bindir, args)
+    assert result["changed"] is True
+    assert result["stopped"] == ["kvoffload-vllm@0.service", "kvoffload-vllm@2.service"]
+    assert log.read_text() == "kvoffload-vllm@0.service kvoffload-vllm@2.service\n"
+    assert {u: p["Result"] for u, p in result["units"].items()} == {
+        "kvoffload-vllm@0.service": "success",
+        "kvoffload-vllm@1.service": "timeout",
+        "kvoffload-vllm@2.service": "timeout",
+    }
+    assert all(p["ActiveState"] == "inactive" for p in result["units"].values())
+    # nothing runs any more: no stop call, nothing changed
+    again = run_module(tmp_path, bindir, args)
+    assert again["changed"] is False and again["stopped"] == []
+    assert log.read_text().count("\n") == 1
+
+
+def test_stop_in_check_mode_names_what_it_would_stop_and_stops_nothing(tmp_path: Path) -> None:
+    bindir, log = _stateful(tmp_path, {"kvoffload-gpu-telemetry.service": _loaded("active")}, {})
+    args = {
+        "units": ["kvoffload-gpu-telemetry.service"],
+        "replica_dir": str(tmp_path / "none"),
+        "properties": ["Result"],
+        "stop": True,
+        "_ansible_check_mode": True,
+    }
+    result = run_module(tmp_path, bindir, args)
+    assert result["changed"] is True and result["stopped"] == ["kvoffload-gpu-telemetry.service"]
+    assert not log.exists()
+    assert result["units"]["kvoffload-gpu-telemetry.service"]["ActiveState"] == "active"
