@@ -31,7 +31,9 @@ def _run(tmp_path: Path, results: list[str], journal_dir: Path | None) -> tuple[
     # that did not run (not stopped) keeps the `timeout` of an earlier stop, which is not this cell's.
     stop = {
         "stopped": UNITS,
-        "units": {u: {"Id": u, "ActiveState": "inactive", "Result": r} for u, r in zip(UNITS, results)}
+        "units": {
+            u: {"Id": u, "ActiveState": "inactive", "Result": r} for u, r in zip(UNITS, results, strict=True)
+        }
         | {"kvoffload-vllm@9.service": {"Id": "kvoffload-vllm@9.service", "Result": "timeout"}},
     }
     play = [
