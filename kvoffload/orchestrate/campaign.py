@@ -65,8 +65,34 @@ CLEAR_L2_NEXT_VAR = "kvoffload_clear_l2_next"
 # The first play of collect.yml, which replay.yml runs after the replay: the cell's `collect` timing is
 # measured from its start.
 COLLECT_PLAY = "Unit states, journal excerpts and software versions of every lab host"
+
+
+# Ansible's fact cache for a campaign run, in a folder of its own (emptied as the run starts, removed as
+# it ends): with `gathering = smart` (ansible.cfg) a cell's deploy then gathers no facts, as the
+# node's install did (after provision mounted the L2 file system and wrote the GPU's local facts),
+# which saves a round trip per cell. Facts that change during a run are not read from it: the
+# addresses, mounts and GPU facts the roles check are fixed once a node is provisioned.
+def fact_cache_env(folder: Path) -> dict[str, str]:
+    return {
+        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(folder),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0",  # never stale within the run that writes it
+    }
+
+
+def _empty_folder(folder: Path) -> None:
+    """`folder`, empty and the owner's alone (the facts name the hosts' environment)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, mode=0o700)
+
+
 # What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
 BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
+# replay.yml ends with teardown.yml when this extravar is true (no next cell keeps the engines): the
+# teardown rides on the playbook that runs anyway. Its first play, from whose start the cell's
+# `teardown` timing is measured and the watch of the targets ends.
+TEARDOWN_AFTER_VAR = "kvoffload_teardown_after"
+TEARDOWN_PLAY = "Stop the cell's units"
 
 
 class Progress(Protocol):
@@ -234,7 +260,14 @@ class CampaignRunner:
         self._software_from: dict[str, Cell] = {}
         self._campaign_timings: dict[str, float] = {}
         self._knee: list[knee.RampLog] = []
-        self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
+        # Facts, once gathered, serve the node's later cells (FACT_CACHE_ENV): a run's own cache
+        self._facts_dir = results.ansible / "facts"
+        self.playbooks = PlaybookRunner(
+            inventory,
+            results.ansible,
+            on_task=lambda _h, t: progress.task(t),
+            envvars=fact_cache_env(self._facts_dir),
+        )
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
 
@@ -315,6 +348,7 @@ class CampaignRunner:
         self._provision = provision
         self._stop = threading.Event()
         t0 = time.monotonic()
+        _empty_folder(self._facts_dir)  # nothing an earlier run saw of the hosts
         try:
             if todo:
                 plans = self.plan(todo)
@@ -335,6 +369,7 @@ class CampaignRunner:
                     self._client_install.join()  # canceled with the cells when the run stops
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
             self.write_campaign_json()
+            shutil.rmtree(self._facts_dir, ignore_errors=True)
         return outcome
 
     _provision = True
@@ -589,6 +624,11 @@ class CampaignRunner:
         hosts = self.lab.node_hosts(self.lab.node(node))
         return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
 
+    def _forget_facts(self, node: str) -> None:
+        """Drop the cached facts of the node's hosts (the cache plugin keeps one file per host)."""
+        for host in self.lab.node_hosts(self.lab.node(node)):
+            (self._facts_dir / host).unlink(missing_ok=True)
+
     def _keeps_engines(self, cell: Cell, key: str, following: Cell | None, node: str) -> bool:
         """Whether the engines stay up after `cell`: the next cell on the node runs the same ones."""
         if following is None or self.lab.campaign.cold_start != "reset":
@@ -673,6 +713,7 @@ class CampaignRunner:
             skip: Sequence[str] = (),
             clear_l2: Sequence[str] = (),
             more: dict[str, Any] | None = None,
+            on_play: Callable[[str], None] | None = None,
         ) -> PlaybookResult:
             return self.playbooks.run(
                 playbook,
@@ -682,11 +723,13 @@ class CampaignRunner:
                 skip_tags=skip,
                 ident=self._ident(playbook.removesuffix(".yml"), cell),
                 cancel=self._stopping,
+                on_play=on_play,
             )
 
         has_l2 = bool(extravars.get("lmcache_server_l2_path"))
         keeping = False  # the next cell keeps these engines (decided before the replay's collect, which
         # then empties L2)
+        torn_down = False  # replay.yml ended with the cell's teardown
         t_cell = time.monotonic()
         status = "done"
         watched: list[Fault] = []  # outages the TargetWatch saw during the replay
@@ -706,6 +749,8 @@ class CampaignRunner:
                 if install is not None:
                     # Once per node and campaign: software and model (cells skip those tags), and
                     # nothing left running by an earlier campaign that a deploy would not restart.
+                    # Its deploy gathers the node's facts afresh, after what provision mounted and wrote.
+                    self._forget_facts(node)
                     with_all = cell_extravars(
                         self.lab, install, self.results.cell_dir(install), self._wheels(), node
                     )
@@ -751,6 +796,8 @@ class CampaignRunner:
             # the next cell keeps these engines: its reset finds L2 empty (L1 and the GPU caches it
             # empties itself)
             keeping = self._keeps_engines(cell, key, following, node)
+            # no next cell keeps these engines: replay.yml tears them down after its collect
+            teardown_after = not keeping
 
             def replay() -> PlaybookResult:
                 with (
@@ -760,6 +807,11 @@ class CampaignRunner:
                     ),
                     TargetWatch(targets) as watch,
                 ):
+                    # a teardown's stops are not outages of the cell
+                    def on_play(name: str) -> None:
+                        if teardown_after and name == TEARDOWN_PLAY:
+                            watch.stop()
+
                     try:
                         # after a reset, L2 holds the KV of the probes: emptied before the replay starts;
                         # the collect at the end empties it for a next cell that keeps these engines
@@ -768,11 +820,17 @@ class CampaignRunner:
                         return play(
                             "replay.yml",
                             # the collect's unit states come back in the run's events (_write_units)
-                            more={"collect_units_to_controller": False},
+                            more={"collect_units_to_controller": False, TEARDOWN_AFTER_VAR: teardown_after},
                             client=True,
-                            # nothing was installed since that cell's collect (once per node and run)
-                            skip=[*CELL_SKIP_TAGS, *(["collect-software"] if source is not None else [])],
+                            # nothing was installed since that cell's collect (once per node and run);
+                            # the periodic disk jobs stay masked until the node's last cell is over
+                            skip=[
+                                *CELL_SKIP_TAGS,
+                                *BETWEEN_CELLS_SKIP_TAGS,
+                                *(["collect-software"] if source is not None else []),
+                            ],
                             clear_l2=[var for var, wanted in clear.items() if wanted],
+                            on_play=on_play,
                         )
                     finally:
                         watched.extend(watch.faults())
@@ -784,11 +842,18 @@ class CampaignRunner:
             try:
                 result = phase("replay", replay)
             except PlaybookFailed as exc:
-                _split_collect(timings, exc.result)
+                _split_collect(timings, exc.result, teardown_after)
                 _write_units(cell_dir, exc.result)
-                raise
-            _split_collect(timings, result)
-            _write_units(cell_dir, result)
+                if not (teardown_after and exc.result.failed_only_in(TEARDOWN_PLAY)):
+                    raise
+                # the replay and its collect are whole: the cell stands, and its teardown runs again on
+                # its own below (where a second failure becomes the cell's teardown_error)
+                log.warning("teardown after cell %s failed, trying again: %s", cell.id, exc)
+                result = exc.result
+            else:
+                _split_collect(timings, result, teardown_after)
+                _write_units(cell_dir, result)
+                torn_down = teardown_after and result.seconds_from(TEARDOWN_PLAY) is not None
             _write_cell(cell_dir, record)
             if source is not None:
                 _copy_tree(self.results.cell_paths(source).software_dir, CellPaths(cell_dir).software_dir)
@@ -808,7 +873,7 @@ class CampaignRunner:
         keep = status == "done" and keeping
         if keep:
             record["engines_kept"] = True
-        else:
+        elif not torn_down:
             # the node's periodic disk jobs come back once its last cell is over (_run_node), not here
             self._teardown_cell(cell, extravars, record, timings, node, final=False)
         record["units"] = _unit_states(cell_dir)
@@ -898,12 +963,18 @@ class CampaignRunner:
         timings["teardown"] = round(time.monotonic() - t0, 3)
 
 
-def _split_collect(timings: dict[str, float], result: PlaybookResult) -> None:
-    """Time replay.yml's collect play as the cell's `collect` phase, taken out of its `replay` phase."""
+def _split_collect(timings: dict[str, float], result: PlaybookResult, teardown_after: bool) -> None:
+    """Time replay.yml's collect plays as the cell's `collect` phase and, with `teardown_after`, its
+    teardown plays as the cell's `teardown`, both taken out of its `replay` phase."""
     collect = result.seconds_from(COLLECT_PLAY)
-    if collect is not None and "replay" in timings:
-        timings["collect"] = collect
-        timings["replay"] = round(max(0.0, timings["replay"] - collect), 3)
+    if collect is None or "replay" not in timings:
+        return
+    teardown = result.seconds_from(TEARDOWN_PLAY) if teardown_after else None
+    if teardown is not None:
+        timings["teardown"] = teardown
+        collect = round(max(0.0, collect - teardown), 3)
+    timings["collect"] = collect
+    timings["replay"] = round(max(0.0, timings["replay"] - collect - (teardown or 0.0)), 3)
 
 
 def _write_units(cell_dir: Path, result: PlaybookResult) -> None:

@@ -86,6 +86,8 @@ class TargetWatch:
             error = _answers(client, url)
             now = time.time()
             with self._lock:
+                if self._stop.is_set():
+                    return  # watching ended while this poll waited for an answer: not the watch's to judge
                 if error is not None and name not in self._open:
                     self._open[name] = (now, error, self._answered.get(name))
                 elif error is None:
@@ -107,6 +109,11 @@ class TargetWatch:
                 for n, (since, e, answered) in self._open.items()
             ]
             return sorted(self._faults + still_open, key=lambda f: (f.at or 0.0, f.target))
+
+    def stop(self) -> None:
+        """Stop watching now (what follows is a planned stop of the targets, such as a teardown): no poll
+        records anything after this; an outage already open stays open."""
+        self._stop.set()
 
     def __enter__(self) -> TargetWatch:
         self._thread.start()

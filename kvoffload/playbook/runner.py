@@ -71,6 +71,7 @@ class TaskFailure:
     task: str
     message: str
     unreachable: bool = False
+    play: str = ""  # the play the task belongs to
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class PlaybookResult:
     # (play name, seconds from the run's start to the play's start), in order: lets a caller time the
     # phases of a playbook that runs several (replay.yml replays, then collects)
     plays: tuple[tuple[str, float], ...] = ()
-    # host -> the units the collect role's `kvoffload_unit_states` read there (unit -> properties)
+    # host -> the units the collect role's `kvoffload_unit_states` read there (unit -> properties); a
+    # run of the module that stopped units (a teardown) is not a reading of the cell's units
     unit_states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -100,6 +102,10 @@ class PlaybookResult:
             if name == play:
                 return round(max(0.0, self.duration_s - at), 3)
         return None
+
+    def failed_only_in(self, play: str) -> bool:
+        """Whether tasks failed and every one of them in the play named `play`."""
+        return bool(self.failures) and all(f.play == play for f in self.failures)
 
 
 class PlaybookCanceled(KeyboardInterrupt):
@@ -295,9 +301,11 @@ class PlaybookRunner:
         check: bool = False,
         ident: str | None = None,
         cancel: Callable[[], bool] | None = None,
+        on_play: Callable[[str], None] | None = None,
     ) -> PlaybookResult:
         """Run `playbooks/<playbook>`; raise `PlaybookFailed` unless it succeeds, `PlaybookCanceled` on
-        `request_stop()` or when `cancel()` turns true."""
+        `request_stop()` or when `cancel()` turns true. `on_play` is called with each play's name as
+        the play starts."""
         import ansible_runner  # only this module imports it
 
         variables = dict(extravars or {})
@@ -321,14 +329,18 @@ class PlaybookRunner:
             elif kind == "playbook_on_play_start":
                 # events reach the handler as they happen (ansible-runner streams them)
                 plays.append((str(data.get("play", "")), round(time.monotonic() - t0, 3)))
-            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-                failures.append(
-                    TaskFailure(str(data.get("host")), str(data.get("task")), _message(data.get("res") or {}))
-                )
-            elif kind == "runner_on_unreachable":
+                if on_play is not None:
+                    on_play(plays[-1][0])
+            elif kind == "runner_on_unreachable" or (
+                kind == "runner_on_failed" and not data.get("ignore_errors")
+            ):
                 failures.append(
                     TaskFailure(
-                        str(data.get("host")), str(data.get("task")), _message(data.get("res") or {}), True
+                        str(data.get("host")),
+                        str(data.get("task")),
+                        _message(data.get("res") or {}),
+                        unreachable=kind == "runner_on_unreachable",
+                        play=str(data.get("play", "")),
                     )
                 )
             elif kind == "runner_on_ok":
@@ -338,7 +350,12 @@ class PlaybookRunner:
                     facts[str(data.get("host"))] = set_facts["kvoffload_host_facts"]
                 action = str(data.get("resolved_action") or data.get("task_action") or "")
                 units = res.get("units") if isinstance(res, dict) else None
-                if action.rsplit(".", 1)[-1] == UNIT_STATES_MODULE and isinstance(units, dict):
+                args = (res.get("invocation") or {}).get("module_args") or {} if isinstance(res, dict) else {}
+                if (
+                    action.rsplit(".", 1)[-1] == UNIT_STATES_MODULE
+                    and isinstance(units, dict)
+                    and not args.get("stop")
+                ):
                     unit_states[str(data.get("host"))] = units
             return True  # keep the event in the artifacts
 

@@ -266,8 +266,10 @@ def test_plays_are_timed_and_unit_states_come_back_in_events(ansible_home: Path,
         cfg.write(f"library = {repo / 'plugins' / 'modules'}\n")
     bindir = tmp_path / "bin"
     bindir.mkdir()
+    # what a teardown's stop reads (its properties name Result) differs from what the collect reads
     (bindir / "systemctl").write_text(
-        "#!/bin/sh\nprintf 'Id=kvoffload-lmcache.service\\nLoadState=loaded\\nNRestarts=3\\n'\n"
+        "#!/bin/sh\ncase \"$*\" in *Result*) r='Result=timeout';; *) r='NRestarts=3';; esac\n"
+        "printf 'Id=kvoffload-lmcache.service\\nLoadState=loaded\\n%s\\n' \"$r\"\n"
     )
     (bindir / "systemctl").chmod(0o755)
     (ansible_home / "playbooks" / "two.yml").write_text(f"""
@@ -289,12 +291,51 @@ def test_plays_are_timed_and_unit_states_come_back_in_events(ansible_home: Path,
         properties: [NRestarts]
       environment:
         PATH: "{bindir}:/usr/sbin:/usr/bin:/sbin:/bin"
+- name: Teardown
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Stop the units
+      kvoffload_unit_states:
+        units: [kvoffload-lmcache.service]
+        replica_dir: {tmp_path / "no-replicas"}
+        properties: [Result]
+        stop: true
+        settle: 0
+      environment:
+        PATH: "{bindir}:/usr/sbin:/usr/bin:/sbin:/bin"
 """)
-    result = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art").run("two.yml")
-    assert [name for name, _at in result.plays] == ["Replay the cell", "Collect"]
+    started: list[str] = []
+    result = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art").run(
+        "two.yml", on_play=started.append
+    )
+    assert [name for name, _at in result.plays] == started == ["Replay the cell", "Collect", "Teardown"]
     collect = result.seconds_from("Collect")
     assert collect is not None and 0 < collect < result.duration_s - 0.5  # the sleep is before it
     assert result.unit_states == {
         "box1": {"kvoffload-lmcache.service": {"Id": "kvoffload-lmcache.service", "LoadState": "loaded",
                                                "NRestarts": "3"}}
     }  # fmt: skip
+    # the teardown's stop read the units too: not the cell's unit states, which stay the collect's
+
+
+def test_failures_name_their_play(ansible_home: Path, tmp_path: Path) -> None:
+    (ansible_home / "playbooks" / "late.yml").write_text("""
+- name: Replay
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Pass
+      ansible.builtin.debug: msg=ok
+- name: Teardown
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Fail late
+      ansible.builtin.fail: msg=no
+""")
+    with pytest.raises(PlaybookFailed) as err:
+        PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art").run("late.yml")
+    result = err.value.result
+    assert [(f.play, f.task) for f in result.failures] == [("Teardown", "Fail late")]
+    assert result.failed_only_in("Teardown") and not result.failed_only_in("Replay")

@@ -91,6 +91,9 @@ class Recorder:
             playbook += "+clear-l2"  # the lmcache_server role empties L2 in place before the replay
         if ev.get("kvoffload_clear_l2_next"):
             playbook += "+clear-l2-next"  # and after the replay's collect, for a next cell on these engines
+        teardown = bool(ev.get(campaign_mod.TEARDOWN_AFTER_VAR)) and playbook.startswith("replay.yml")
+        if teardown:
+            playbook += "+teardown"  # no next cell keeps the engines: replay.yml ends with teardown.yml
         with self.lock:
             self.runs.append((playbook, node, kw.get("limit")))
             self.active[node] = self.active.get(node, 0) + 1
@@ -123,7 +126,8 @@ class Recorder:
                 self.active[node] -= 1
             if kw.get("tags") and "install" in kw["tags"]:
                 self.mark(f"installed {playbook} {node}")
-        return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {})
+        plays = ((campaign_mod.COLLECT_PLAY, 0.0), (campaign_mod.TEARDOWN_PLAY, 0.0)) if teardown else ()
+        return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {}, plays)
 
     def mark(self, what: str) -> None:
         with self.lock:
@@ -207,10 +211,11 @@ def test_one_node_restarts_engines_only_when_the_tier_changes(tmp_path: Path, fa
     assert len(outcome.done) == 6 and not outcome.failed
     assert rec.for_node("gpu01.lab.example") == [
         "deploy.yml:install,model,quiet", "teardown.yml",  # the node, once; nothing left running
-        "deploy.yml", "replay.yml", "replay.yml", "teardown.yml",  # gpu c2 restart, gpu c8 reset
-        "deploy.yml", "replay.yml", "replay.yml", "teardown.yml",  # cpu
+        # gpu c2 restart, gpu c8 reset: the second's replay run ends with the teardown
+        "deploy.yml", "replay.yml", "replay.yml+teardown",
+        "deploy.yml", "replay.yml", "replay.yml+teardown",  # cpu
         # nvme: L2 emptied in place, by the first cell's collect and before the second's replay
-        "deploy.yml", "replay.yml+clear-l2-next", "replay.yml+clear-l2", "teardown.yml",
+        "deploy.yml", "replay.yml+clear-l2-next", "replay.yml+clear-l2+teardown",
         "teardown.yml:unquiet",  # after the node's last cell: the periodic disk jobs come back
     ]  # fmt: skip
     assert all(limit is None for _p, _n, limit in rec.runs)  # a one-node lab needs no --limit
@@ -234,9 +239,36 @@ def test_cold_start_restart_tears_down_every_cell(tmp_path: Path, fakes: dict[st
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")
     assert plays[:2] == ["deploy.yml:install,model,quiet", "teardown.yml"]
-    cell = ["deploy.yml", "replay.yml", "teardown.yml"]
+    cell = ["deploy.yml", "replay.yml+teardown"]
     assert plays[2:] == cell * 6 + ["teardown.yml:unquiet"]
     assert fakes["resets"] == []
+
+
+def test_a_teardown_that_fails_at_the_end_of_the_replay_runs_again_on_its_own(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
+    original = rec.run
+    failed: list[str] = []
+
+    def run(playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
+        result = original(playbook, extravars, **kw)
+        if result.playbook == "replay.yml+teardown" and not failed:
+            failed.append(playbook)
+            stop = TaskFailure("gpu01.lab.example", "Stop Caddy", "systemctl stop exited 1",
+                               play=campaign_mod.TEARDOWN_PLAY)  # fmt: skip
+            raise PlaybookFailed(PlaybookResult("replay.yml", "failed", 2, {}, (stop,), Path("/nonexistent"),
+                                                0.0, plays=result.plays))  # fmt: skip
+        return result
+
+    rec.run = run  # type: ignore[method-assign]
+    outcome = runner.run(provision=False)
+    assert not outcome.failed and len(outcome.done) == 6
+    plays = rec.for_node("gpu01.lab.example")[2:]
+    # the first cell's replay and collect were whole: it stands, and its teardown ran again on its own
+    assert plays[:4] == ["deploy.yml", "replay.yml+teardown", "teardown.yml", "deploy.yml"]
+    first = _cell_json(runner, runner.plan(runner.lab.cells)[0].cells[0].id)
+    assert first["status"] == "done" and "teardown_error" not in first
 
 
 def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fakes: dict[str, Any]) -> None:
@@ -244,9 +276,8 @@ def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fak
     runner, rec = _runner(tmp_path, nodes=1)
     runner.run(provision=False)
     plays = rec.for_node("gpu01.lab.example")[2:]
-    assert plays[:6] == [
-        "deploy.yml", "replay.yml", "teardown.yml", "deploy.yml", "replay.yml", "teardown.yml",
-    ]  # fmt: skip
+    # the first cell kept its engines for a reset that failed: the second stops them before its deploy
+    assert plays[:5] == ["deploy.yml", "replay.yml", "teardown.yml", "deploy.yml", "replay.yml+teardown"]
     second = _cell_json(runner, runner.plan(runner.lab.cells)[0].cells[1].id)
     assert second["cold_start"]["method"] == "restart"
     assert second["cold_start"]["reason"].startswith("the reset failed: vllm-x-0: not cold after the reset")
@@ -270,7 +301,7 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
     for playbook, node, limit in rec.runs:
         if playbook == "replay.yml:install":
             continue
-        playbook = playbook.split(":")[0]
+        playbook = playbook.split(":")[0].split("+")[0]
         hosts = set((limit or "").split(","))
         own = {node, "client01.lab.example"} if playbook == "replay.yml" else {node}
         assert hosts == own, (playbook, node, limit)
@@ -329,7 +360,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     plays = rec.for_node("gpu01.lab.example")[2:]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
     assert plays == [
-        "deploy.yml", "replay.yml", "replay.yml", "teardown.yml", "teardown.yml:unquiet",  # the campaign's
+        "deploy.yml", "replay.yml", "replay.yml+teardown", "teardown.yml:unquiet",  # the campaign's
         "deploy.yml:install,model,quiet", "teardown.yml", "deploy.yml", *["replay.yml"] * 4,
         "teardown.yml:final",
     ]  # fmt: skip
@@ -470,7 +501,7 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
 
 
 def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
-    from kvoffload.orchestrate.campaign import COLLECT_PLAY, _split_collect
+    from kvoffload.orchestrate.campaign import COLLECT_PLAY, TEARDOWN_PLAY, _split_collect
 
     result = PlaybookResult(
         "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 30.0,
@@ -478,13 +509,28 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
     )  # fmt: skip
     assert result.seconds_from(COLLECT_PLAY) == 2.5 and result.seconds_from("no such play") is None
     timings = {"replay": 30.2}  # the phase: the playbook and the orchestrator's own work around it
-    _split_collect(timings, result)
+    _split_collect(timings, result, teardown_after=False)
+    assert timings == {"replay": 27.7, "collect": 2.5}
+    # with the teardown at its end: the teardown's plays are the cell's teardown phase
+    ending = PlaybookResult(
+        "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 30.0,
+        plays=(("Replay the cell", 1.0), (COLLECT_PLAY, 27.5), (TEARDOWN_PLAY, 29.0)),
+    )  # fmt: skip
+    timings = {"replay": 30.2}
+    _split_collect(timings, ending, teardown_after=True)
+    assert timings == {"replay": 27.7, "collect": 1.5, "teardown": 1.0}
+    # the teardown's plays start (their tasks skipped) when no teardown was asked for: collect's time
+    timings = {"replay": 30.2}
+    _split_collect(timings, ending, teardown_after=False)
     assert timings == {"replay": 27.7, "collect": 2.5}
     # collect.yml's first play is the one replay.yml imports under that name
     play = yaml.safe_load((ROOT / "playbooks" / "collect.yml").read_text())[0]
     assert play["name"] == COLLECT_PLAY
     imported = yaml.safe_load((ROOT / "playbooks" / "replay.yml").read_text())
-    assert imported[-1]["ansible.builtin.import_playbook"] == "collect.yml"
+    assert [p["ansible.builtin.import_playbook"] for p in imported[-2:]] == ["collect.yml", "teardown.yml"]
+    assert imported[-1]["when"] == f"{campaign_mod.TEARDOWN_AFTER_VAR} | default(false) | bool"
+    # teardown.yml's first play is the one the teardown is timed from
+    assert yaml.safe_load((ROOT / "playbooks" / "teardown.yml").read_text())[0]["name"] == TEARDOWN_PLAY
 
 
 def test_unit_states_from_the_runs_events_land_where_the_collect_role_writes_them(tmp_path: Path) -> None:

@@ -144,3 +144,14 @@ def test_fault_effects_count_what_happened_from_the_first_fault(tmp_path: Path) 
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     late = fault_effects(path, seen_late)
     assert late is not None and late["since"] == 109.2 and late["requests_failed"] == {"b": 3}
+
+
+def test_a_stopped_watch_records_no_outage(server: _Server) -> None:
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    watch = TargetWatch([{"name": "lmcache", "url": url}], timeout_s=1.0)
+    with httpx.Client(timeout=1.0) as client:
+        watch.poll_once(client)
+        watch.stop()  # a teardown begins: its stops are not outages
+        server.stop()
+        watch.poll_once(client)
+    assert watch.faults() == []
