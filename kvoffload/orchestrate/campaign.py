@@ -67,19 +67,6 @@ CLEAR_L2_NEXT_VAR = "kvoffload_clear_l2_next"
 COLLECT_PLAY = "Unit states, journal excerpts and software versions of every lab host"
 
 
-# Ansible's fact cache for a campaign run, in a folder of its own (emptied as the run starts, removed as
-# it ends): with `gathering = smart` (ansible.cfg) a cell's deploy then gathers no facts, as the
-# node's install did (after provision mounted the L2 file system and wrote the GPU's local facts),
-# which saves a round trip per cell. Facts that change during a run are not read from it: the
-# addresses, mounts and GPU facts the roles check are fixed once a node is provisioned.
-def fact_cache_env(folder: Path) -> dict[str, str]:
-    return {
-        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(folder),
-        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0",  # never stale within the run that writes it
-    }
-
-
 def _empty_folder(folder: Path) -> None:
     """`folder`, empty and the owner's alone (the facts name the hosts' environment)."""
     shutil.rmtree(folder, ignore_errors=True)
@@ -260,14 +247,9 @@ class CampaignRunner:
         self._software_from: dict[str, Cell] = {}
         self._campaign_timings: dict[str, float] = {}
         self._knee: list[knee.RampLog] = []
-        # Facts, once gathered, serve the node's later cells (FACT_CACHE_ENV): a run's own cache
+        # facts, once a node's install gathered them, serve its later cells (_node_facts)
         self._facts_dir = results.ansible / "facts"
-        self.playbooks = PlaybookRunner(
-            inventory,
-            results.ansible,
-            on_task=lambda _h, t: progress.task(t),
-            envvars=fact_cache_env(self._facts_dir),
-        )
+        self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
 
@@ -348,7 +330,7 @@ class CampaignRunner:
         self._provision = provision
         self._stop = threading.Event()
         t0 = time.monotonic()
-        _empty_folder(self._facts_dir)  # nothing an earlier run saw of the hosts
+        shutil.rmtree(self._facts_dir, ignore_errors=True)  # nothing an earlier run saw of the hosts
         try:
             if todo:
                 plans = self.plan(todo)
@@ -624,10 +606,13 @@ class CampaignRunner:
         hosts = self.lab.node_hosts(self.lab.node(node))
         return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
 
-    def _forget_facts(self, node: str) -> None:
-        """Drop the cached facts of the node's hosts (the cache plugin keeps one file per host)."""
-        for host in self.lab.node_hosts(self.lab.node(node)):
-            (self._facts_dir / host).unlink(missing_ok=True)
+    def _node_facts(self, node: str) -> Path:
+        """The fact cache (jsonfile) of the node's playbooks in this run: its install empties it and
+        gathers the node's facts afresh, after what provision mounted and wrote (the L2 file system, the
+        GPU's local facts); with `gathering = smart` (ansible.cfg) its cells' deploys then gather none,
+        a round trip less per cell. The facts the roles check (addresses, mounts, GPU local facts) do
+        not change during a run once a node is provisioned. Removed as the run ends."""
+        return self._facts_dir / node
 
     def _keeps_engines(self, cell: Cell, key: str, following: Cell | None, node: str) -> bool:
         """Whether the engines stay up after `cell`: the next cell on the node runs the same ones."""
@@ -724,6 +709,7 @@ class CampaignRunner:
                 ident=self._ident(playbook.removesuffix(".yml"), cell),
                 cancel=self._stopping,
                 on_play=on_play,
+                fact_cache=self._node_facts(node),
             )
 
         has_l2 = bool(extravars.get("lmcache_server_l2_path"))
@@ -750,7 +736,7 @@ class CampaignRunner:
                     # Once per node and campaign: software and model (cells skip those tags), and
                     # nothing left running by an earlier campaign that a deploy would not restart.
                     # Its deploy gathers the node's facts afresh, after what provision mounted and wrote.
-                    self._forget_facts(node)
+                    _empty_folder(self._node_facts(node))
                     with_all = cell_extravars(
                         self.lab, install, self.results.cell_dir(install), self._wheels(), node
                     )
@@ -764,6 +750,7 @@ class CampaignRunner:
                                 tags=CELL_SKIP_TAGS,
                                 ident=self._ident("install", cell),
                                 cancel=self._stopping,
+                                fact_cache=self._node_facts(node),
                             ),
                         )
                     finally:

@@ -302,10 +302,12 @@ class PlaybookRunner:
         ident: str | None = None,
         cancel: Callable[[], bool] | None = None,
         on_play: Callable[[str], None] | None = None,
+        fact_cache: Path | None = None,
     ) -> PlaybookResult:
         """Run `playbooks/<playbook>`; raise `PlaybookFailed` unless it succeeds, `PlaybookCanceled` on
         `request_stop()` or when `cancel()` turns true. `on_play` is called with each play's name as
-        the play starts."""
+        the play starts. `fact_cache`: the folder of Ansible's fact cache (jsonfile), for runs that
+        share facts; by default each run has its own, in its artifacts (ansible-runner's)."""
         import ansible_runner  # only this module imports it
 
         variables = dict(extravars or {})
@@ -400,6 +402,8 @@ class PlaybookRunner:
                     suppress_env_files=True,
                     event_handler=handler,
                     cancel_callback=canceled,
+                    # an absolute path: ansible-runner joins it to the run's artifacts folder
+                    fact_cache=str(fact_cache.resolve()) if fact_cache is not None else None,
                 )
         finally:
             _STOPS.ended()

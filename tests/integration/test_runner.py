@@ -339,3 +339,25 @@ def test_failures_name_their_play(ansible_home: Path, tmp_path: Path) -> None:
     result = err.value.result
     assert [(f.play, f.task) for f in result.failures] == [("Teardown", "Fail late")]
     assert result.failed_only_in("Teardown") and not result.failed_only_in("Replay")
+
+
+def test_the_fact_cache_spares_a_later_run_its_gathering(ansible_home: Path, tmp_path: Path) -> None:
+    (ansible_home / "playbooks" / "facts.yml").write_text("""
+- name: Needs the addresses
+  hosts: all
+  gather_subset: [network]
+  tasks:
+    - name: Use them
+      ansible.builtin.assert:
+        that: ansible_facts.all_ipv4_addresses is defined
+""")
+    with (ansible_home / "ansible.cfg").open("a") as cfg:
+        cfg.write("gathering = smart\n")  # as the repository's ansible.cfg
+    runner = PlaybookRunner(ansible_home / "hosts.yml", tmp_path / "art")
+    tasks: list[list[str]] = []
+    for ident in ("first", "second"):
+        started: list[str] = []
+        runner.on_task = lambda _h, t, started=started: started.append(t)  # type: ignore[misc]
+        runner.run("facts.yml", ident=ident, fact_cache=tmp_path / "facts")
+        tasks.append(started)
+    assert tasks == [["Gathering Facts", "Use them"], ["Use them"]]

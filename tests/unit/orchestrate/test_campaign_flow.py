@@ -74,6 +74,7 @@ class Recorder:
         self.software_reads: list[str] = []  # nodes whose collect read the software versions
         self.marks: list[tuple[float, str]] = []  # (when, what): installs' ends, replays' starts
         self.fail_client_install = False
+        self.fact_caches: list[tuple[str, str, str | None]] = []  # (playbook, node, its fact cache folder)
 
     def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
         ev = extravars or {}
@@ -96,6 +97,8 @@ class Recorder:
             playbook += "+teardown"  # no next cell keeps the engines: replay.yml ends with teardown.yml
         with self.lock:
             self.runs.append((playbook, node, kw.get("limit")))
+            cache = kw.get("fact_cache")
+            self.fact_caches.append((playbook, node, str(cache) if cache else None))
             self.active[node] = self.active.get(node, 0) + 1
             self.overlap = self.overlap or sum(1 for n in self.active.values() if n) > 1
         try:
@@ -305,6 +308,11 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
         hosts = set((limit or "").split(","))
         own = {node, "client01.lab.example"} if playbook == "replay.yml" else {node}
         assert hosts == own, (playbook, node, limit)
+    # a node's install gathers its facts, its cells' deploys read them from the node's own cache
+    for playbook, node, cache in rec.fact_caches:
+        if playbook.startswith("deploy.yml"):
+            assert cache is not None and Path(cache).name == node, (playbook, node, cache)
+    assert not runner._facts_dir.exists()  # the run's facts are gone with the run
 
 
 def test_schedule_balances_groups_and_keeps_tiers_together(tmp_path: Path) -> None:

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Ansible module: enable and start a host's units, restart those named, and wait for their HTTP health.
+
+Of the kvoffload.lab collection, called by the vllm role in every cell's deploy: a loop of one
+`systemd_service` task per replica, then a loop of one `uri` task per replica, cost two round trips to
+the host per replica (four for two replicas, sixteen for eight); this module does the same in one. One
+`systemctl show` reads the units; those not enabled are enabled with one `systemctl enable`, those
+named in `restart` (their configuration changed) restarted with one `systemctl restart`, and those
+not running started with one `systemctl start`: each call is one systemd transaction, so the
+replicas start together. Then every `wait` URL is polled (no proxy: they are the host's own or its
+lab network's addresses) until it answers 200, all within `timeout` seconds; a unit that failed
+meanwhile ends the wait at once, and the error names the unit, its URL, the last answer and the
+journalctl command to read.
+
+Check mode says what it would enable, restart and start (a unit not installed yet too: the run would
+have installed it), and waits for nothing. Standard library
+only: it runs on the host's own python3.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: kvoffload_start_units
+short_description: Enable and start systemd units in one transaction each and wait for their HTTP health
+description:
+  - Enables the I(units) that are not enabled, restarts those named in I(restart), starts those not
+    running, then polls each I(wait) URL until it answers 200.
+options:
+  units: {type: list, elements: str, required: true, description: "Units to have enabled and running."}
+  restart: {type: list, elements: str, default: [], description: "Those of the units to restart."}
+  wait: {type: dict, default: {}, description: "Unit -> the health URL it serves, waited for (200)."}
+  timeout: {type: float, default: 300, description: "Seconds for every URL to answer 200."}
+  interval: {type: float, default: 1, description: "Seconds between two polls of a URL."}
+"""
+
+RETURN = r"""
+enabled: {description: the units that were enabled (would be, in check mode), type: list}
+restarted: {description: the units that were restarted, type: list}
+started: {description: the units that were started (they did not run), type: list}
+waited_s: {description: seconds until every URL answered 200, type: float}
+"""
+
+# Unit-file states that need no `systemctl enable` (a template instance reads as its template's).
+_ENABLED = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
+# Active states in which `systemctl start` would do nothing.
+_RUNNING = ("active", "activating", "reloading")
+
+
+def parse_show(text: str) -> dict[str, dict[str, str]]:
+    """`systemctl show` output -> each unit's properties, keyed by its Id."""
+    units: dict[str, dict[str, str]] = {}
+    for block in text.split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.strip().splitlines() if "=" in line)
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
+
+
+def plan(
+    units: list[str], restart: list[str], states: dict[str, dict[str, str]]
+) -> tuple[list[str], list[str], list[str]]:
+    """(to enable, to restart, to start), each in the order of `units`."""
+    to_enable = [u for u in units if states.get(u, {}).get("UnitFileState") not in _ENABLED]
+    to_restart = [u for u in units if u in restart]
+    to_start = [
+        u for u in units if u not in to_restart and states.get(u, {}).get("ActiveState") not in _RUNNING
+    ]
+    return to_enable, to_restart, to_start
+
+
+def answer(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> str | None:
+    """None when `url` answers 200, else what it answered (or why it did not)."""
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return None if response.status == 200 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "units": {"type": "list", "elements": "str", "required": True},
+            "restart": {"type": "list", "elements": "str", "default": []},
+            "wait": {"type": "dict", "default": {}},
+            "timeout": {"type": "float", "default": 300.0},
+            "interval": {"type": "float", "default": 1.0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    units = list(p["units"])
+    systemctl = module.get_bin_path("systemctl", required=True)
+    states = show(module, systemctl, units, ["Id", "LoadState", "ActiveState", "UnitFileState"])
+    missing = [u for u in units if states.get(u, {}).get("LoadState") != "loaded"]
+    # check mode on a fresh host: the unit files that this run would have installed are not there
+    if missing and not module.check_mode:
+        module.fail_json(msg=f"no such unit: {', '.join(missing)} (is its unit file installed?)", units=units)
+    to_enable, to_restart, to_start = plan(units, list(p["restart"]), states)
+    changed = bool(to_enable or to_restart or to_start)
+    result = {"enabled": to_enable, "restarted": to_restart, "started": to_start, "waited_s": 0.0}
+    if module.check_mode:
+        module.exit_json(changed=changed, **result)
+    for verb, names in (("enable", to_enable), ("restart", to_restart), ("start", to_start)):
+        if names:
+            rc, _out, err = module.run_command([systemctl, verb, "--", *names])
+            if rc != 0:
+                msg = f"systemctl {verb} exited {rc}: {err.strip()}"
+                module.fail_json(msg=msg, changed=changed, **result)
+    t0 = time.monotonic()
+    failure = wait_healthy(module, systemctl, p["wait"], p["timeout"], p["interval"])
+    result["waited_s"] = round(time.monotonic() - t0, 3)
+    if failure is not None:
+        module.fail_json(msg=failure, changed=changed, **result)
+    module.exit_json(changed=changed, **result)
+
+
+def wait_healthy(
+    module: AnsibleModule, systemctl: str, wait: dict[str, str], timeout: float, interval: float
+) -> str | None:
+    """Poll each URL until all answered 200 (None), or the reason the wait failed."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    pending = {str(url): str(unit) for unit, url in wait.items()}
+    last: dict[str, str] = {}
+    deadline = time.monotonic() + max(0.0, timeout)
+    while pending:
+        for url in list(pending):
+            error = answer(opener, url, timeout=max(1.0, interval))
+            if error is None:
+                del pending[url]
+            else:
+                last[url] = error
+        if not pending:
+            return None
+        states = show(module, systemctl, sorted(set(pending.values())), ["Id", "ActiveState", "Result"])
+        dead = {u: s for u, s in states.items() if s.get("ActiveState") == "failed"}
+        if dead or time.monotonic() >= deadline:
+            url, unit = next((x for x in pending.items() if x[1] in dead), next(iter(pending.items())))
+            state = states.get(unit, {})
+            why = (
+                f"{unit} failed (Result={state.get('Result', '?')})"
+                if unit in dead
+                else f"no 200 within {timeout:g} s"
+            )
+            return (
+                f"{why}: {url} last answered {last.get(url, 'nothing')}; "
+                f"see `journalctl -u {unit}` on this host"
+            )
+        time.sleep(max(0.0, interval))
+    return None
+
+
+def show(
+    module: AnsibleModule, systemctl: str, units: list[str], properties: list[str]
+) -> dict[str, dict[str, str]]:
+    """One `systemctl show` of `units`, parsed (the module fails on a non-zero exit)."""
+    argv = [systemctl, "show", "--property=" + ",".join(properties), "--", *units]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show exited {rc}: {err.strip()}", units=units)
+    return parse_show(out)
+
+
+if __name__ == "__main__":
+    main()
