@@ -22,6 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+# The plays of teardown.yml, which replay.yml also runs at its end (kvoffload_teardown_after).
+TEARDOWN_PLAYS = frozenset(
+    play["name"]
+    for play in yaml.safe_load((Path(__file__).parents[1] / "playbooks" / "teardown.yml").read_text())
+)
+
 PHASES = (
     "install",
     "teardown-before",
@@ -52,12 +60,14 @@ def cells(campaign: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r.get("started_at") or 0)
 
 
-def task_results(campaign: Path, playbook: str = "*") -> list[tuple[float, str, str]]:
-    """(seconds, task, host) of every task result in the campaign's runs of `playbook` (a glob of the
-    ident's last part: teardown, deploy, replay, collect, install)."""
+def teardown_task_results(campaign: Path) -> list[tuple[float, str, str]]:
+    """(seconds, task, host) of every teardown task of the campaign, slowest first: those of its
+    teardown.yml runs, and those of the teardown plays that end a replay.yml run (a cell that no next
+    cell keeps the engines for is torn down there)."""
     out = []
-    for events in (campaign / "ansible" / "artifacts").glob(f"*-{playbook}/job_events"):
-        out += task_results_in(events)
+    for events in (campaign / "ansible" / "artifacts").glob("*/job_events"):
+        whole = events.parent.name.endswith("-teardown")
+        out += [(s, t, h) for s, t, h, play in task_results_in(events) if whole or play in TEARDOWN_PLAYS]
     return sorted(out, reverse=True)
 
 
@@ -67,7 +77,7 @@ def slowest_tasks(campaign: Path, top: int = 15) -> None:
     totals: dict[tuple[str, str], list[float]] = {}
     for events in (campaign / "ansible" / "artifacts").glob("*/job_events"):
         playbook = events.parent.name.rsplit("-", 1)[-1]
-        for seconds, task, _host in task_results_in(events):
+        for seconds, task, _host, _play in task_results_in(events):
             totals.setdefault((playbook, task), []).append(seconds)
     if not totals:
         return
@@ -77,8 +87,8 @@ def slowest_tasks(campaign: Path, top: int = 15) -> None:
         print(f"  {sum(values):7.1f} s  {len(values):4d}x  {playbook:9} {task[:70]}")
 
 
-def task_results_in(events: Path) -> list[tuple[float, str, str]]:
-    """(seconds, task, host) of the task results in one ansible-runner job_events folder."""
+def task_results_in(events: Path) -> list[tuple[float, str, str, str]]:
+    """(seconds, task, host, play) of the task results in one ansible-runner job_events folder."""
     out = []
     for path in events.glob("*.json"):
         try:
@@ -87,7 +97,9 @@ def task_results_in(events: Path) -> list[tuple[float, str, str]]:
             continue
         data = event.get("event_data") or {}
         if event.get("event") in ("runner_on_ok", "runner_on_failed") and "duration" in data:
-            out.append((float(data["duration"]), str(data.get("task")), str(data.get("host"))))
+            out.append(
+                (float(data["duration"]), str(data.get("task")), str(data.get("host")), str(data.get("play")))
+            )
     return out
 
 
@@ -146,7 +158,7 @@ def report(campaign: Path) -> dict[str, float]:
         )
     run_s = float(once.get("cells") or 0.0)
     print(wall_shares(records, run_s))
-    tasks = task_results(campaign, "teardown")
+    tasks = teardown_task_results(campaign)
     if tasks:
         seconds, task, host = tasks[0]
         print(f"slowest teardown task: {seconds:.1f} s ({task} on {host}); {len(tasks)} task results")

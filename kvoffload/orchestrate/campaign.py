@@ -65,14 +65,6 @@ CLEAR_L2_NEXT_VAR = "kvoffload_clear_l2_next"
 # The first play of collect.yml, which replay.yml runs after the replay: the cell's `collect` timing is
 # measured from its start.
 COLLECT_PLAY = "Unit states, journal excerpts and software versions of every lab host"
-
-
-def _empty_folder(folder: Path) -> None:
-    """`folder`, empty and the owner's alone (the facts name the hosts' environment)."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, mode=0o700)
-
-
 # What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
 BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
 # replay.yml ends with teardown.yml when this extravar is true (no next cell keeps the engines): the
@@ -606,6 +598,11 @@ class CampaignRunner:
         hosts = self.lab.node_hosts(self.lab.node(node))
         return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
 
+    def _client_of_another_node(self, node: str) -> bool:
+        """Whether the client host deploys cells of a node other than `node` (a lab may put it there)."""
+        client = self.lab.client_host.name
+        return any(client in self.lab.node_hosts(other) for other in self.lab.nodes if other.name != node)
+
     def _node_facts(self, node: str) -> Path:
         """The fact cache (jsonfile) of the node's playbooks in this run: its install empties it and
         gathers the node's facts afresh, after what provision mounted and wrote (the L2 file system, the
@@ -783,8 +780,9 @@ class CampaignRunner:
             # the next cell keeps these engines: its reset finds L2 empty (L1 and the GPU caches it
             # empties itself)
             keeping = self._keeps_engines(cell, key, following, node)
-            # no next cell keeps these engines: replay.yml tears them down after its collect
-            teardown_after = not keeping
+            # no next cell keeps these engines: replay.yml tears them down after its collect, unless
+            # the client it replays from is a host of another node, whose units it would stop too
+            teardown_after = not keeping and not self._client_of_another_node(node)
 
             def replay() -> PlaybookResult:
                 with (
@@ -948,6 +946,12 @@ class CampaignRunner:
             record["teardown_error"] = str(exc)
             log.error("teardown after cell %s failed: %s", cell.id, exc)
         timings["teardown"] = round(time.monotonic() - t0, 3)
+
+
+def _empty_folder(folder: Path) -> None:
+    """`folder`, empty and the owner's alone (the facts name the hosts' environment)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, mode=0o700)
 
 
 def _split_collect(timings: dict[str, float], result: PlaybookResult, teardown_after: bool) -> None:

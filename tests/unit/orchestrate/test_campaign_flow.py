@@ -274,6 +274,25 @@ def test_a_teardown_that_fails_at_the_end_of_the_replay_runs_again_on_its_own(
     assert first["status"] == "done" and "teardown_error" not in first
 
 
+def test_a_replay_from_a_host_of_another_node_leaves_the_teardown_to_its_own_run(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    # the client is gpu01, a node: gpu02's replays reach it, so their runs must not stop its units
+    runner, rec = _runner(tmp_path, nodes=2, cold_start="restart")
+    doc = yaml.safe_load((tmp_path / "hosts.yml").read_text())
+    doc["all"]["children"]["client"]["hosts"] = {"gpu01.lab.example": None}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    runner.lab = load_lab(tmp_path / "hosts.yml", tmp_path / "campaign.yml")
+    assert not runner.run(provision=False).failed
+    assert set(rec.for_node("gpu01.lab.example")[2:]) == {
+        "deploy.yml",
+        "replay.yml+teardown",
+        "teardown.yml:unquiet",
+    }
+    assert set(rec.for_node("gpu02.lab.example")[2:]) == {"deploy.yml", "replay.yml", "teardown.yml",
+                                                          "teardown.yml:unquiet"}  # fmt: skip
+
+
 def test_a_failed_reset_falls_back_to_a_restart_and_says_why(tmp_path: Path, fakes: dict[str, Any]) -> None:
     fakes["fail_resets"] = 1
     runner, rec = _runner(tmp_path, nodes=1)
