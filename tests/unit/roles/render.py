@@ -7,6 +7,10 @@ what a host would receive; the variables are the role defaults overlaid with the
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -58,3 +62,18 @@ def collection_module(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_collection_module(name: str, tmp_path: Path, bindir: Path, args: dict[str, object]) -> dict[str, Any]:
+    """The JSON answer of the collection's module NAME, run as Ansible runs it (a JSON arguments file),
+    with `bindir` (stand-in tools such as systemctl) first on PATH."""
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    out = subprocess.run(
+        [sys.executable, str(REPO / "plugins" / "modules" / f"{name}.py"), str(path)],
+        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return dict(json.loads(out.stdout))

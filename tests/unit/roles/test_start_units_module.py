@@ -4,10 +4,6 @@ with state and a local HTTP server. The vllm role starts its replicas through it
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,63 +12,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.unit.roles.render import REPO, collection_module
-
-# `show` prints the asked units from a JSON file (absent: not-found); enable/restart/start log their
-# arguments and change the file as systemd would; "on_start" names units that fail as they start.
-SYSTEMCTL = """#!{python}
-import json, sys
-path, log = {state!r}, {log!r}
-state = json.load(open(path))
-args = sys.argv[1:]
-units = args[args.index("--") + 1:]
-if args[0] != "show":
-    open(log, "a").write(args[0] + " " + " ".join(units) + "\\n")
-    for unit in units:
-        if args[0] == "enable":
-            state[unit]["UnitFileState"] = "enabled"
-        else:
-            state[unit]["ActiveState"] = state["on_start"].get(unit, "active")
-            state[unit]["Result"] = "exit-code" if state[unit]["ActiveState"] == "failed" else "success"
-    json.dump(state, open(path, "w"))
-    sys.exit(0)
-blocks = []
-for unit in units:
-    props = state.get(unit, {{"LoadState": "not-found", "ActiveState": "inactive"}})
-    blocks.append("\\n".join(f"{{k}}={{v}}" for k, v in {{"Id": unit, **props}}.items()))
-print("\\n\\n".join(blocks))
-"""
+from tests.unit.roles.render import collection_module, run_collection_module
+from tests.unit.roles.systemctl_standin import calls, stateful_systemctl
 
 
 def _unit(active: str, file_state: str = "enabled") -> dict[str, str]:
     return {"LoadState": "loaded", "ActiveState": active, "UnitFileState": file_state, "Result": "success"}
 
 
-def _systemctl(
-    tmp_path: Path, units: dict[str, dict[str, str]], on_start: dict[str, str] | None = None
-) -> Path:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (tmp_path / "state.json").write_text(json.dumps({**units, "on_start": on_start or {}}))
-    tool = bindir / "systemctl"
-    tool.write_text(
-        SYSTEMCTL.format(python=sys.executable, state=str(tmp_path / "state.json"), log=str(tmp_path / "log"))
-    )
-    tool.chmod(0o755)
-    return bindir
-
-
 def run_module(tmp_path: Path, bindir: Path, args: dict[str, object]) -> dict[str, Any]:
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    out = subprocess.run(
-        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_start_units.py"), str(path)],
-        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return dict(json.loads(out.stdout))
+    return run_collection_module("kvoffload_start_units", tmp_path, bindir, args)
 
 
 class _Health(BaseHTTPRequestHandler):
@@ -97,11 +46,6 @@ def health() -> Iterator[tuple[str, type[_Health]]]:
     server.shutdown()
 
 
-def _log(tmp_path: Path) -> list[str]:
-    log = tmp_path / "log"
-    return log.read_text().splitlines() if log.exists() else []
-
-
 def test_the_plan_enables_restarts_and_starts_only_what_needs_it() -> None:
     mod = collection_module("kvoffload_start_units")
     states = {
@@ -123,7 +67,7 @@ def test_one_call_per_verb_then_a_wait_until_every_url_answers(
         "kvoffload-vllm@1.service": _unit("inactive", "disabled"),
         "kvoffload-vllm@2.service": _unit("inactive"),
     }
-    bindir = _systemctl(tmp_path, units)
+    bindir, log = stateful_systemctl(tmp_path, units)
     args = {
         "units": list(units),
         "restart": ["kvoffload-vllm@0.service"],
@@ -132,7 +76,7 @@ def test_one_call_per_verb_then_a_wait_until_every_url_answers(
     }
     result = run_module(tmp_path, bindir, args)
     assert result["changed"] is True and not result.get("failed"), result
-    assert _log(tmp_path) == [
+    assert calls(log) == [
         "enable kvoffload-vllm@1.service",
         "restart kvoffload-vllm@0.service",
         "start kvoffload-vllm@1.service kvoffload-vllm@2.service",
@@ -141,7 +85,7 @@ def test_one_call_per_verb_then_a_wait_until_every_url_answers(
     assert handler.answers == []  # it polled until the 200s came
     # everything enabled and running, nothing to restart: no call but `show`, nothing changed
     again = run_module(tmp_path, bindir, {**args, "restart": []})
-    assert again["changed"] is False and len(_log(tmp_path)) == 3
+    assert again["changed"] is False and len(calls(log)) == 3
 
 
 def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named(
@@ -149,8 +93,10 @@ def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named(
 ) -> None:
     url, handler = health
     handler.answers = [503] * 1000
-    bindir = _systemctl(
-        tmp_path, {"kvoffload-vllm@0.service": _unit("inactive")}, {"kvoffload-vllm@0.service": "failed"}
+    bindir, _log = stateful_systemctl(
+        tmp_path,
+        {"kvoffload-vllm@0.service": _unit("inactive")},
+        on_start={"kvoffload-vllm@0.service": "failed"},
     )
     args = {
         "units": ["kvoffload-vllm@0.service"],
@@ -165,7 +111,7 @@ def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named(
 
 
 def test_a_url_that_never_answers_fails_at_the_timeout(tmp_path: Path) -> None:
-    bindir = _systemctl(tmp_path, {"x.service": _unit("active")})
+    bindir, _log = stateful_systemctl(tmp_path, {"x.service": _unit("active")})
     args = {"units": ["x.service"], "wait": {"x.service": "http://127.0.0.1:9/health"}, "timeout": 0.3,
             "interval": 0.05}  # fmt: skip
     result = run_module(tmp_path, bindir, args)
@@ -174,7 +120,7 @@ def test_a_url_that_never_answers_fails_at_the_timeout(tmp_path: Path) -> None:
 
 
 def test_check_mode_names_what_it_would_do_and_does_nothing(tmp_path: Path) -> None:
-    bindir = _systemctl(tmp_path, {"a.service": _unit("inactive", "disabled")})
+    bindir, log = stateful_systemctl(tmp_path, {"a.service": _unit("inactive", "disabled")})
     args = {
         "units": ["a.service", "b.service"],  # b: not installed yet, as on a fresh host in check mode
         "wait": {"a.service": "http://127.0.0.1:9/health"},
@@ -182,7 +128,7 @@ def test_check_mode_names_what_it_would_do_and_does_nothing(tmp_path: Path) -> N
     }
     result = run_module(tmp_path, bindir, args)
     assert result["changed"] is True and result["started"] == ["a.service", "b.service"]
-    assert _log(tmp_path) == []
+    assert calls(log) == []
     # outside check mode a unit that is not installed is an error that names it
     result = run_module(tmp_path, bindir, {"units": ["a.service", "b.service"]})
     assert result["failed"] is True and result["msg"].startswith("no such unit: b.service")

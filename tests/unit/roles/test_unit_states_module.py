@@ -4,14 +4,11 @@ role calls it on the virtual lab's hosts in the lab tests."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.unit.roles.render import REPO, collection_module
+from tests.unit.roles.render import collection_module, run_collection_module
+from tests.unit.roles.systemctl_standin import calls, stateful_systemctl
 
 # Two blocks as systemd 252 prints them: a loaded replica and a unit that is not installed.
 SHOW = (
@@ -22,17 +19,7 @@ SHOW = (
 
 
 def run_module(tmp_path: Path, bindir: Path, args: dict[str, object]) -> dict[str, Any]:
-    """The module's JSON answer, run as Ansible runs it, `bindir` (a stand-in systemctl) first on PATH."""
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    out = subprocess.run(
-        [sys.executable, str(REPO / "plugins" / "modules" / "kvoffload_unit_states.py"), str(path)],
-        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return dict(json.loads(out.stdout))
+    return run_collection_module("kvoffload_unit_states", tmp_path, bindir, args)
 
 
 def test_replica_units_follow_the_env_files_in_number_order() -> None:
@@ -139,39 +126,6 @@ def test_a_unit_waiting_to_restart_is_read_again_until_it_has_restarted(tmp_path
     assert 2 <= len(reads.read_text().split()) <= 4  # every 0.5 s for 1 s
 
 
-# A systemctl stand-in with state: `show` prints each asked unit from a JSON file (name -> properties,
-# absent: not-found), `stop` logs its arguments and leaves those units inactive with the Result the
-# file's "on_stop" gives them (the vllm role's teardown stops and reads through the module).
-STATEFUL_SYSTEMCTL = """#!{python}
-import json, sys
-path, log = {state!r}, {log!r}
-state = json.load(open(path))
-args = sys.argv[1:]
-units = args[args.index("--") + 1:]
-if args[0] == "stop":
-    open(log, "a").write(" ".join(units) + "\\n")
-    for unit in units:
-        state[unit].update(ActiveState="inactive", SubState="dead", Result=state["on_stop"].get(unit, "success"))
-    json.dump(state, open(path, "w"))
-    sys.exit(0)
-blocks = []
-for unit in units:
-    props = state.get(unit, {{"LoadState": "not-found", "ActiveState": "inactive"}})
-    blocks.append("\\n".join(f"{{k}}={{v}}" for k, v in {{"Id": unit, **props}}.items()))
-print("\\n\\n".join(blocks))
-"""
-
-
-def _stateful(tmp_path: Path, units: dict[str, dict[str, str]], on_stop: dict[str, str]) -> tuple[Path, Path]:
-    bindir, state, log = tmp_path / "bin", tmp_path / "state.json", tmp_path / "stops"
-    bindir.mkdir()
-    state.write_text(json.dumps({**units, "on_stop": on_stop}))
-    tool = bindir / "systemctl"
-    tool.write_text(STATEFUL_SYSTEMCTL.format(python=sys.executable, state=str(state), log=str(log)))
-    tool.chmod(0o755)
-    return bindir, log
-
-
 def _loaded(active: str, result: str = "success") -> dict[str, str]:
     return {"LoadState": "loaded", "ActiveState": active, "SubState": "x", "Result": result}
 
@@ -186,7 +140,7 @@ def test_stop_stops_the_running_units_in_one_call_and_reads_how_they_stopped(tmp
         "kvoffload-vllm@1.service": _loaded("inactive", "timeout"),  # an earlier cell's stop, not this one's
         "kvoffload-vllm@2.service": _loaded("activating"),  # still loading its model: stopped too
     }
-    bindir, log = _stateful(tmp_path, units, {"kvoffload-vllm@2.service": "timeout"})
+    bindir, log = stateful_systemctl(tmp_path, units, on_stop={"kvoffload-vllm@2.service": "timeout"})
     args = {
         "units": ["kvoffload-gpu-telemetry.service"],
         "replica_dir": str(replicas),
@@ -197,7 +151,7 @@ def test_stop_stops_the_running_units_in_one_call_and_reads_how_they_stopped(tmp
     result = run_module(tmp_path, bindir, args)
     assert result["changed"] is True
     assert result["stopped"] == ["kvoffload-vllm@0.service", "kvoffload-vllm@2.service"]
-    assert log.read_text() == "kvoffload-vllm@0.service kvoffload-vllm@2.service\n"
+    assert calls(log) == ["stop kvoffload-vllm@0.service kvoffload-vllm@2.service"]
     assert {u: p["Result"] for u, p in result["units"].items()} == {
         "kvoffload-vllm@0.service": "success",
         "kvoffload-vllm@1.service": "timeout",
@@ -207,11 +161,11 @@ def test_stop_stops_the_running_units_in_one_call_and_reads_how_they_stopped(tmp
     # nothing runs any more: no stop call, nothing changed
     again = run_module(tmp_path, bindir, args)
     assert again["changed"] is False and again["stopped"] == []
-    assert log.read_text().count("\n") == 1
+    assert len(calls(log)) == 1
 
 
 def test_stop_in_check_mode_names_what_it_would_stop_and_stops_nothing(tmp_path: Path) -> None:
-    bindir, log = _stateful(tmp_path, {"kvoffload-gpu-telemetry.service": _loaded("active")}, {})
+    bindir, log = stateful_systemctl(tmp_path, {"kvoffload-gpu-telemetry.service": _loaded("active")})
     args = {
         "units": ["kvoffload-gpu-telemetry.service"],
         "replica_dir": str(tmp_path / "none"),

@@ -1,0 +1,63 @@
+"""A systemctl stand-in with state, for the collection's modules that drive systemd.
+
+`show` prints each asked unit from a JSON file (name -> properties; absent: not-found); `stop`,
+`enable`, `restart` and `start` log "<verb> <units>" and change the file as systemd would: a stop
+leaves a unit inactive with the Result that `on_stop` gives it (default success), a start or restart
+leaves it in the ActiveState that `on_start` gives it (default active; failed with Result exit-code),
+an enable sets UnitFileState enabled.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = """#!{python}
+import json, sys
+path, log = {state!r}, {log!r}
+state = json.load(open(path))
+args = sys.argv[1:]
+units = args[args.index("--") + 1:]
+verb = args[0]
+if verb != "show":
+    open(log, "a").write(verb + " " + " ".join(units) + "\\n")
+    for unit in units:
+        props = state[unit]
+        if verb == "stop":
+            props.update(ActiveState="inactive", SubState="dead", Result=state["on_stop"].get(unit, "success"))
+        elif verb == "enable":
+            props["UnitFileState"] = "enabled"
+        else:
+            props["ActiveState"] = state["on_start"].get(unit, "active")
+            props["Result"] = "exit-code" if props["ActiveState"] == "failed" else "success"
+    json.dump(state, open(path, "w"))
+    sys.exit(0)
+blocks = []
+for unit in units:
+    props = state.get(unit, {{"LoadState": "not-found", "ActiveState": "inactive"}})
+    blocks.append("\\n".join(f"{{k}}={{v}}" for k, v in {{"Id": unit, **props}}.items()))
+print("\\n\\n".join(blocks))
+"""
+
+
+def stateful_systemctl(
+    tmp_path: Path,
+    units: dict[str, dict[str, str]],
+    *,
+    on_stop: dict[str, str] | None = None,
+    on_start: dict[str, str] | None = None,
+) -> tuple[Path, Path]:
+    """(the folder to put first on PATH, the log of the calls that change state)."""
+    bindir, state, log = tmp_path / "bin", tmp_path / "state.json", tmp_path / "systemctl.log"
+    bindir.mkdir()
+    state.write_text(json.dumps({**units, "on_stop": on_stop or {}, "on_start": on_start or {}}))
+    tool = bindir / "systemctl"
+    tool.write_text(SCRIPT.format(python=sys.executable, state=str(state), log=str(log)))
+    tool.chmod(0o755)
+    return bindir, log
+
+
+def calls(log: Path) -> list[str]:
+    """The state-changing calls so far, one "<verb> <units>" each."""
+    return log.read_text().splitlines() if log.exists() else []
