@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""Ansible module: enable and start a host's units, restart those named, and wait for their HTTP health.
+"""Ansible module: enable and start a host's units, restart those named, and wait for their health.
 
-Of the kvoffload.lab collection, called by the vllm role in every cell's deploy: a loop of one
-`systemd_service` task per replica, then a loop of one `uri` task per replica, cost two round trips to
-the host per replica (four for two replicas, sixteen for eight); this module does the same in one. One
+Of the kvoffload.lab collection, called in every cell's deploy by the vllm role and by lmcache_server
+(its one unit, its two ports): a loop of one `systemd_service` task per replica, then a loop of one
+`uri` task per replica, cost two round trips to the host per replica (four for two replicas, sixteen
+for eight); this module does the same in one. One
 `systemctl show` reads the units; those not enabled are enabled with one `systemctl enable`, those
 named in `restart` (their configuration changed) restarted with one `systemctl restart`, and those
 not running started with one `systemctl start`: each call is one systemd transaction, so the
-replicas start together. Then every `wait` URL is polled (no proxy: they are the host's own or its
-lab network's addresses) until it answers 200, all within `timeout` seconds; a unit that failed
+replicas start together (`daemon_reload` first, when a unit file changed). Then every `wait` URL is
+polled (no proxy: they are the host's own or its lab network's addresses) until it answers 200, or a
+`tcp://host:port` target until it accepts a connection, all within `timeout` seconds; a unit that failed
 meanwhile ends the wait at once, and the error names the unit, its URL, the last answer and the
 journalctl command to read.
 
@@ -19,6 +21,7 @@ only: it runs on the host's own python3.
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -27,14 +30,15 @@ from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 module: kvoffload_start_units
-short_description: Enable and start systemd units in one transaction each and wait for their HTTP health
+short_description: Enable and start systemd units in one transaction each and wait for their health
 description:
   - Enables the I(units) that are not enabled, restarts those named in I(restart), starts those not
-    running, then polls each I(wait) URL until it answers 200.
+    running, then polls each I(wait) URL until it answers 200 (a tcp://host:port one until it connects).
 options:
   units: {type: list, elements: str, required: true, description: "Units to have enabled and running."}
   restart: {type: list, elements: str, default: [], description: "Those of the units to restart."}
-  wait: {type: dict, default: {}, description: "Unit -> the health URL it serves, waited for (200)."}
+  wait: {type: dict, default: {}, description: "Unit -> its health URL, or a list of them, waited for."}
+  daemon_reload: {type: bool, default: false, description: "Reload systemd first (a unit file changed)."}
   timeout: {type: float, default: 300, description: "Seconds for every URL to answer 200."}
   interval: {type: float, default: 1, description: "Seconds between two polls of a URL."}
 """
@@ -75,7 +79,15 @@ def plan(
 
 
 def answer(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> str | None:
-    """None when `url` answers 200, else what it answered (or why it did not)."""
+    """None when `url` answers 200 (a tcp://host:port one: accepts a connection), else what it
+    answered (or why it did not)."""
+    if url.startswith("tcp://"):
+        host, _, port = url[len("tcp://") :].rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
     try:
         with opener.open(url, timeout=timeout) as response:
             return None if response.status == 200 else f"HTTP {response.status}"
@@ -93,12 +105,17 @@ def main() -> None:
             "wait": {"type": "dict", "default": {}},
             "timeout": {"type": "float", "default": 300.0},
             "interval": {"type": "float", "default": 1.0},
+            "daemon_reload": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     p = module.params
     units = list(p["units"])
     systemctl = module.get_bin_path("systemctl", required=True)
+    if p["daemon_reload"] and not module.check_mode:
+        rc, _out, err = module.run_command([systemctl, "daemon-reload"])
+        if rc != 0:
+            module.fail_json(msg=f"systemctl daemon-reload exited {rc}: {err.strip()}", units=units)
     states = show(module, systemctl, units, ["Id", "LoadState", "ActiveState", "UnitFileState"])
     missing = [u for u in units if states.get(u, {}).get("LoadState") != "loaded"]
     # check mode on a fresh host: the unit files that this run would have installed are not there
@@ -128,7 +145,11 @@ def wait_healthy(
 ) -> str | None:
     """Poll each URL until all answered 200 (None), or the reason the wait failed."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    pending = {str(url): str(unit) for unit, url in wait.items()}
+    pending = {
+        str(url): str(unit)
+        for unit, urls in wait.items()
+        for url in (urls if isinstance(urls, list) else [urls])
+    }
     last: dict[str, str] = {}
     deadline = time.monotonic() + max(0.0, timeout)
     while pending:

@@ -1,10 +1,11 @@
 """A systemctl stand-in with state, for the collection's modules that drive systemd.
 
-`show` prints each asked unit from a JSON file (name -> properties; absent: not-found); `stop`,
-`enable`, `restart` and `start` log "<verb> <units>" and change the file as systemd would: a stop
-leaves a unit inactive with the Result that `on_stop` gives it (default success), a start or restart
-leaves it in the ActiveState that `on_start` gives it (default active; failed with Result exit-code),
-an enable sets UnitFileState enabled.
+`show` prints each asked unit from a JSON file (name -> properties; absent: not-found), `is-active`
+each one's ActiveState (exiting 3 when one is not active), `list-unit-files` every unit with its
+UnitFileState; `stop`, `enable`, `restart`, `start` and `daemon-reload` log "<verb> <units>" and change
+the file as systemd would: a stop leaves a unit inactive with the Result that `on_stop` gives it
+(default success), a start or restart leaves it in the ActiveState that `on_start` gives it (default
+active; failed with Result exit-code), an enable sets UnitFileState enabled.
 """
 
 from __future__ import annotations
@@ -18,10 +19,20 @@ import json, sys
 path, log = {state!r}, {log!r}
 state = json.load(open(path))
 args = sys.argv[1:]
-units = args[args.index("--") + 1:]
+units = args[args.index("--") + 1:] if "--" in args else []
 verb = args[0]
+units_only = {{k: v for k, v in state.items() if k not in ("on_stop", "on_start")}}
+if verb == "list-unit-files":
+    for unit, props in units_only.items():
+        if props.get("UnitFileState"):
+            print(unit, props["UnitFileState"], "enabled")
+    sys.exit(0)
+if verb == "is-active":
+    answers = [units_only.get(u, {{}}).get("ActiveState", "inactive") for u in units]
+    print("\\n".join(answers))
+    sys.exit(0 if all(a == "active" for a in answers) else 3)
 if verb != "show":
-    open(log, "a").write(verb + " " + " ".join(units) + "\\n")
+    open(log, "a").write(" ".join([verb, *units]) + "\\n")
     for unit in units:
         props = state[unit]
         if verb == "stop":

@@ -3,12 +3,14 @@ fstab options, and the periodic-job timers a cell masks (deploy) and gives back 
 
 The module's checks read /sys/class/block and /proc/swaps through module constants, pointed here at
 trees in tmp_path (this machine's kernel may have no device-mapper; tests/integration/test_nvme_safety.py
-runs the real ones where it can). The timer tasks need a systemd PID 1: the virtual-lab tests run them
-with every cell's deploy and teardown; here their task files and plays are read and templated.
+runs the real ones where it can). The timers go through the collection's module kvoffload_quiet_timers,
+run here against a systemctl stand-in with state (the virtual-lab tests run it under a real systemd with
+every node's first deploy and last teardown); the plays that call it are read.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -20,7 +22,8 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from tests.unit.roles.render import REPO, ROLES, collection_module, role_defaults
+from tests.unit.roles.render import REPO, ROLES, collection_module, role_defaults, run_collection_module
+from tests.unit.roles.systemctl_standin import calls, stateful_systemctl
 
 TASKS = ROLES / "nvme_storage" / "tasks"
 
@@ -101,6 +104,15 @@ def test_fstab_entry_is_nofail_with_a_device_timeout(persist: bool, expected: st
     assert ("x-systemd.device-timeout=7s" in _template(mount["opts"], variables)) is persist
 
 
+def _timer(active: str, unit: str, file_state: str = "enabled") -> dict[str, str]:
+    return {"LoadState": "loaded", "ActiveState": active, "UnitFileState": file_state, "Unit": unit}
+
+
+def _quiet(tmp_path: Path, bindir: Path, **args: object) -> dict[str, Any]:
+    paths = {"record": str(tmp_path / "run" / "quiet-timers.json"), "runtime_dir": str(tmp_path / "runtime")}
+    return run_collection_module("kvoffload_quiet_timers", tmp_path, bindir, {**paths, **args})
+
+
 def test_the_timers_of_periodic_disk_jobs_are_masked_for_the_cell() -> None:
     timers = role_defaults("nvme_storage")["nvme_storage_quiet_timers"]
     for timer in (
@@ -111,35 +123,21 @@ def test_the_timers_of_periodic_disk_jobs_are_masked_for_the_cell() -> None:
         "e2scrub_all.timer",
     ):
         assert timer in timers
-    tasks = yaml.safe_load((TASKS / "quiet.yml").read_text())
-    names = [t["name"] for t in tasks]
-    # What is done is recorded first, then the timers stop, then they are masked (what `systemctl mask
-    # --runtime` writes) and the masks loaded; jobs already started are waited for last.
-    record = names.index("Record what this deploy masks and which of those timers ran")
-    stop = names.index("Stop the timers")
-    mask = names.index("Runtime-mask the timers")
-    reload = names.index("Make systemd see the masks")
-    wait = names.index("Wait until none of the jobs the timers start runs any more")
-    assert record < stop < mask < reload < wait
-    link = tasks[mask]["ansible.builtin.file"]
-    assert link == {
-        "src": "/dev/null",
-        "dest": "/run/systemd/system/{{ item }}",
-        "state": "link",
-        "force": False,
+    (task,) = yaml.safe_load((TASKS / "quiet.yml").read_text())
+    assert task["kvoffload_quiet_timers"] == {
+        "state": "quiet",
+        "timers": "{{ nvme_storage_quiet_timers }}",
+        "record": "/run/kvoffload/quiet-timers.json",
+        "wait": "{{ nvme_storage_quiet_wait }}",
     }
-    assert tasks[reload]["ansible.builtin.systemd_service"] == {"daemon_reload": True}
-    assert tasks[reload]["when"] == "_nvme_storage_masks is changed"  # idempotent: no reload the second time
-    assert tasks[stop]["ansible.builtin.systemd_service"]["state"] == "stopped"
-    assert tasks[record]["when"] == "not _nvme_storage_quiet_record.stat.exists"  # an earlier record wins
-    # Read-only commands never report a change and still run in --check, so --check sees the real state.
-    for task in tasks:
-        if "ansible.builtin.command" in task:
-            assert task["changed_when"] is False and task["check_mode"] is False, task["name"]
+    (undo,) = yaml.safe_load((TASKS / "unquiet.yml").read_text())
+    assert undo["kvoffload_quiet_timers"] == {
+        "state": "unquiet",
+        "record": "/run/kvoffload/quiet-timers.json",
+    }
 
 
 def test_only_timers_installed_and_not_masked_by_an_admin_are_candidates() -> None:
-    read = _task(TASKS / "quiet.yml", "Read which listed timers run now and the job each starts")
     listing = (
         "apt-daily.timer enabled enabled\n"
         "fstrim.timer masked enabled\n"  # an administrator's mask stays theirs
@@ -147,25 +145,77 @@ def test_only_timers_installed_and_not_masked_by_an_admin_are_candidates() -> No
         "e2scrub_all.timer enabled enabled\n"
         "systemd-tmpfiles-clean.timer static -\n"
     )
-    variables = {
-        **role_defaults("nvme_storage"),
-        "_nvme_storage_timer_files": {"stdout_lines": listing.splitlines()},
-    }
-    candidates = _template(read["vars"]["_nvme_storage_quiet_candidates"], variables)
+    timers = role_defaults("nvme_storage")["nvme_storage_quiet_timers"]
+    candidates = collection_module("kvoffload_quiet_timers").candidates(listing, timers)
     assert sorted(candidates) == ["apt-daily.timer", "e2scrub_all.timer"]
 
 
-def test_teardown_removes_only_the_recorded_masks_and_restarts_what_ran() -> None:
-    tasks = _flatten(yaml.safe_load((TASKS / "unquiet.yml").read_text()))
-    by_name = {t["name"]: t for t in tasks}
-    remove = by_name["Remove the runtime masks"]
-    assert remove["ansible.builtin.file"]["state"] == "absent"
-    assert "selectattr('stat.lnk_source', 'eq', '/dev/null')" in remove["loop"]
-    start = by_name["Start the timers that ran before the cell"]
-    assert start["loop"] == "{{ _nvme_storage_unquiet.active }}"
-    assert start["ansible.builtin.systemd_service"]["state"] == "started"
-    names = [t["name"] for t in tasks]
-    assert names.index("Forget the record") == len(names) - 1
+def test_quiet_records_then_stops_then_masks_and_unquiet_undoes_exactly_that(tmp_path: Path) -> None:
+    units = {
+        "apt-daily.timer": _timer("active", "apt-daily.service"),
+        "fstrim.timer": _timer(
+            "inactive", "fstrim.service"
+        ),  # installed, not scheduled: masked, not restarted
+        "man-db.timer": _timer("active", "man-db.service", "masked"),  # an administrator's mask
+        "apt-daily.service": {"ActiveState": "inactive"},
+        "fstrim.service": {"ActiveState": "inactive"},
+    }
+    bindir, log = stateful_systemctl(tmp_path, units)
+    timers = [
+        "apt-daily.timer",
+        "fstrim.timer",
+        "man-db.timer",
+        "logrotate.timer",
+    ]  # logrotate: not installed
+    result = _quiet(tmp_path, bindir, state="quiet", timers=timers)
+    assert result["changed"] is True and not result.get("failed"), result
+    record = {"masked": ["apt-daily.timer", "fstrim.timer"], "active": ["apt-daily.timer"],
+              "jobs": ["apt-daily.service", "fstrim.service"]}  # fmt: skip
+    assert json.loads((tmp_path / "run" / "quiet-timers.json").read_text()) == record
+    # stopped before the mask (a timer stopped once masked ends up failed), one reload for the masks
+    assert calls(log) == ["stop apt-daily.timer", "daemon-reload"]
+    for timer in record["masked"]:
+        assert (tmp_path / "runtime" / timer).readlink() == Path("/dev/null")
+    assert not (tmp_path / "runtime" / "man-db.timer").exists()
+    # a second quiet (another deploy of the node) re-asserts the record and changes nothing
+    again = _quiet(tmp_path, bindir, state="quiet", timers=timers)
+    assert again["changed"] is False and again["masked"] == record["masked"], again
+    assert calls(log) == ["stop apt-daily.timer", "daemon-reload"]
+    # a link that is no longer ours is left where it is; the timers that ran start again
+    (tmp_path / "runtime" / "fstrim.timer").unlink()
+    (tmp_path / "runtime" / "fstrim.timer").symlink_to("/lib/systemd/system/fstrim.timer")
+    undone = _quiet(tmp_path, bindir, state="unquiet")
+    assert undone["changed"] is True and undone["masked"] == ["apt-daily.timer"], undone
+    assert calls(log)[2:] == ["daemon-reload", "start apt-daily.timer"]
+    assert not (tmp_path / "runtime" / "apt-daily.timer").exists()
+    assert (tmp_path / "runtime" / "fstrim.timer").is_symlink()
+    assert not (tmp_path / "run" / "quiet-timers.json").exists()
+    assert _quiet(tmp_path, bindir, state="unquiet")["changed"] is False  # no record: nothing to undo
+
+
+def test_quiet_waits_for_a_job_a_timer_started_and_fails_naming_it(tmp_path: Path) -> None:
+    units = {
+        "apt-daily-upgrade.timer": _timer("active", "apt-daily-upgrade.service"),
+        "apt-daily-upgrade.service": {"ActiveState": "activating"},  # an upgrade under way: never killed
+    }
+    bindir, log = stateful_systemctl(tmp_path, units)
+    result = _quiet(
+        tmp_path, bindir, state="quiet", timers=["apt-daily-upgrade.timer"], wait=0.3, interval=0.1
+    )
+    assert result.get("failed") is True
+    assert "apt-daily-upgrade.service" in result["msg"] and "nvme_storage_quiet_wait" in result["msg"]
+    assert "stop apt-daily-upgrade.service" not in calls(log)
+    # the record was written first, so the teardown still undoes the mask
+    assert json.loads((tmp_path / "run" / "quiet-timers.json").read_text())["masked"] == [
+        "apt-daily-upgrade.timer"
+    ]
+
+
+def test_check_mode_reports_and_changes_nothing(tmp_path: Path) -> None:
+    bindir, log = stateful_systemctl(tmp_path, {"fstrim.timer": _timer("active", "fstrim.service")})
+    result = _quiet(tmp_path, bindir, state="quiet", timers=["fstrim.timer"], _ansible_check_mode=True)
+    assert result["changed"] is True and result["masked"] == ["fstrim.timer"], result
+    assert calls(log) == [] and not (tmp_path / "run").exists() and not (tmp_path / "runtime").exists()
 
 
 @pytest.mark.parametrize(
@@ -187,20 +237,3 @@ def test_deploy_and_teardown_apply_it_on_the_node_and_the_client(playbook: str, 
     assert task["tags"] == [tag] and task["ansible.builtin.include_role"]["apply"] == {"tags": [tag]}
     # Masked before anything of the cell starts, given back after everything of it stopped.
     assert plays.index(found[0]) == (0 if playbook == "deploy.yml" else len(plays) - 1)
-
-
-def test_the_record_keeps_what_ran_and_the_jobs_to_wait_for() -> None:
-    decide = _task(TASKS / "quiet.yml", "Set the timers this cell masks (an earlier deploy's record wins)")
-    shown = {
-        "apt-daily.timer": "Unit=apt-daily.service\nActiveState=active",
-        "fstrim.timer": "Unit=fstrim.service\nActiveState=inactive",
-    }
-    variables = {
-        "_nvme_storage_quiet_record": {"stat": {"exists": False}},
-        "_nvme_storage_timer_state": {"results": [{"item": k, "stdout": v} for k, v in shown.items()]},
-    }
-    assert _template(decide["ansible.builtin.set_fact"]["_nvme_storage_quiet"], variables) == {
-        "masked": ["apt-daily.timer", "fstrim.timer"],
-        "active": ["apt-daily.timer"],
-        "jobs": ["apt-daily.service", "fstrim.service"],
-    }

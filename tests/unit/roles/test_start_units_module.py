@@ -132,3 +132,30 @@ def test_check_mode_names_what_it_would_do_and_does_nothing(tmp_path: Path) -> N
     # outside check mode a unit that is not installed is an error that names it
     result = run_module(tmp_path, bindir, {"units": ["a.service", "b.service"]})
     assert result["failed"] is True and result["msg"].startswith("no such unit: b.service")
+
+
+def test_a_unit_file_change_reloads_first_and_every_port_of_a_unit_is_waited_for(
+    tmp_path: Path, health: tuple[str, type[_Health]]
+) -> None:
+    url, handler = health
+    handler.answers = [503]  # /healthcheck: one poll before the 200
+    port = int(url.split(":")[2].split("/")[0])
+    bindir, log = stateful_systemctl(tmp_path, {"kvoffload-lmcache.service": _unit("inactive")})
+    unit = "kvoffload-lmcache.service"
+    args = {
+        "units": [unit],
+        "restart": [unit],  # its flags changed: a stopped unit is started once by the restart
+        "daemon_reload": True,
+        "wait": {unit: [f"tcp://127.0.0.1:{port}", url]},  # the ZMQ port and the HTTP API
+        "interval": 0.05,
+    }
+    result = run_module(tmp_path, bindir, args)
+    assert result["changed"] is True and not result.get("failed"), result
+    assert calls(log) == ["daemon-reload", "restart kvoffload-lmcache.service"]
+    assert handler.answers == []
+    # a port that accepts nothing fails the wait and is named
+    closed = {**args, "wait": {unit: ["tcp://127.0.0.1:9", url]}, "timeout": 0.3, "daemon_reload": False}
+    failed = run_module(tmp_path, bindir, closed)
+    assert (
+        failed["failed"] is True and "tcp://127.0.0.1:9 last answered ConnectionRefusedError" in failed["msg"]
+    )

@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""Ansible module: keep periodic disk jobs from starting during a run of cells, and give them back after.
+
+Of the kvoffload.lab collection, called by the nvme_storage role (quiet.yml when a node's first cell
+deploys, unquiet.yml when its last one is torn down). Thirteen tasks, a loop of one round trip per
+timer among them, cost about 12 s on each host; this module does the same in one.
+
+`state: quiet`: the installed timers of `timers` that are not masked already (an administrator's mask
+is left alone) are recorded in `record` (JSON: `masked`, those that ran, `active`, and the jobs they
+start, `jobs`), stopped with one `systemctl stop`, runtime-masked as `systemctl mask --runtime` does
+(`<runtime_dir>/<timer>` -> /dev/null, gone at the next boot) and systemd reloaded; then the module
+waits, up to `wait` seconds, for every job such a timer had already started to finish (never killing
+it). The record is written before any mask, so a failure half-way leaves unquiet what to undo; an
+earlier record wins over a new reading (a second quiet re-asserts what the first one did).
+
+`state: unquiet`: from the record, removes only the masks that are still links to /dev/null (whatever
+else is there now is not ours), reloads systemd, starts again the timers that ran (a Persistent= timer
+that missed its time runs its job now, between cells) and removes the record. Without a record there
+is nothing to undo.
+
+Check mode reports what it would mask or unmask and changes nothing. Standard library only: it runs on
+the host's own python3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: kvoffload_quiet_timers
+short_description: Stop and runtime-mask periodic-job timers for a run of cells, and restore them
+description:
+  - With I(state=quiet), stops and runtime-masks the installed, unmasked I(timers), records what it did
+    in I(record) and waits for the jobs they had started; with I(state=unquiet), undoes that record.
+options:
+  state: {type: str, required: true, choices: [quiet, unquiet], description: "Mask, or undo the record."}
+  timers: {type: list, elements: str, default: [], description: "Timers to consider (state=quiet)."}
+  record: {type: path, default: /run/kvoffload/quiet-timers.json, description: "What quiet did, for unquiet."}
+  runtime_dir: {type: path, default: /run/systemd/system, description: "Where runtime masks live."}
+  wait: {type: float, default: 600, description: "Seconds to wait for running jobs of the timers (quiet)."}
+  interval: {type: float, default: 5, description: "Seconds between two looks at those jobs."}
+"""
+
+RETURN = r"""
+masked: {description: the timers masked by quiet (or whose masks unquiet removed), type: list}
+active: {description: the timers that ran before quiet (those unquiet starts again), type: list}
+jobs: {description: the units those timers start, type: list}
+waited_s: {description: seconds spent waiting for those jobs (quiet), type: float}
+"""
+
+_RUNNING = ("active", "activating", "reloading", "deactivating")
+
+
+def candidates(list_unit_files: str, timers: list[str]) -> list[str]:
+    """The timers of `timers` (in that order) that `systemctl list-unit-files --plain` lists and that
+    are not masked (`masked` or `masked-runtime`: an administrator's, or an earlier quiet's)."""
+    states: dict[str, str] = {}
+    for line in list_unit_files.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            states[fields[0]] = fields[1]
+    return [t for t in timers if t in states and not states[t].startswith("masked")]
+
+
+def parse_show(text: str) -> dict[str, dict[str, str]]:
+    """`systemctl show` output -> each unit's properties, keyed by its Id."""
+    units: dict[str, dict[str, str]] = {}
+    for block in text.split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.strip().splitlines() if "=" in line)
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
+
+
+def plan_record(masked: list[str], states: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """What quiet records: the timers it masks, those of them that ran, and the jobs they start."""
+    return {
+        "masked": masked,
+        "active": [t for t in masked if states.get(t, {}).get("ActiveState") == "active"],
+        "jobs": [j for t in masked if (j := states.get(t, {}).get("Unit", ""))],
+    }
+
+
+def is_mask(path: str) -> bool:
+    return os.path.islink(path) and os.readlink(path) == "/dev/null"
+
+
+class Systemd:
+    """The module's calls of systemctl; a non-zero exit fails the module (but that of `is-active`)."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.bin = module.get_bin_path("systemctl", required=True)
+
+    def run(self, *args: str) -> str:
+        rc, out, err = self.module.run_command([self.bin, *args])
+        if rc != 0:
+            self.module.fail_json(msg=f"systemctl {args[0]} exited {rc}: {err.strip()}")
+        return str(out)
+
+    def running(self, units: list[str]) -> list[str]:
+        """Those of `units` that `systemctl is-active` reads as running (it exits non-zero when one is
+        not active: not a failure here). A unit it gave no answer for counts as not running."""
+        if not units:
+            return []
+        _rc, out, _err = self.module.run_command([self.bin, "is-active", "--", *units])
+        answers = str(out).split()
+        return [u for i, u in enumerate(units) if i < len(answers) and answers[i] in _RUNNING]
+
+
+def quiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
+    p = module.params
+    record_path = p["record"]
+    if os.path.exists(record_path):
+        with open(record_path, encoding="utf-8") as f:
+            record = json.load(f)
+        wrote = False
+    else:
+        listed = systemd.run("list-unit-files", "--type=timer", "--no-legend", "--no-pager", "--plain")
+        masked = candidates(listed, list(p["timers"]))
+        states = (
+            parse_show(systemd.run("show", "--property=Id,ActiveState,Unit", "--", *masked)) if masked else {}
+        )
+        record = plan_record(masked, states)
+        wrote = True
+    masks = [os.path.join(p["runtime_dir"], t) for t in record["masked"]]
+    to_mask = [m for m in masks if not os.path.lexists(m)]
+    foreign = [m for m in masks if os.path.lexists(m) and not is_mask(m)]
+    if foreign:
+        module.fail_json(
+            msg=f"not a runtime mask, left alone: {', '.join(foreign)}; remove it or drop its timer "
+            "from nvme_storage_quiet_timers",
+            **record,
+        )
+    running = systemd.running(record["masked"])
+    changed = wrote or bool(to_mask or running)
+    if module.check_mode:
+        return {"changed": changed, **record, "waited_s": 0.0}
+    if wrote:
+        os.makedirs(os.path.dirname(record_path), mode=0o755, exist_ok=True)
+        tmp = record_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record, indent=4) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, record_path)
+    # Stopped before the mask: a timer stopped once masked ends up "failed" (the host would read degraded).
+    if running:
+        systemd.run("stop", "--", *running)
+    for mask in to_mask:
+        os.makedirs(os.path.dirname(mask), mode=0o755, exist_ok=True)
+        os.symlink("/dev/null", mask)
+    if to_mask:
+        systemd.run("daemon-reload")
+    t0 = time.monotonic()
+    jobs = list(record["jobs"])
+    while jobs:
+        busy = systemd.running(jobs)
+        if not busy:
+            break
+        if time.monotonic() - t0 >= p["wait"]:
+            module.fail_json(
+                msg=f"periodic disk jobs still run after {p['wait']:g} s ({', '.join(busy)}); they would "
+                "disturb the cell: let them finish, or raise nvme_storage_quiet_wait",
+                changed=changed,
+                **record,
+            )
+        time.sleep(max(0.0, p["interval"]))
+    return {"changed": changed, **record, "waited_s": round(time.monotonic() - t0, 3)}
+
+
+def unquiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
+    p = module.params
+    record_path = p["record"]
+    if not os.path.exists(record_path):
+        return {"changed": False, "masked": [], "active": [], "jobs": []}
+    with open(record_path, encoding="utf-8") as f:
+        record = json.load(f)
+    # Only a link to /dev/null is a mask; whatever else is there now is not ours to remove.
+    ours = [t for t in record["masked"] if is_mask(os.path.join(p["runtime_dir"], t))]
+    result = {"changed": True, "masked": ours, "active": list(record["active"]), "jobs": list(record["jobs"])}
+    if module.check_mode:
+        return result
+    for timer in ours:
+        os.unlink(os.path.join(p["runtime_dir"], timer))
+    if ours:
+        systemd.run("daemon-reload")
+    if record["active"]:
+        systemd.run("start", "--", *record["active"])
+    os.unlink(record_path)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "required": True, "choices": ["quiet", "unquiet"]},
+            "timers": {"type": "list", "elements": "str", "default": []},
+            "record": {"type": "path", "default": "/run/kvoffload/quiet-timers.json"},
+            "runtime_dir": {"type": "path", "default": "/run/systemd/system"},
+            "wait": {"type": "float", "default": 600.0},
+            "interval": {"type": "float", "default": 5.0},
+        },
+        supports_check_mode=True,
+    )
+    systemd = Systemd(module)
+    state = module.params["state"]
+    module.exit_json(**(quiet(module, systemd) if state == "quiet" else unquiet(module, systemd)))
+
+
+if __name__ == "__main__":
+    main()
