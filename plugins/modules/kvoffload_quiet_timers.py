@@ -66,23 +66,40 @@ def candidates(list_unit_files: str, timers: list[str]) -> list[str]:
     return [t for t in timers if t in states and not states[t].startswith("masked")]
 
 
-def parse_show(text: str) -> dict[str, dict[str, str]]:
-    """`systemctl show` output -> each unit's properties, keyed by its Id."""
-    units: dict[str, dict[str, str]] = {}
-    for block in text.split("\n\n"):
-        props = dict(line.split("=", 1) for line in block.strip().splitlines() if "=" in line)
-        if props.get("Id"):
-            units[props["Id"]] = props
-    return units
+def jobs_of(show: str) -> dict[str, str]:
+    """Timer -> the unit it starts, from `systemctl show --property=Id,Unit` of the timers: one block
+    per unit, blank-line separated, its properties in systemd's order (a timer's Unit= comes before
+    Id=). A masked unit has no Unit=, so this is read before the mask."""
+    jobs: dict[str, str] = {}
+    for block in show.split("\n\n"):
+        props = {key: value for key, _, value in (line.partition("=") for line in block.splitlines())}
+        if props.get("Id") and props.get("Unit"):
+            jobs[props["Id"]] = props["Unit"]
+    return jobs
 
 
-def plan_record(masked: list[str], states: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+def plan_record(masked: list[str], active: list[str], jobs: dict[str, str]) -> dict[str, list[str]]:
     """What quiet records: the timers it masks, those of them that ran, and the jobs they start."""
     return {
         "masked": masked,
-        "active": [t for t in masked if states.get(t, {}).get("ActiveState") == "active"],
-        "jobs": [j for t in masked if (j := states.get(t, {}).get("Unit", ""))],
+        "active": [t for t in masked if t in active],
+        "jobs": [jobs[t] for t in masked if t in jobs],
     }
+
+
+def read_record(module: AnsibleModule, path: str) -> dict[str, list[str]]:
+    """The record an earlier quiet wrote; a damaged one fails the module, naming the file and the fix."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        if not all(isinstance(record.get(k), list) for k in ("masked", "active", "jobs")):
+            raise ValueError("masked, active and jobs must be lists")
+    except (OSError, ValueError, AttributeError) as exc:
+        module.fail_json(
+            msg=f"{path}: not a record of kvoffload_quiet_timers ({exc}); undo its masks by hand "
+            "(`systemctl unmask --runtime <timer>`) and remove the file"
+        )
+    return {k: [str(x) for x in record[k]] for k in ("masked", "active", "jobs")}
 
 
 def is_mask(path: str) -> bool:
@@ -102,30 +119,32 @@ class Systemd:
             self.module.fail_json(msg=f"systemctl {args[0]} exited {rc}: {err.strip()}")
         return str(out)
 
-    def running(self, units: list[str]) -> list[str]:
-        """Those of `units` that `systemctl is-active` reads as running (it exits non-zero when one is
-        not active: not a failure here). A unit it gave no answer for counts as not running."""
+    def active_states(self, units: list[str]) -> list[str]:
+        """Each unit's `systemctl is-active` answer, in order ("unknown" where it gave none); it exits
+        non-zero when one is not active, which is not a failure here."""
         if not units:
             return []
         _rc, out, _err = self.module.run_command([self.bin, "is-active", "--", *units])
         answers = str(out).split()
-        return [u for i, u in enumerate(units) if i < len(answers) and answers[i] in _RUNNING]
+        return [answers[i] if i < len(answers) else "unknown" for i in range(len(units))]
+
+    def running(self, units: list[str]) -> list[str]:
+        """Those of `units` that run (or are starting or stopping)."""
+        return [u for u, state in zip(units, self.active_states(units), strict=True) if state in _RUNNING]
 
 
 def quiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
     p = module.params
     record_path = p["record"]
     if os.path.exists(record_path):
-        with open(record_path, encoding="utf-8") as f:
-            record = json.load(f)
+        record = read_record(module, record_path)
         wrote = False
     else:
         listed = systemd.run("list-unit-files", "--type=timer", "--no-legend", "--no-pager", "--plain")
         masked = candidates(listed, list(p["timers"]))
-        states = (
-            parse_show(systemd.run("show", "--property=Id,ActiveState,Unit", "--", *masked)) if masked else {}
-        )
-        record = plan_record(masked, states)
+        active = [t for t, a in zip(masked, systemd.active_states(masked), strict=True) if a == "active"]
+        jobs = jobs_of(systemd.run("show", "--property=Id,Unit", "--", *masked)) if masked else {}
+        record = plan_record(masked, active, jobs)
         wrote = True
     masks = [os.path.join(p["runtime_dir"], t) for t in record["masked"]]
     to_mask = [m for m in masks if not os.path.lexists(m)]
@@ -177,8 +196,7 @@ def unquiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
     record_path = p["record"]
     if not os.path.exists(record_path):
         return {"changed": False, "masked": [], "active": [], "jobs": []}
-    with open(record_path, encoding="utf-8") as f:
-        record = json.load(f)
+    record = read_record(module, record_path)
     # Only a link to /dev/null is a mask; whatever else is there now is not ours to remove.
     ours = [t for t in record["masked"] if is_mask(os.path.join(p["runtime_dir"], t))]
     result = {"changed": True, "masked": ours, "active": list(record["active"]), "jobs": list(record["jobs"])}

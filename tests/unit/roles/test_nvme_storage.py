@@ -237,3 +237,26 @@ def test_deploy_and_teardown_apply_it_on_the_node_and_the_client(playbook: str, 
     assert task["tags"] == [tag] and task["ansible.builtin.include_role"]["apply"] == {"tags": [tag]}
     # Masked before anything of the cell starts, given back after everything of it stopped.
     assert plays.index(found[0]) == (0 if playbook == "deploy.yml" else len(plays) - 1)
+
+
+def test_a_damaged_record_fails_naming_the_file_and_the_fix(tmp_path: Path) -> None:
+    bindir, log = stateful_systemctl(tmp_path, {"fstrim.timer": _timer("active", "fstrim.service")})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "quiet-timers.json").write_text('{"masked": "fstrim.timer"')
+    for state in ("quiet", "unquiet"):
+        result = _quiet(tmp_path, bindir, state=state, timers=["fstrim.timer"])
+        assert result.get("failed") is True, result
+        assert (
+            "quiet-timers.json: not a record" in result["msg"]
+            and "systemctl unmask --runtime" in result["msg"]
+        )
+    assert calls(log) == []
+
+
+def test_the_jobs_come_from_each_timers_block_in_systemds_order() -> None:
+    # systemctl prints a unit type's own properties (a timer's Unit=) before the generic ones (Id=)
+    show = (
+        "Unit=apt-daily.service\nId=apt-daily.timer\n\nUnit=fstrim.service\nId=fstrim.timer\n\nId=odd.timer\n"
+    )
+    jobs = collection_module("kvoffload_quiet_timers").jobs_of(show)
+    assert jobs == {"apt-daily.timer": "apt-daily.service", "fstrim.timer": "fstrim.service"}
