@@ -8,7 +8,8 @@ sixteen for eight); this module does the same in one. One `systemctl show` reads
 not enabled are enabled with one `systemctl enable`, those named in `restart` (their configuration
 changed) restarted with one `systemctl restart`, and those not running started with one
 `systemctl start`: each call is one systemd transaction, so the replicas start together
-(`daemon_reload` first, when a unit file changed). Then every `wait` URL is polled (no proxy: they are the host's own or its lab network's addresses) until it answers 200, or a
+(`daemon_reload` first, when a unit file changed). Then every `wait` URL is polled (no proxy: they
+are the host's own or its lab network's addresses) until it answers 200, or a
 `tcp://host:port` target until it accepts a connection, all within `timeout` seconds; a unit that failed
 meanwhile ends the wait at once, and the error names the unit, its URL, the last answer and the
 journalctl command to read.
