@@ -804,8 +804,13 @@ class CampaignRunner:
                         clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: keeping}
                         return play(
                             "replay.yml",
-                            # the collect's unit states come back in the run's events (_write_units)
-                            more={"collect_units_to_controller": False, TEARDOWN_AFTER_VAR: teardown_after},
+                            # the collect's unit states and software come back in the run's events
+                            # (_write_collected)
+                            more={
+                                "collect_units_to_controller": False,
+                                "collect_software_to_controller": False,
+                                TEARDOWN_AFTER_VAR: teardown_after,
+                            },
                             client=True,
                             # nothing was installed since that cell's collect (once per node and run);
                             # the periodic disk jobs stay masked until the node's last cell is over
@@ -828,7 +833,7 @@ class CampaignRunner:
                 result = phase("replay", replay)
             except PlaybookFailed as exc:
                 _split_collect(timings, exc.result, teardown_after)
-                _write_units(cell_dir, exc.result)
+                _write_collected(cell_dir, exc.result)
                 if not (teardown_after and exc.result.failed_only_in(TEARDOWN_PLAY)):
                     raise
                 # the replay and its collect are whole: the cell stands, and its teardown runs again on
@@ -837,7 +842,7 @@ class CampaignRunner:
                 result = exc.result
             else:
                 _split_collect(timings, result, teardown_after)
-                _write_units(cell_dir, result)
+                _write_collected(cell_dir, result)
                 torn_down = teardown_after and result.seconds_from(TEARDOWN_PLAY) is not None
             _write_cell(cell_dir, record)
             if source is not None:
@@ -968,14 +973,19 @@ def _split_collect(timings: dict[str, float], result: PlaybookResult, teardown_a
     timings["replay"] = round(max(0.0, timings["replay"] - collect - (teardown or 0.0)), 3)
 
 
-def _write_units(cell_dir: Path, result: PlaybookResult) -> None:
-    """`units/<host>.json` of every host the run's collect read, as the collect role writes it when
-    left to (`collect_units_to_controller`)."""
-    folder = CellPaths(cell_dir).units_dir
+def _write_collected(cell_dir: Path, result: PlaybookResult) -> None:
+    """`units/<host>.json` and `software/<host>.json` of every host the run's collect read, as the
+    collect role writes them when left to (`collect_units_to_controller`,
+    `collect_software_to_controller`)."""
+    paths = CellPaths(cell_dir)
     for host, units in result.unit_states.items():
-        folder.mkdir(parents=True, exist_ok=True)
+        paths.units_dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"host": host, "units": units}, indent=4, sort_keys=True)
-        write_text_atomic(folder / f"{host}.json", text + "\n")
+        write_text_atomic(paths.units_dir / f"{host}.json", text + "\n")
+    for host, software in result.software.items():
+        paths.software_dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(software, indent=4, sort_keys=True)
+        write_text_atomic(paths.software_dir / f"{host}.json", text + "\n")
 
 
 def _write_cell(cell_dir: Path, record: dict[str, Any]) -> None:

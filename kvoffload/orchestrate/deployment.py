@@ -208,6 +208,7 @@ def cell_extravars(
         "kvoffload_campaign_name": campaign.name,
         "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,
         "kvoffload_package_wheel": str(wheels.package),
+        "kvoffload_python_uv_wheel": wheels.uv,
         # the replay role builds `kvoffload-lab replay` from these (same argv as replay_argv(spec))
         "replay_cell_id": cell.id,
         "replay_remote_root": str(REMOTE_CELLS),

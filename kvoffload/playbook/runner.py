@@ -61,8 +61,9 @@ def ansible_dir() -> Path:
     return Path(override) if override else Path(kvoffload.__file__).resolve().parents[1]
 
 
-# The collection's module whose results the runner keeps (PlaybookResult.unit_states).
+# The collection's modules whose results the runner keeps (PlaybookResult.unit_states, .software).
 UNIT_STATES_MODULE = "kvoffload_unit_states"
+SOFTWARE_MODULE = "kvoffload_software"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class PlaybookResult:
     # host -> the units the collect role's `kvoffload_unit_states` read there (unit -> properties); a
     # run of the module that stopped units (a teardown) is not a reading of the cell's units
     unit_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # host -> the record the collect role's `kvoffload_software` read there (software/<host>.json)
+    software: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def total_changed(self) -> int:
@@ -322,6 +325,7 @@ class PlaybookRunner:
         facts: dict[str, dict[str, Any]] = {}
         plays: list[tuple[str, float]] = []
         unit_states: dict[str, dict[str, Any]] = {}
+        software: dict[str, dict[str, Any]] = {}
 
         def handler(event: dict[str, Any]) -> bool:
             data = event.get("event_data") or {}
@@ -359,6 +363,9 @@ class PlaybookRunner:
                     and not args.get("stop")
                 ):
                     unit_states[str(data.get("host"))] = units
+                record = res.get("software") if isinstance(res, dict) else None
+                if action.rsplit(".", 1)[-1] == SOFTWARE_MODULE and isinstance(record, dict):
+                    software[str(data.get("host"))] = record
             return True  # keep the event in the artifacts
 
         # --diff with --check: what would change, file by file; tasks that handle a secret set diff: false
@@ -424,6 +431,7 @@ class PlaybookRunner:
             facts=facts,
             plays=tuple(plays),
             unit_states=unit_states,
+            software=software,
         )
         if result.status != "successful" or result.rc != 0:
             raise PlaybookFailed(result)

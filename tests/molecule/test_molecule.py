@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from kvoffload.orchestrate.wheelhouse import UV_REQUIREMENT, uv_wheel
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # (role, scenario) of every roles/<role>/molecule/<scenario>/molecule.yml.
@@ -48,6 +50,12 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("wheelhouse")
     subprocess.run(
         [str(BIN / "pip"), "wheel", "--quiet", "--wheel-dir", str(folder), str(REPO)],
+        check=True,
+        timeout=600,
+    )
+    # uv, which the vllm scenario installs with (the others with pip), as the orchestrator ships it
+    subprocess.run(
+        [str(BIN / "pip"), "download", "--quiet", "--no-deps", "--dest", str(folder), UV_REQUIREMENT],
         check=True,
         timeout=600,
     )
@@ -108,6 +116,7 @@ def test_molecule_scenario(
         PATH=f"{BIN}:{os.environ.get('PATH', '')}",
         CONTAINERS_CONF=str(containers_conf),
         KVOFFLOAD_MOLECULE_WHEELHOUSE=str(wheelhouse),
+        KVOFFLOAD_MOLECULE_UV_WHEEL=uv_wheel(wheelhouse) or "",
         KVOFFLOAD_MOLECULE_LOOP=loop_device,
         KVOFFLOAD_MOLECULE_RESULTS=str(tmp_path / "results"),
         MOLECULE_IMAGE=image,

@@ -560,20 +560,33 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
     assert yaml.safe_load((ROOT / "playbooks" / "teardown.yml").read_text())[0]["name"] == TEARDOWN_PLAY
 
 
-def test_unit_states_from_the_runs_events_land_where_the_collect_role_writes_them(tmp_path: Path) -> None:
-    from kvoffload.orchestrate.campaign import _unit_states, _write_units
+def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_role_writes_them(
+    tmp_path: Path,
+) -> None:
+    from kvoffload.orchestrate.campaign import _unit_states, _write_collected, host_software
 
     state = {"Id": "kvoffload-vllm@0.service", "LoadState": "loaded", "NRestarts": "2", "Result": "success"}
+    software = {
+        "host": "gpu01.lab.example",
+        "groups": ["lb", "lmcache", "vllm"],
+        "packages": {"caddy": "2.6.2-5"},
+        "python": {"/opt/kvoffload/venv": {"kvoffload-lab": "0.1.0"}},
+        "gpu": {},
+    }
     result = PlaybookResult(
         "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 1.0,
         unit_states={"gpu01.lab.example": {"kvoffload-vllm@0.service": state}, "client01.lab.example": {}},
+        software={"gpu01.lab.example": software},
     )  # fmt: skip
-    _write_units(tmp_path, result)
+    _write_collected(tmp_path, result)
     written = json.loads((tmp_path / "units" / "gpu01.lab.example.json").read_text())
     assert written == {"host": "gpu01.lab.example", "units": {"kvoffload-vllm@0.service": state}}
     assert _unit_states(tmp_path) == {
         "gpu01.lab.example--kvoffload-vllm@0.service": {**state, "host": "gpu01.lab.example"}
     }
-    # the role's own write is off in the orchestrator's runs (the file above replaces it)
+    assert json.loads((tmp_path / "software" / "gpu01.lab.example.json").read_text()) == software
+    assert host_software(tmp_path / "software")  # what cell.json `software` is read from
+    # the role's own writes are off in the orchestrator's runs (the files above replace them)
     defaults = yaml.safe_load((ROOT / "roles/collect/defaults/main.yml").read_text())
     assert defaults["collect_units_to_controller"] is True
+    assert defaults["collect_software_to_controller"] is True

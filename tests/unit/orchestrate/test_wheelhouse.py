@@ -84,3 +84,12 @@ def test_the_wheelhouse_archive_is_reproducible_and_reused(tmp_path: Path) -> No
     _wheel(house, "c-pkg", "1.0", [])
     with tarfile.open(wh._archive(house)) as tar:
         assert len(tar.getmembers()) == 3
+
+
+def test_uv_is_found_in_the_wheelhouse_by_its_name_only(tmp_path: Path) -> None:
+    _wheel(tmp_path, "uvicorn", "0.55.0", [])
+    _wheel(tmp_path, "uvloop", "0.23.0", [])
+    assert wh.uv_wheel(tmp_path) is None  # pip installs then
+    _wheel(tmp_path, "uv", "0.13.9", [])
+    assert wh.uv_wheel(tmp_path) == "uv-0.13.9-py3-none-any.whl"
+    assert wh.UV_REQUIREMENT.startswith("uv==")  # pinned: the role runs it with fixed flags

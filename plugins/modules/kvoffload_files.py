@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""Ansible module: write several small files (rendered on the controller) in one module run.
+
+Of the kvoffload.lab collection, called in every cell's deploy by the vllm role (one environment file
+per replica) and lmcache_server (its environment file and unit). A `template` task costs three round
+trips to the host per file (a stat, the transfer, the copy module): about 0.9 s per changed file on
+the 2-core lab machine, 4 s of a two-replica cell's deploy. Here the contents travel in the module's
+arguments (templated by the task, on the controller, as the template action does) and every file is
+compared and written in one run.
+
+A file is written only when its bytes differ, through a temporary file in the same folder that gets
+the owner, group and mode first and then replaces it (a reader never sees half a file, a service never
+a file it may not read); owner, group or mode alone are corrected in place. The parent folder must
+exist (the roles create it at install). Check mode reports what would change and writes nothing; with
+--diff each changed file's before and after come back, as from `template`. Standard library only: it
+runs on the host's own python3.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: kvoffload_files
+short_description: Write several small files from their contents in one module run
+description:
+  - Writes each of I(files) whose content, owner, group or mode differ, atomically, and says which.
+options:
+  files:
+    type: list
+    elements: dict
+    required: true
+    description: "Each {path, content, owner, group, mode}: owner and group are names, mode an octal string."
+"""
+
+RETURN = r"""
+changed_paths: {description: the files written or corrected (would be, in check mode), in the order given, type: list}
+"""
+
+
+def _ids(spec: dict[str, str]) -> tuple[int, int] | None:
+    """The uid and gid of the file's owner and group; None when either does not exist."""
+    try:
+        return pwd.getpwnam(spec["owner"]).pw_uid, grp.getgrnam(spec["group"]).gr_gid
+    except KeyError:
+        return None
+
+
+def needs(path: str, content: bytes, uid: int, gid: int, mode: int) -> str | None:
+    """'content' when the file is missing or its bytes differ, 'attributes' when only its owner, group
+    or mode do, None when it is as wanted."""
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as handle:
+            current = handle.read()
+    except FileNotFoundError:
+        return "content"
+    if current != content:
+        return "content"
+    if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (uid, gid, mode):
+        return "attributes"
+    return None
+
+
+def write(path: str, content: bytes, uid: int, gid: int, mode: int) -> None:
+    """`content` at `path`, with its owner, group and mode set before it replaces the old file."""
+    folder, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            os.fchown(handle.fileno(), uid, gid)
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "files": {
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "content": {"type": "str", "required": True},
+                    "owner": {"type": "str", "default": "root"},
+                    "group": {"type": "str", "default": "root"},
+                    "mode": {"type": "str", "default": "0644"},
+                },
+            }
+        },
+        supports_check_mode=True,
+    )
+    changed: list[str] = []
+    diffs: list[dict[str, str]] = []
+    for spec in module.params["files"]:
+        path = spec["path"]
+        try:
+            mode = int(spec["mode"], 8)
+        except ValueError:
+            module.fail_json(msg=f"{path}: mode {spec['mode']!r} is not an octal number such as '0640'")
+        ids = _ids(spec)
+        missing = None
+        if not os.path.isdir(os.path.dirname(path)):
+            missing = "its folder does not exist (the role's install creates it)"
+        elif ids is None:
+            missing = f"owner {spec['owner']!r} or group {spec['group']!r} does not exist on this host"
+        if missing is not None:
+            # in --check on a fresh host the install that makes them only said it would
+            if not module.check_mode:
+                module.fail_json(msg=f"{path}: {missing}")
+            changed.append(path)
+            continue
+        assert ids is not None
+        uid, gid = ids
+        content = spec["content"].encode("utf-8")
+        what = needs(path, content, uid, gid, mode)
+        if what is None:
+            continue
+        changed.append(path)
+        if module._diff and what == "content":
+            try:
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    before = handle.read()
+            except FileNotFoundError:
+                before = ""
+            diffs.append({"before_header": path, "after_header": path, "before": before, "after": spec["content"]})
+        if module.check_mode:
+            continue
+        if what == "content":
+            write(path, content, uid, gid, mode)
+        else:
+            os.chown(path, uid, gid)
+            os.chmod(path, mode)
+    result: dict[str, object] = {"changed": bool(changed), "changed_paths": changed}
+    if diffs:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
