@@ -61,6 +61,12 @@ class CellPaths:
         return self.root / "software"
 
     @property
+    def fetched_archive(self) -> Path:
+        """The cell folder as the replay role fetched it from the client (a gzip tarball), until unpacked
+        here (roles/replay/vars/main.yml `_replay_controller_archive`)."""
+        return self.root / f".fetched-{self.cell_id}.tar.gz"
+
+    @property
     def workers_dir(self) -> Path:
         """A replay over worker processes: workers/<i>/ holds each one's records until they are merged."""
         return self.root / "workers"

@@ -809,6 +809,7 @@ class CampaignRunner:
                             more={
                                 "collect_units_to_controller": False,
                                 "collect_software_to_controller": False,
+                                "replay_unpack_on_controller": False,  # _unpack_fetched
                                 TEARDOWN_AFTER_VAR: teardown_after,
                             },
                             client=True,
@@ -824,6 +825,7 @@ class CampaignRunner:
                         )
                     finally:
                         watched.extend(watch.faults())
+                        _unpack_fetched(cell_dir)
 
             if self._client_pending():
                 phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
@@ -971,6 +973,21 @@ def _split_collect(timings: dict[str, float], result: PlaybookResult, teardown_a
         collect = round(max(0.0, collect - teardown), 3)
     timings["collect"] = collect
     timings["replay"] = round(max(0.0, timings["replay"] - collect - (teardown or 0.0)), 3)
+
+
+def _unpack_fetched(cell_dir: Path) -> None:
+    """Unpack the cell folder that replay.yml fetched (`replay_unpack_on_controller: false`) into the
+    cell's folder, as the role's own tasks would, and remove the tarball; nothing when it fetched none
+    (a replay that failed before its fetch)."""
+    archive = CellPaths(cell_dir).fetched_archive
+    if not archive.is_file():
+        return
+    # the tarball of our own client: relative members under "."; GNU tar as the role uses it
+    argv = ["tar", "--extract", "--gzip", "--no-same-owner", "--no-overwrite-dir", "--file", str(archive)]
+    proc = subprocess.run([*argv, "--directory", str(cell_dir)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"unpacking {archive} failed: {proc.stderr.strip()[-400:]}")
+    archive.unlink()
 
 
 def _write_collected(cell_dir: Path, result: PlaybookResult) -> None:

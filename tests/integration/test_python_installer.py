@@ -52,16 +52,26 @@ def uv_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wh._download_set(cache, "tools", [wh.UV_REQUIREMENT], wh.DEFAULT_HOSTS_PYTHON)
 
 
-def _converge(tmp_path: Path, house: Path, requirements: list[str], uv: str | None) -> dict[str, Any]:
-    """Run the role once; the play's stats of localhost."""
+def _play(tmp_path: Path, extravars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """The role once on this machine, its output as JSON (the json callback)."""
     play = tmp_path / "play.yml"
     play.write_text(PLAY)
-    result = ansible_playbook(
+    variables = {"ansible_python_interpreter": "/usr/bin/python3", **extravars}
+    return ansible_playbook(
         "-i",
         "localhost,",
         str(play),
-        extravars={
-            "ansible_python_interpreter": "/usr/bin/python3",
+        extravars=variables,
+        env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json"},
+        timeout=300,
+    )
+
+
+def _converge(tmp_path: Path, house: Path, requirements: list[str], uv: str | None) -> dict[str, Any]:
+    """Run the role once; the play's stats of localhost."""
+    result = _play(
+        tmp_path,
+        {
             "kvoffload_venv": str(tmp_path / "venv"),
             "kvoffload_wheelhouse": str(house),
             "kvoffload_python_wheelhouse_dest": str(tmp_path / "dest" / "wheelhouse"),
@@ -69,8 +79,6 @@ def _converge(tmp_path: Path, house: Path, requirements: list[str], uv: str | No
             "kvoffload_python_requirements": requirements,
             "kvoffload_python_uv_wheel": uv,
         },
-        env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json"},
-        timeout=300,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     out = json.loads(result.stdout[result.stdout.index("{") :])
@@ -101,6 +109,7 @@ def test_uv_then_pip_install_into_one_venv(tmp_path: Path, uv_folder: Path) -> N
     first = _converge(tmp_path, house, ["kvtiny==1.0"], uv)
     assert first["changed"] > 0 and first["failures"] == 0
     assert "uv =" in (venv / "pyvenv.cfg").read_text(), "uv made the venv"
+    assert (tmp_path / "dest" / "uv" / uv.removesuffix(".whl") / "uv").is_file(), "uv unpacked by wheel"
     assert not (venv / "bin" / "pip").exists(), "a uv venv carries no pip"
     assert _version(venv, "kvtiny") == "1.0"
     assert list((venv / "lib").glob("python3*/site-packages/__pycache__/kvtiny.*.pyc")), "bytecode compiled"
@@ -120,18 +129,13 @@ def test_uv_then_pip_install_into_one_venv(tmp_path: Path, uv_folder: Path) -> N
 
 
 def test_a_uv_wheel_without_a_wheelhouse_is_refused(tmp_path: Path) -> None:
-    play = tmp_path / "play.yml"
-    play.write_text(PLAY)
-    result = ansible_playbook(
-        "-i",
-        "localhost,",
-        str(play),
-        extravars={
+    result = _play(
+        tmp_path,
+        {
             "kvoffload_venv": str(tmp_path / "venv"),
             "kvoffload_python_requirements": ["kvtiny==1.0"],
             "kvoffload_python_uv_wheel": "uv-0.13.9-py3-none-manylinux_2_17_x86_64.whl",
         },
-        env={"ANSIBLE_NOCOLOR": "1"},
     )
     assert result.returncode != 0
     assert "kvoffload_python_uv_wheel" in result.stdout and "uv-*.whl" in result.stdout, result.stdout[-3000:]

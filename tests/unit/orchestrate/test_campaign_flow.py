@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from kvoffload.config import load_lab
+from kvoffload.contracts.layout import CellPaths
 from kvoffload.orchestrate import campaign as campaign_mod
 from kvoffload.orchestrate.campaign import CampaignRunner
 from kvoffload.orchestrate.coldstart import ResetFailed, ResetRecord
@@ -590,3 +591,34 @@ def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_ro
     defaults = yaml.safe_load((ROOT / "roles/collect/defaults/main.yml").read_text())
     assert defaults["collect_units_to_controller"] is True
     assert defaults["collect_software_to_controller"] is True
+
+
+def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_path: Path) -> None:
+    import subprocess
+
+    from kvoffload.orchestrate.campaign import _unpack_fetched
+
+    # the role's controller tarball is the path CellPaths names (the orchestrator unpacks it)
+    role_vars = yaml.safe_load((ROOT / "roles/replay/vars/main.yml").read_text())
+    assert role_vars["_replay_controller_archive"] == (
+        "{{ replay_controller_dir }}/.fetched-{{ replay_cell_id }}.tar.gz"
+    )
+    client = tmp_path / "client" / "c1"
+    (client / "metrics").mkdir(parents=True)
+    (client / "requests.jsonl").write_text('{"id": 1}\n')
+    (client / "metrics" / "samples.jsonl").write_text("{}\n")
+    cell_dir = tmp_path / "results" / "c1"
+    cell_dir.mkdir(parents=True)
+    (cell_dir / "cell.json").write_text("{}\n")
+    archive = CellPaths(cell_dir).fetched_archive
+    assert archive == cell_dir / ".fetched-c1.tar.gz"
+    pack = ["tar", "--create", "--gzip", "--file", str(archive), "--directory", str(client), "."]
+    subprocess.run(pack, check=True)
+    _unpack_fetched(cell_dir)
+    assert (cell_dir / "requests.jsonl").read_text() == '{"id": 1}\n'
+    assert (cell_dir / "metrics" / "samples.jsonl").is_file() and (cell_dir / "cell.json").is_file()
+    assert not archive.exists()
+    _unpack_fetched(cell_dir)  # nothing fetched (a replay that failed before its fetch): nothing to do
+    archive.write_bytes(b"not a tarball")
+    with pytest.raises(RuntimeError, match=r"unpacking .*fetched-c1\.tar\.gz failed"):
+        _unpack_fetched(cell_dir)
