@@ -347,7 +347,10 @@ def test_sigterm_stops_every_worker_and_keeps_their_records(tmp_path: Path) -> N
     assert "Traceback" not in err
     recs = _records(out)
     assert 2 <= len(recs) < 60
-    assert {str(r["user_id"]) for r in recs} >= {"s0:0", "s1:0"}  # worker 0's first user and worker 1's
+    # both workers' records were kept: worker 0 replays s0, s2, s4 and worker 1 s1, s3, s5 (either one's
+    # first answered request may be any of its users': they run concurrently)
+    users = {str(r["user_id"]).split(":")[0] for r in recs}
+    assert users & {"s0", "s2", "s4"} and users & {"s1", "s3", "s5"}, users
     counts = json.loads((out / "sessions.json").read_text())
     assert counts["interrupted"] is True and counts["stopped_by"] == "interrupt"
     assert counts["requests"] == len(recs)
