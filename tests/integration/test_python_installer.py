@@ -62,7 +62,8 @@ def _play(tmp_path: Path, extravars: dict[str, Any]) -> subprocess.CompletedProc
         "localhost,",
         str(play),
         extravars=variables,
-        env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json"},
+        # uv would take TMPDIR as it is (Python falls back to /tmp): the role must give it its own
+        env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json", "TMPDIR": "/nonexistent-kvoffload-tmp"},
         timeout=300,
     )
 
@@ -113,6 +114,8 @@ def test_uv_then_pip_install_into_one_venv(tmp_path: Path, uv_folder: Path) -> N
     assert not (venv / "bin" / "pip").exists(), "a uv venv carries no pip"
     assert _version(venv, "kvtiny") == "1.0"
     assert list((venv / "lib").glob("python3*/site-packages/__pycache__/kvtiny.*.pyc")), "bytecode compiled"
+    # uv unpacked the wheels beside the venv (not in /tmp, a small tmpfs on many hosts) and left nothing
+    assert not list(tmp_path.glob(".tmp*"))
 
     assert _converge(tmp_path, house, ["kvtiny==1.0"], uv)["changed"] == 0, "a second run changes nothing"
 
