@@ -63,7 +63,7 @@ def _play(tmp_path: Path, extravars: dict[str, Any]) -> subprocess.CompletedProc
         str(play),
         extravars=variables,
         # uv would take TMPDIR as it is (Python falls back to /tmp): the role must give it its own
-        env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json", "TMPDIR": "/nonexistent-kvoffload-tmp"},
+        env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json", "TMPDIR": "/nonexistent-kvoffload"},
         timeout=300,
     )
 
