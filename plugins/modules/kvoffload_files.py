@@ -52,20 +52,20 @@ def _ids(spec: dict[str, str]) -> tuple[int, int] | None:
         return None
 
 
-def needs(path: str, content: bytes, uid: int, gid: int, mode: int) -> str | None:
-    """'content' when the file is missing or its bytes differ, 'attributes' when only its owner, group
-    or mode do, None when it is as wanted."""
+def needs(path: str, content: bytes, uid: int, gid: int, mode: int) -> tuple[str | None, bytes]:
+    """('content' when the file is missing or its bytes differ, 'attributes' when only its owner, group
+    or mode do, None when it is as wanted; the bytes it holds now, empty when missing)."""
     try:
         st = os.stat(path)
         with open(path, "rb") as handle:
             current = handle.read()
     except FileNotFoundError:
-        return "content"
+        return "content", b""
     if current != content:
-        return "content"
+        return "content", current
     if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (uid, gid, mode):
-        return "attributes"
-    return None
+        return "attributes", current
+    return None, current
 
 
 def write(path: str, content: bytes, uid: int, gid: int, mode: int) -> None:
@@ -111,30 +111,25 @@ def main() -> None:
         except ValueError:
             module.fail_json(msg=f"{path}: mode {spec['mode']!r} is not an octal number such as '0640'")
         ids = _ids(spec)
-        missing = None
-        if not os.path.isdir(os.path.dirname(path)):
-            missing = "its folder does not exist (the role's install creates it)"
-        elif ids is None:
-            missing = f"owner {spec['owner']!r} or group {spec['group']!r} does not exist on this host"
-        if missing is not None:
+        folder_exists = os.path.isdir(os.path.dirname(path))
+        if not folder_exists or ids is None:
             # in --check on a fresh host the install that makes them only said it would
             if not module.check_mode:
-                module.fail_json(msg=f"{path}: {missing}")
+                module.fail_json(
+                    msg=f"{path}: its folder does not exist (the role's install creates it)"
+                    if not folder_exists
+                    else f"{path}: owner {spec['owner']!r} or group {spec['group']!r} does not exist on this host"
+                )
             changed.append(path)
             continue
-        assert ids is not None
         uid, gid = ids
         content = spec["content"].encode("utf-8")
-        what = needs(path, content, uid, gid, mode)
+        what, current = needs(path, content, uid, gid, mode)
         if what is None:
             continue
         changed.append(path)
         if module._diff and what == "content":
-            try:
-                with open(path, encoding="utf-8", errors="replace") as handle:
-                    before = handle.read()
-            except FileNotFoundError:
-                before = ""
+            before = current.decode("utf-8", errors="replace")
             diffs.append({"before_header": path, "after_header": path, "before": before, "after": spec["content"]})
         if module.check_mode:
             continue
