@@ -13,12 +13,13 @@ APT_PACKAGES := debootstrap systemd-container iproute2 openssh-client rsync cadd
 	prometheus-node-exporter systemd podman runc fuse-overlayfs slirp4netns uidmap \
 	xfsprogs parted util-linux chromium
 
-.PHONY: help deps venv lint unit calibrate-torch test demo bench clean
+.PHONY: help deps venv lint unit integration lab molecule calibrate-torch test demo bench clean
 
 help:
 	@echo "make demo   run the demo campaign end to end on a virtual lab with the simulator"
 	@echo "make test   install what is needed, lint, and run every test tier that this machine can run"
-	@echo "make lint   ruff + mypy --strict + ansible-lint + yamllint"
+	@echo "make lint   ruff + mypy --strict (ansible-lint and yamllint run in the integration tier)"
+	@echo "make unit | integration | lab | molecule   one test tier alone (after make deps)"
 	@echo "make bench  run the benchmark scripts in bench/ (prints figures)"
 
 $(STAMP)/apt:
@@ -49,21 +50,54 @@ lint: venv
 	$(BIN)/ruff format --check kvoffload tests bench
 	$(BIN)/mypy --strict kvoffload
 
+# The test tiers, each runnable alone once `make deps` has installed the OS packages and the venv
+# (wall times measured on a fresh 2-core machine: README, "Tests"):
+#   make unit          in-process, offline, no root
+#   make integration   real processes on loopback (ansible-playbook, caddy, systemd-analyze, servers)
+#   make lab           the virtual lab (root, nspawn): sim campaigns, faults, two nodes, real engines
+#   make molecule      every role scenario in podman (root)
+PYTEST := $(BIN)/pytest -q -ra
+
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(PYTEST) tests/unit
+
+integration: venv
+	$(PYTEST) --durations=10 tests/integration
+
+lab: deps
+	$(PYTEST) --durations=10 tests/lab
+
+molecule: deps
+	$(PYTEST) --durations=10 tests/molecule
 
 # CPU torch from the mirror (about 2 min, 0.9 GB): calibrate's torch tests then run (about 7 s) instead of skipping.
 calibrate-torch: venv
 	$(BIN)/pip install -q 'torch==2.13.0'
 
-# calibrate's torch code runs in the tests on the CPU build of torch (a local wheel on these machines).
-test: deps lint calibrate-torch
-	$(BIN)/pytest -q -ra --durations=25 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+# `make test`: every tier at once, one pytest-xdist worker per lane (tests/conftest.py): most of the
+# suite waits on engines, replays, ssh and containers, so the lanes overlap well on 2 cores. The lab
+# image (and its podman import, for molecule) is built beside the venv, before the lanes need it.
+# One worker per lane of tests/conftest.py (tests/unit/test_lanes.py checks the two agree).
+LANES := 5
+
+test: $(STAMP)/apt
+	@$(IMAGES) & images=$$!; \
+	$(MAKE) --no-print-directory venv; venv=$$?; wait $$images; built=$$?; \
+	if [ $$venv -ne 0 ] || [ $$built -ne 0 ]; then echo "make test: venv rc $$venv, lab images rc $$built"; exit 1; fi
+	$(MAKE) --no-print-directory lint calibrate-torch
+	$(PYTEST) --durations=25 -n $(LANES) --dist loadgroup tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
 
 # The lab's base image (debootstrap, about 75 s when not cached) needs only the OS packages and the
 # standard library, so it builds with the system python3 while pip fills the venv, not after it.
 IMAGE_BUILD := import logging; logging.basicConfig(level=logging.INFO, format="lab image: %(message)s"); \
 	from kvoffload.lab.image import ensure_base_image; ensure_base_image()
+
+# The lab image and its podman import for `make test`, where this machine can build them (root and
+# the lab's tools); elsewhere the lab and molecule tests skip, saying why.
+IMAGES := if [ "$$(id -u)" = 0 ] && command -v debootstrap >/dev/null; then \
+	PYTHONPATH=$(CURDIR) python3 -c '$(IMAGE_BUILD); import shutil; from kvoffload.lab.image import ensure_podman_image; \
+	shutil.which("podman") and ensure_podman_image()'; fi
 
 demo: $(STAMP)/apt
 	@PYTHONPATH=$(CURDIR) python3 -c '$(IMAGE_BUILD)' & image=$$!; \

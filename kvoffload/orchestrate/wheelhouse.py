@@ -19,6 +19,7 @@ This module runs pip; it never touches a host.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -30,6 +31,8 @@ import tarfile
 import tempfile
 import tomllib
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
@@ -167,6 +170,14 @@ def _download_set(cache: Path, label: str, reqs: list[str], python: str) -> Path
     folder = cache / f"{label}-{key}"
     if (folder / ".complete").exists():
         return folder
+    with _locked(cache / f".{label}-{key}.lock"):
+        # Another process may have finished the same set while this one waited for the lock.
+        if not (folder / ".complete").exists():
+            _download_into(cache, folder, label, reqs, python)
+    return folder
+
+
+def _download_into(cache: Path, folder: Path, label: str, reqs: list[str], python: str) -> None:
     log.info(
         "downloading the %s wheels (%d requirements) for Python %s into %s", label, len(reqs), python, folder
     )
@@ -183,7 +194,6 @@ def _download_set(cache: Path, label: str, reqs: list[str], python: str) -> Path
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return folder
 
 
 def build_package_wheel(cache: Path) -> Path:
@@ -245,7 +255,28 @@ def build_wheels(
     sets.append(_download_set(cache, "tools", [UV_REQUIREMENT], hosts_python))
     # Named by the sets it holds: a campaign of another engine set never rewrites this one's archive.
     house = cache / ("wheelhouse-" + hashlib.sha256(" ".join(f.name for f in sets).encode()).hexdigest()[:12])
-    house.mkdir(parents=True, exist_ok=True)
+    with _locked(house.with_suffix(".lock")):
+        house.mkdir(parents=True, exist_ok=True)
+        _link_wheels(house, sets)
+        archive = archive_wheelhouse(house)
+    return Wheels(package=package, wheelhouse=archive, uv=uv_wheel(house))
+
+
+@contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """One process at a time past this point for `lock`'s file (released when the process dies): two
+    runs, or two test lanes, sharing a cache would otherwise download one set twice, or race on a
+    wheelhouse folder's links, and a set being downloaded is not made to wait for another set."""
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _link_wheels(house: Path, sets: list[Path]) -> None:
+    """The wheelhouse folder holds exactly the wheels of `sets`."""
     wanted = {w.name: w for folder in sets for w in folder.glob("*.whl")}
     for stale in house.glob("*.whl"):
         if stale.name not in wanted:
@@ -258,7 +289,6 @@ def build_wheels(
                 os.link(wheel, target)
             except OSError:
                 shutil.copy2(wheel, target)
-    return Wheels(package=package, wheelhouse=_archive(house), uv=uv_wheel(house))
 
 
 def uv_wheel(house: Path) -> str | None:
@@ -267,7 +297,7 @@ def uv_wheel(house: Path) -> str | None:
     return found[-1] if found else None
 
 
-def _archive(house: Path) -> Path:
+def archive_wheelhouse(house: Path) -> Path:
     """`<house>.tar`: the wheels as one uncompressed, reproducible archive (one transfer to each host,
     and a byte-identical file while the set is unchanged, so shipping it again copies nothing)."""
     archive = house.with_suffix(".tar")

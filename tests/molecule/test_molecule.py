@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.orchestrate.wheelhouse import UV_REQUIREMENT, uv_wheel
+from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
+from kvoffload.orchestrate.wheelhouse import Wheels, build_wheels
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -45,21 +46,11 @@ def image() -> str:
 
 
 @pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This package and its base dependencies as wheels, for containers that have no network."""
-    folder = tmp_path_factory.mktemp("wheelhouse")
-    subprocess.run(
-        [str(BIN / "pip"), "wheel", "--quiet", "--wheel-dir", str(folder), str(REPO)],
-        check=True,
-        timeout=600,
-    )
-    # uv, which the vllm scenario installs with (the others with pip), as the orchestrator ships it
-    subprocess.run(
-        [str(BIN / "pip"), "download", "--quiet", "--no-deps", "--dest", str(folder), UV_REQUIREMENT],
-        check=True,
-        timeout=600,
-    )
-    return folder
+def wheels() -> Wheels:
+    """What the orchestrator ships to offline hosts, built by its own code into the wheel cache that
+    `run` uses (so the lab tests of the same run find it ready): this package's wheel, and the archive
+    of its dependencies and uv for the hosts' Python (one transfer into a container, not one per wheel)."""
+    return build_wheels(DEFAULT_WHEEL_CACHE, offline=True)
 
 
 @pytest.fixture
@@ -104,7 +95,7 @@ def test_molecule_scenario(
     role: str,
     scenario: str,
     image: str,
-    wheelhouse: Path,
+    wheels: Wheels,
     loop_device: str,
     keep_ip_forward_off: None,
     tmp_path: Path,
@@ -115,8 +106,9 @@ def test_molecule_scenario(
         os.environ,
         PATH=f"{BIN}:{os.environ.get('PATH', '')}",
         CONTAINERS_CONF=str(containers_conf),
-        KVOFFLOAD_MOLECULE_WHEELHOUSE=str(wheelhouse),
-        KVOFFLOAD_MOLECULE_UV_WHEEL=uv_wheel(wheelhouse) or "",
+        KVOFFLOAD_MOLECULE_WHEELHOUSE=str(wheels.wheelhouse),
+        KVOFFLOAD_MOLECULE_PACKAGE_WHEEL=str(wheels.package),
+        KVOFFLOAD_MOLECULE_UV_WHEEL=wheels.uv or "",
         KVOFFLOAD_MOLECULE_LOOP=loop_device,
         KVOFFLOAD_MOLECULE_RESULTS=str(tmp_path / "results"),
         MOLECULE_IMAGE=image,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tarfile
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -71,18 +73,19 @@ def test_the_wheelhouse_archive_is_reproducible_and_reused(tmp_path: Path) -> No
     house.mkdir()
     _wheel(house, "b-pkg", "1.0", [])
     _wheel(house, "a-pkg", "2.0", [])
-    archive = wh._archive(house)
+    archive = wh.archive_wheelhouse(house)
     first = archive.read_bytes()
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
     assert [m.name for m in members] == ["a_pkg-2.0-py3-none-any.whl", "b_pkg-1.0-py3-none-any.whl"]
     assert {(m.uid, m.mtime, m.mode) for m in members} == {(0, int(wh.REPRODUCIBLE_EPOCH), 0o644)}
     mtime = archive.stat().st_mtime_ns
-    assert wh._archive(house) == archive and archive.stat().st_mtime_ns == mtime  # unchanged set: reused
+    # an unchanged set: the archive is reused
+    assert wh.archive_wheelhouse(house) == archive and archive.stat().st_mtime_ns == mtime
     archive.unlink()
-    assert wh._archive(house).read_bytes() == first  # rebuilt byte for byte
+    assert wh.archive_wheelhouse(house).read_bytes() == first  # rebuilt byte for byte
     _wheel(house, "c-pkg", "1.0", [])
-    with tarfile.open(wh._archive(house)) as tar:
+    with tarfile.open(wh.archive_wheelhouse(house)) as tar:
         assert len(tar.getmembers()) == 3
 
 
@@ -93,3 +96,32 @@ def test_uv_is_found_in_the_wheelhouse_by_its_name_only(tmp_path: Path) -> None:
     _wheel(tmp_path, "uv", "0.13.9", [])
     assert wh.uv_wheel(tmp_path) == "uv-0.13.9-py3-none-any.whl"
     assert wh.UV_REQUIREMENT.startswith("uv==")  # pinned: the role runs it with fixed flags
+
+
+def test_two_builders_sharing_a_cache_download_a_set_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two runs (or two test lanes) at once: the second waits for the first's set, then reuses it.
+    calls: list[str] = []
+    inside = threading.Event()
+
+    def download(cache: Path, folder: Path, label: str, reqs: list[str], python: str) -> None:
+        calls.append(label)
+        inside.set()
+        time.sleep(0.3)  # the other builder arrives while this one still downloads
+        folder.mkdir()
+        (folder / ".complete").write_text("\n".join(reqs) + "\n")
+
+    monkeypatch.setattr(wh, "_download_into", download)
+    found: list[Path] = []
+    first = threading.Thread(
+        target=lambda: found.append(wh._download_set(tmp_path, "deps", ["a==1"], "3.11.2"))
+    )
+    first.start()
+    assert inside.wait(10)
+    found.append(wh._download_set(tmp_path, "deps", ["a==1"], "3.11.2"))
+    first.join(10)
+    assert calls == ["deps"] and len(found) == 2 and found[0] == found[1]
+    # another set is not held up by this one's lock
+    wh._download_set(tmp_path, "engine-cpu", ["b==2"], "3.11.2")
+    assert calls == ["deps", "engine-cpu"]
