@@ -74,19 +74,15 @@ molecule: deps
 calibrate-torch: venv
 	$(BIN)/pip install -q 'torch==2.13.0'
 
-# `make test`: every tier at once, one pytest-xdist worker per lane (tests/conftest.py): most of the
-# suite waits on engines, replays, ssh and containers, so the lanes overlap well on 2 cores. The lab
-# image (and its podman import, for molecule) is built beside the venv, before the lanes need it.
-# One worker per lane of tests/conftest.py (tests/unit/test_lanes.py checks the two agree).
-LANES := 5
-
+# `make test`: every tier at once, as lanes of one pytest process each (tests/support/lanes.py): most
+# of the suite waits on engines, replays, ssh and containers, so the lanes overlap well on 2 cores. The
+# lab image (and its podman import, for molecule) is built beside the venv, before the lanes need it.
 test: $(STAMP)/apt
 	@$(IMAGES) & images=$$!; \
 	$(MAKE) --no-print-directory venv; venv=$$?; wait $$images; built=$$?; \
 	if [ $$venv -ne 0 ] || [ $$built -ne 0 ]; then echo "make test: venv rc $$venv, lab images rc $$built"; exit 1; fi
 	$(MAKE) --no-print-directory lint calibrate-torch
-	$(PYTEST) --durations=25 -n $(LANES) --dist loadgroup tests; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+	$(PY) -m tests.support.lanes
 
 # The lab's base image (debootstrap, about 75 s when not cached) needs only the OS packages and the
 # standard library, so it builds with the system python3 while pip fills the venv, not after it.

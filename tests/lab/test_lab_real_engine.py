@@ -30,7 +30,7 @@ from tests.support.lab import kvlab, lab_marks
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
 
-pytestmark = lab_marks(2400)
+pytestmark = lab_marks(3600)  # the whole lane: engine wheels, lab, three engine starts, six cells
 SESSIONS = 12
 
 

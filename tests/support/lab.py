@@ -52,7 +52,7 @@ def lab_marks(timeout_s: int) -> list[pytest.MarkDecorator]:
     ]
 
 
-def kvlab(env: dict[str, str], *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+def kvlab(env: dict[str, str], *args: str, timeout: float = 3000) -> subprocess.CompletedProcess[str]:
     """`kvoffload-lab ARGS` from the repository root, output captured, never raising on failure."""
     return subprocess.run(
         [sys.executable, "-m", "kvoffload.cli.main", *args],

@@ -1,34 +1,201 @@
-"""The lanes of `make test`: which tests share a pytest-xdist worker (tests/conftest.py applies them).
+"""`make test`'s runner: the suite as lanes, one pytest process each, all at once.
 
 Most of the suite's wall time is waiting (engines starting, replays, ssh round trips, containers
-booting), so the lanes run at once, one pytest-xdist worker each (`-n 5 --dist loadgroup`: the lane is
-the scheduler's scope, tests/conftest.py). A lane keeps its tests on one worker in collection order, so
-a module-scoped fixture (one virtual lab per lab module, the molecule image and wheels) is
-built once. Lanes never share a lab: each lab module brings up its own on its own bridge, subnet, host
-prefix and state folder, and the molecule scenarios run in podman containers.
+booting), so on CI's 2 cores the lanes overlap well: serial, the suite took 54-77 minutes. A lane is a
+plain pytest run of some paths, so every test runs exactly as `pytest <paths>` runs it, module-scoped
+fixtures (one virtual lab per lab module, the molecule image and wheels) are built once per lane, and
+each lane collects only its own tests. The lanes split the suite without a gap or an overlap: the last
+lane is everything the others do not name (`--ignore`), and molecule's two lanes are one `-k`
+expression and its negation. Lanes never share a lab: each lab module brings up its own on its own
+bridge, subnet, host prefix and state folder; the molecule scenarios run in podman containers.
 
-The split follows the durations measured on a fresh 2-core machine (README, "Tests"): the real-engine
-lane and molecule are the longest, the simulator's lab modules and the fault tests next, and the
-in-process and loopback tiers fill the last lane.
+    python -m tests.support.lanes            # every lane (what `make test` runs)
+    python -m tests.support.lanes lab local  # some lanes, by name
+
+Each lane writes its whole output to `.make/test-lanes/<lane>.log`; this prints a line as each lane
+ends, a heartbeat while they run, then every lane's summary and slowest tests, and the failures of a
+lane that failed. Exit status 0 only when every lane passed (or collected nothing). Ctrl-C stops every
+lane with SIGINT, so the lab fixtures still take their labs down.
 """
 
 from __future__ import annotations
 
-# path prefix (from the repository root) -> lane; the first match wins, the rest runs in DEFAULT_LANE.
-LANES: tuple[tuple[str, str], ...] = (
-    ("tests/lab/test_lab_real_engine.py", "real-engine"),
-    ("tests/lab/test_lab_faults.py", "lab-faults"),
-    ("tests/lab/", "lab"),
-    ("tests/molecule/", "molecule"),
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / ".make" / "test-lanes"
+HEARTBEAT_S = 120.0
+STOP_GRACE_S = 300.0  # a lab fixture's `lab down` after SIGINT
+# Molecule's scenarios in two lanes of about the same length (serial on a fresh 2-core machine: vllm
+# 9 min, caddy 3.5, node_exporter 2 against replay 6, lmcache_server nvme 4.5, gpu_driver 2.5,
+# nvme_storage 2); the second lane is the negation, so a new scenario always lands in one of them.
+MOLECULE_FIRST = "vllm or caddy or node_exporter"
+REAL_ENGINE = "tests/lab/test_lab_real_engine.py"
+FAULTS = "tests/lab/test_lab_faults.py"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A name and the pytest arguments that select its tests."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+LANES: tuple[Lane, ...] = (
+    # Longest first: the real engines' wheels, lab, three engine starts and six cells.
+    Lane("real-engine", (REAL_ENGINE,)),
+    Lane("molecule-1", ("tests/molecule", "-k", MOLECULE_FIRST)),
+    Lane("molecule-2", ("tests/molecule", "-k", f"not ({MOLECULE_FIRST})")),
+    Lane("lab-faults", (FAULTS,)),
+    Lane("lab", ("tests/lab", f"--ignore={REAL_ENGINE}", f"--ignore={FAULTS}")),
+    # Everything else: the unit and integration tiers (and any new folder of tests).
+    Lane("local", ("tests", "--ignore=tests/lab", "--ignore=tests/molecule")),
 )
-DEFAULT_LANE = "local"
 
 
-def lane_of(nodeid: str) -> str:
-    """The lane of a test, from its node id (`tests/lab/test_lab_up.py::test_lab_up_reach_and_down`)."""
-    return next((lane for prefix, lane in LANES if nodeid.startswith(prefix)), DEFAULT_LANE)
+def pytest_argv(lane: Lane, basetemp: Path) -> list[str]:
+    """The command line of one lane: quiet, skips and failures summarised, its 15 slowest tests."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-ra",
+        "--durations=15",
+        # Lanes run at once: each its own temporary folder, and no shared .pytest_cache to race on.
+        f"--basetemp={basetemp}",
+        "-p",
+        "no:cacheprovider",
+        *lane.args,
+    ]
 
 
-def lane_names() -> list[str]:
-    """Every lane once, in the order of LANES, the default last."""
-    return list(dict.fromkeys([lane for _, lane in LANES] + [DEFAULT_LANE]))
+@dataclass
+class Running:
+    """A lane's pytest process and where its output goes."""
+
+    lane: Lane
+    proc: subprocess.Popen[bytes]
+    log: Path
+    basetemp: Path
+    started: float
+
+
+def _start(lane: Lane, logs: Path) -> Running:
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{lane.name}.log"
+    basetemp = Path(tempfile.mkdtemp(prefix=f"kvtest-{lane.name}-"))
+    with log.open("wb") as out:
+        # Its own session: a Ctrl-C at the terminal reaches this runner only, which passes it on.
+        proc = subprocess.Popen(
+            pytest_argv(lane, basetemp),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+    return Running(lane, proc, log, basetemp, time.monotonic())
+
+
+def last_line(log: Path) -> str:
+    """The last non-empty line of a lane's log (pytest's summary line once it has ended)."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else "(no output)"
+
+
+def report_sections(text: str, failed: bool) -> str:
+    """What the end of the run shows of a lane's log: its slowest tests and short summary, and for a
+    failed lane its failures and errors first (at most 400 lines of them)."""
+    lines = text.splitlines()
+
+    def start_of(marker: str) -> int | None:
+        return next((i for i, line in enumerate(lines) if line.startswith("=") and marker in line), None)
+
+    tail = start_of("slowest") or start_of("short test summary")
+    tail = max(0, len(lines) - 40) if tail is None else tail
+    shown = lines[tail:]
+    if failed:
+        first = min((i for i in (start_of("FAILURES"), start_of("ERRORS")) if i is not None), default=tail)
+        shown = lines[first:tail][:400] + shown
+    return "\n".join(shown)
+
+
+def _stop(running: list[Running]) -> None:
+    for r in running:
+        if r.proc.poll() is None:
+            r.proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for r in running:
+        try:
+            r.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(r.proc.pid, signal.SIGKILL)
+            r.proc.wait()
+
+
+def run(lanes: list[Lane], logs: Path = LOGS) -> int:
+    """Run the lanes at once, their logs in `logs`; the exit status of the whole."""
+    t0 = time.monotonic()
+    print(f"make test: {len(lanes)} lanes at once ({', '.join(lane.name for lane in lanes)}); logs in {logs}")
+    running = [_start(lane, logs) for lane in lanes]
+    ended: dict[str, tuple[int, float]] = {}
+    next_beat = t0 + HEARTBEAT_S
+    try:
+        while len(ended) < len(running):
+            time.sleep(1.0)
+            for r in running:
+                if r.lane.name in ended or r.proc.poll() is None:
+                    continue
+                ended[r.lane.name] = (r.proc.returncode, time.monotonic() - r.started)
+                verdict = "passed" if r.proc.returncode in (0, 5) else f"FAILED (exit {r.proc.returncode})"
+                print(f"[{_clock(t0)}] lane {r.lane.name}: {verdict}: {last_line(r.log)}", flush=True)
+            if time.monotonic() >= next_beat and len(ended) < len(running):
+                busy = [r.lane.name for r in running if r.lane.name not in ended]
+                print(f"[{_clock(t0)}] still running: {', '.join(busy)}", flush=True)
+                next_beat += HEARTBEAT_S
+    except KeyboardInterrupt:
+        print("make test: interrupted; stopping every lane (their labs are taken down)", flush=True)
+        _stop(running)
+        return 130
+    failed = [r for r in running if ended[r.lane.name][0] not in (0, 5)]
+    for r in running:
+        rc, seconds = ended[r.lane.name]
+        print(f"\n{'=' * 30} lane {r.lane.name}: {seconds / 60:.1f} min {'=' * 30}")
+        print(report_sections(r.log.read_text(errors="replace"), r in failed))
+        if rc in (0, 5):
+            shutil.rmtree(r.basetemp, ignore_errors=True)
+        else:
+            print(f"(whole output: {r.log}; its temporary files: {r.basetemp})")
+    print(f"\nmake test: {len(running) - len(failed)} of {len(running)} lanes passed in {_clock(t0)}")
+    for r in running:
+        rc, seconds = ended[r.lane.name]
+        print(f"  {r.lane.name:12s} {seconds / 60:5.1f} min  {last_line(r.log)}")
+    return 1 if failed else 0
+
+
+def _clock(t0: float) -> str:
+    seconds = int(time.monotonic() - t0)
+    return f"{seconds // 60:d}:{seconds % 60:02d}"
+
+
+def main(argv: list[str]) -> int:
+    names = {lane.name: lane for lane in LANES}
+    unknown = [a for a in argv if a not in names]
+    if unknown:
+        print(f"unknown lane(s) {', '.join(unknown)}; the lanes: {', '.join(names)}", file=sys.stderr)
+        return 2
+    return run([names[a] for a in argv] if argv else list(LANES))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,36 +1,67 @@
-"""The lanes of `make test` (tests/support/lanes.py) against the Makefile and the test folders."""
+"""The lanes of `make test` (tests/support/lanes.py): they split the suite without a gap or an overlap."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tests.support.lanes import DEFAULT_LANE, lane_names, lane_of
+from tests.support.lanes import LANES, MOLECULE_FIRST, Lane, main, report_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_make_test_starts_one_worker_per_lane() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    lanes = re.search(r"^LANES := (\d+)$", makefile, re.MULTILINE)
-    assert lanes is not None and int(lanes.group(1)) == len(lane_names()), lane_names()
-    assert "-n $(LANES) --dist loadgroup" in makefile
+def _selects(lane: Lane, path: str) -> bool:
+    """Whether pytest given the lane's arguments collects the file `path` (relative to the root)."""
+    paths = [
+        a for a in lane.args if not a.startswith("-") and a not in (MOLECULE_FIRST, f"not ({MOLECULE_FIRST})")
+    ]
+    ignored = [a.removeprefix("--ignore=") for a in lane.args if a.startswith("--ignore=")]
+    inside = any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
+    return inside and not any(path == i or path.startswith(i.rstrip("/") + "/") for i in ignored)
 
 
-def test_every_lab_module_and_molecule_runs_outside_the_local_lane() -> None:
-    # A lab module in the local lane would wait behind the whole unit tier with its lab down.
-    slow = sorted((ROOT / "tests" / "lab").glob("test_*.py")) + sorted(
-        (ROOT / "tests" / "molecule").glob("test_*.py")
+def test_every_test_file_is_in_exactly_one_lane_and_molecule_is_split_by_a_negation() -> None:
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py"))
+    assert len(files) > 100, files[:5]
+    for path in files:
+        lanes = [lane.name for lane in LANES if _selects(lane, path)]
+        if path == "tests/molecule/test_molecule.py":
+            assert lanes == ["molecule-1", "molecule-2"], lanes
+        else:
+            assert len(lanes) == 1, (path, lanes)
+    first, second = (lane.args for lane in LANES if lane.name.startswith("molecule"))
+    assert first[-2:] == ("-k", MOLECULE_FIRST) and second[-2:] == ("-k", f"not ({MOLECULE_FIRST})")
+
+
+def test_lab_modules_and_molecule_never_wait_behind_the_unit_tier() -> None:
+    local = next(lane for lane in LANES if lane.name == "local")
+    for path in (
+        *sorted((ROOT / "tests" / "lab").glob("test_*.py")),
+        ROOT / "tests/molecule/test_molecule.py",
+    ):
+        assert not _selects(local, str(path.relative_to(ROOT))), path
+    assert _selects(local, "tests/unit/test_atomic.py") and _selects(
+        local, "tests/integration/test_replay.py"
     )
-    assert len(slow) >= 6, slow
-    for path in slow:
-        assert lane_of(f"{path.relative_to(ROOT)}::test_x") != DEFAULT_LANE, path
-    assert lane_of("tests/lab/test_lab_real_engine.py::test_x") == "real-engine"
-    assert lane_of("tests/lab/test_lab_faults.py::test_x") == "lab-faults"
-    assert lane_of("tests/lab/test_lab_campaign.py::test_x") == "lab"
+    assert len({lane.name for lane in LANES}) == len(LANES)
 
 
-def test_unit_and_integration_tests_share_the_local_lane() -> None:
-    for nodeid in ("tests/unit/test_atomic.py::test_x", "tests/integration/test_replay.py::test_x[a/b]"):
-        assert lane_of(nodeid) == DEFAULT_LANE
-    assert lane_names()[-1] == DEFAULT_LANE and len(set(lane_names())) == len(lane_names())
+def test_make_test_runs_the_lanes() -> None:
+    recipe = re.search(r"^test:.*?(?=^\S)", (ROOT / "Makefile").read_text(), re.MULTILINE | re.DOTALL)
+    assert recipe is not None and "$(PY) -m tests.support.lanes" in recipe.group(0)
+
+
+def test_the_end_of_the_run_shows_slowest_tests_and_a_failed_lanes_failures() -> None:
+    log = "\n".join(
+        ["..F.", "=== FAILURES ===", "___ test_x ___", "assert 1 == 2", "=== slowest 15 durations ===",
+         "3.00s call tests/x.py::test_x", "=== short test summary info ===", "FAILED tests/x.py::test_x",
+         "=== 1 failed, 3 passed in 4.00s ==="]
+    )  # fmt: skip
+    passed = report_sections(log, failed=False)
+    assert passed.startswith("=== slowest") and "assert 1 == 2" not in passed
+    failed = report_sections(log, failed=True)
+    assert failed.startswith("=== FAILURES") and "assert 1 == 2" in failed and failed.endswith("4.00s ===")
+
+
+def test_an_unknown_lane_is_refused_with_the_names() -> None:
+    assert main(["nosuchlane"]) == 2

@@ -1,0 +1,41 @@
+"""`make test`'s lane runner (tests/support/lanes.py) on two small lanes of its own: real pytest runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.lanes import Lane, run
+
+pytestmark = pytest.mark.integration
+
+
+def test_lanes_run_at_once_and_a_failed_lane_fails_the_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "test_ok.py").write_text(
+        "def test_one():\n    pass\n\ndef test_two():\n    assert 1 + 1 == 2\n"
+    )
+    (tmp_path / "test_bad.py").write_text("def test_bad():\n    assert 'lane' == 'broken'\n")
+    logs = tmp_path / "logs"
+    lanes = [Lane("ok", (str(tmp_path / "test_ok.py"),)), Lane("bad", (str(tmp_path / "test_bad.py"),))]
+    assert run(lanes, logs) == 1
+    out = capsys.readouterr().out
+    assert "lane ok: passed: 2 passed" in out and "lane bad: FAILED (exit 1): 1 failed" in out
+    # the failure itself is shown, not only the log's path; the slowest tests of every lane too
+    assert "AssertionError" in out and out.count("slowest") == 2
+    assert "1 of 2 lanes passed" in out
+    assert "2 passed" in (logs / "ok.log").read_text() and "1 failed" in (logs / "bad.log").read_text()
+    # the failed lane's temporary folder is named (and kept), the passed one's removed
+    kept = re.findall(r"its temporary files: (\S+)\)", out)
+    assert len(kept) == 1 and "kvtest-bad-" in kept[0] and Path(kept[0]).is_dir()
+    shutil.rmtree(kept[0])
+
+
+def test_a_lane_that_collects_nothing_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "test_none.py").write_text("def helper():\n    return 1\n")
+    assert run([Lane("empty", (str(tmp_path / "test_none.py"),))], tmp_path / "logs") == 0
+    assert "lane empty: passed: no tests ran" in capsys.readouterr().out
