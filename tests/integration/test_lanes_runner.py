@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.lanes import Lane, run
+from tests.support.lanes import ROOT, Lane, run
 
 pytestmark = pytest.mark.integration
 
@@ -39,3 +43,31 @@ def test_a_lane_that_collects_nothing_passes(tmp_path: Path, capsys: pytest.Capt
     (tmp_path / "test_none.py").write_text("def helper():\n    return 1\n")
     assert run([Lane("empty", (str(tmp_path / "test_none.py"),))], tmp_path / "logs") == 0
     assert "lane empty: passed: no tests ran" in capsys.readouterr().out
+
+
+def test_a_sigterm_to_the_runner_interrupts_every_lane_so_its_fixtures_clean_up(tmp_path: Path) -> None:
+    # A lab fixture takes its lab down in a `finally`: the lane must get a KeyboardInterrupt, not die.
+    cleaned = tmp_path / "cleaned"
+    started = tmp_path / "started"
+    (tmp_path / "test_slow.py").write_text(
+        "import pathlib, time\n\n"
+        "def test_slow():\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    try:\n        time.sleep(120)\n"
+        f"    finally:\n        pathlib.Path({str(cleaned)!r}).touch()\n"
+    )
+    lane = f"Lane('slow', ({str(tmp_path / 'test_slow.py')!r},))"
+    code = (
+        "import sys; from pathlib import Path; from tests.support.lanes import Lane, main; "
+        f"sys.exit(main([], ({lane},), Path({str(tmp_path / 'logs')!r})))"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "the lane's test never started"
+    runner.send_signal(signal.SIGTERM)
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 130, out
+    assert cleaned.exists(), "the lane's test was killed without running its cleanup"
+    assert "stopping every lane" in out

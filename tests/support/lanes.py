@@ -14,8 +14,8 @@ bridge, subnet, host prefix and state folder; the molecule scenarios run in podm
 
 Each lane writes its whole output to `.make/test-lanes/<lane>.log`; this prints a line as each lane
 ends, a heartbeat while they run, then every lane's summary and slowest tests, and the failures of a
-lane that failed. Exit status 0 only when every lane passed (or collected nothing). Ctrl-C stops every
-lane with SIGINT, so the lab fixtures still take their labs down.
+lane that failed. Exit status 0 only when every lane passed (or collected nothing). Ctrl-C (or a
+SIGTERM to the runner) stops every lane with SIGINT, so the lab fixtures still take their labs down.
 """
 
 from __future__ import annotations
@@ -166,6 +166,8 @@ def run(lanes: list[Lane], logs: Path = LOGS) -> int:
     except KeyboardInterrupt:
         print("make test: interrupted; stopping every lane (their labs are taken down)", flush=True)
         _stop(running)
+        for r in running:
+            shutil.rmtree(r.basetemp, ignore_errors=True)
         return 130
     failed = [r for r in running if ended[r.lane.name][0] not in (0, 5)]
     for r in running:
@@ -188,13 +190,21 @@ def _clock(t0: float) -> str:
     return f"{seconds // 60:d}:{seconds % 60:02d}"
 
 
-def main(argv: list[str]) -> int:
-    names = {lane.name: lane for lane in LANES}
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str], lanes: tuple[Lane, ...] = LANES, logs: Path = LOGS) -> int:
+    """Run the lanes named in `argv` (all of `lanes` when none is named)."""
+    # The lanes run in sessions of their own: a SIGTERM to this runner (a CI job cancelled) must reach
+    # them the way a Ctrl-C does, or their labs would outlive it.
+    signal.signal(signal.SIGTERM, _interrupt)
+    names = {lane.name: lane for lane in lanes}
     unknown = [a for a in argv if a not in names]
     if unknown:
         print(f"unknown lane(s) {', '.join(unknown)}; the lanes: {', '.join(names)}", file=sys.stderr)
         return 2
-    return run([names[a] for a in argv] if argv else list(LANES))
+    return run([names[a] for a in argv] if argv else list(lanes), logs)
 
 
 if __name__ == "__main__":
