@@ -198,8 +198,12 @@ def _download_into(cache: Path, folder: Path, label: str, reqs: list[str], pytho
 
 def build_package_wheel(cache: Path) -> Path:
     """`cache/package-<digest>/kvoffload_lab-*.whl`, rebuilt reproducibly; the folder is named by the
-    wheel's bytes, so two checkouts running campaigns at once never replace each other's wheel."""
-    with tempfile.TemporaryDirectory() as tmp:
+    wheel's bytes, so two checkouts running campaigns at once never replace each other's wheel.
+    setuptools builds inside the checkout (its build/ and egg-info folders), so two builds of one
+    checkout at once (two runs, or test lanes) take turns."""
+    source = ansible_dir()
+    (source / "build").mkdir(exist_ok=True)
+    with _locked(source / "build" / ".kvoffload-wheel.lock"), tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SOURCE_DATE_EPOCH": REPRODUCIBLE_EPOCH}
         proc = subprocess.run(
             [
@@ -211,7 +215,7 @@ def build_package_wheel(cache: Path) -> Path:
                 "--no-deps",
                 "--wheel-dir",
                 tmp,
-                str(ansible_dir()),
+                str(source),
             ],
             capture_output=True,
             text=True,

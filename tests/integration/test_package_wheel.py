@@ -8,6 +8,7 @@ package mid-way. So the folder is named by the wheel's digest and is never rewri
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,14 @@ def test_the_package_wheel_is_named_by_its_bytes_and_kept(tmp_path: Path) -> Non
     other.write_bytes(b"another build")
     assert wh.build_package_wheel(tmp_path) == first and other.read_bytes() == b"another build"
     assert not list(tmp_path.glob(".package-*")), "no temporary folder left behind"
+
+
+def test_builds_of_one_checkout_at_once_take_turns(tmp_path: Path) -> None:
+    # make test's lanes start several runs at once; setuptools builds in the checkout's build/ folder,
+    # where two builds at once would remove each other's files mid-way.
+    caches = [tmp_path / f"cache{i}" for i in range(3)]
+    for cache in caches:
+        cache.mkdir()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        wheels = list(pool.map(wh.build_package_wheel, caches))
+    assert len({w.read_bytes() for w in wheels}) == 1, wheels
