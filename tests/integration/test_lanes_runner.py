@@ -71,3 +71,22 @@ def test_a_sigterm_to_the_runner_interrupts_every_lane_so_its_fixtures_clean_up(
     assert runner.returncode == 130, out
     assert cleaned.exists(), "the lane's test was killed without running its cleanup"
     assert "stopping every lane" in out
+
+
+def test_lanes_beyond_the_slots_wait_for_a_free_one_in_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("first", "second"):
+        (tmp_path / f"test_{name}.py").write_text(
+            "import pathlib, time\n\n"
+            f"def test_{name}():\n"
+            f"    pathlib.Path({str(tmp_path / (name + '.start'))!r}).write_text(str(time.time()))\n"
+            "    time.sleep(1)\n"
+            f"    pathlib.Path({str(tmp_path / (name + '.end'))!r}).write_text(str(time.time()))\n"
+        )
+    lanes = [Lane(name, (str(tmp_path / f"test_{name}.py"),)) for name in ("first", "second")]
+    assert run(lanes, tmp_path / "logs", slots=1) == 0
+    first_done = float((tmp_path / "first.end").read_text())
+    second_started = float((tmp_path / "second.start").read_text())
+    assert second_started >= first_done, "the second lane ran beside the first with one slot"
+    assert "2 lanes, 1 at a time" in capsys.readouterr().out
