@@ -71,6 +71,9 @@ def test_a_sigterm_to_the_runner_interrupts_every_lane_so_its_fixtures_clean_up(
     assert runner.returncode == 130, out
     assert cleaned.exists(), "the lane's test was killed without running its cleanup"
     assert "stopping every lane" in out
+    kept = out.split("their temporary files: ")[1].split()
+    assert len(kept) == 1 and "kvtest-slow-" in kept[0]
+    shutil.rmtree(kept[0])
 
 
 def test_lanes_beyond_the_slots_wait_for_a_free_one_in_order(

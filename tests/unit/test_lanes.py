@@ -5,32 +5,27 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.support.lanes import LANES, MOLECULE_FIRST, Lane, main, report_sections
+from tests.support.lanes import LANES, Lane, main, report_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _selects(lane: Lane, path: str) -> bool:
     """Whether pytest given the lane's arguments collects the file `path` (relative to the root)."""
-    paths = [
-        a for a in lane.args if not a.startswith("-") and a not in (MOLECULE_FIRST, f"not ({MOLECULE_FIRST})")
-    ]
+    paths = [a for a in lane.args if not a.startswith("-")]
     ignored = [a.removeprefix("--ignore=") for a in lane.args if a.startswith("--ignore=")]
     inside = any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
     return inside and not any(path == i or path.startswith(i.rstrip("/") + "/") for i in ignored)
 
 
-def test_every_test_file_is_in_exactly_one_lane_and_molecule_is_split_by_a_negation() -> None:
+def test_every_test_file_is_in_exactly_one_lane() -> None:
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py"))
     assert len(files) > 100, files[:5]
     for path in files:
         lanes = [lane.name for lane in LANES if _selects(lane, path)]
-        if path == "tests/molecule/test_molecule.py":
-            assert lanes == ["molecule-1", "molecule-2"], lanes
-        else:
-            assert len(lanes) == 1, (path, lanes)
-    first, second = (lane.args for lane in LANES if lane.name.startswith("molecule"))
-    assert first[-2:] == ("-k", MOLECULE_FIRST) and second[-2:] == ("-k", f"not ({MOLECULE_FIRST})")
+        assert len(lanes) == 1, (path, lanes)
+    # molecule scenarios never run two at once: each installs this collection into one shared folder
+    assert [lane.name for lane in LANES if _selects(lane, "tests/molecule/test_molecule.py")] == ["molecule"]
 
 
 def test_lab_modules_and_molecule_never_wait_behind_the_unit_tier() -> None:
