@@ -55,12 +55,16 @@ LANES: tuple[Lane, ...] = (
     # Longest first (serial minutes on a fresh 2-core machine in brackets), so that the short lanes
     # fill the slots at the end. Molecule is one lane: each `molecule test` installs this collection
     # into ~/.ansible/collections first, and two at once race there (ansible-galaxy's rmtree fails).
+    # With two slots, molecule holds one slot for most of the run and the other lanes share the
+    # other: the shorter they are, the closer both slots end (integration and unit were one lane of
+    # 9.0 min, which left the second slot ending ~10 min after the first).
     Lane("molecule", ("tests/molecule",)),  # 26.2
     Lane("real-engine", (REAL_ENGINE,)),  # 12.2: the engines' wheels, a lab, three engine starts, six cells
-    # Everything else: the unit and integration tiers (and any new folder of tests).
-    Lane("local", ("tests", "--ignore=tests/lab", "--ignore=tests/molecule")),  # 9.0
     Lane("lab", ("tests/lab", f"--ignore={REAL_ENGINE}", f"--ignore={FAULTS}")),  # 8.3
     Lane("lab-faults", (FAULTS,)),  # 7.1
+    Lane("integration", ("tests/integration",)),  # 6.6: real processes on loopback
+    # Everything else (2.4): the unit tier (and any new folder of tests).
+    Lane("local", ("tests", "--ignore=tests/lab", "--ignore=tests/molecule", "--ignore=tests/integration")),
 )
 
 
