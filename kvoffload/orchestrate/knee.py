@@ -6,8 +6,8 @@ read back through the report's own analysis (later-round p95 TTFT, later-round h
 crosses a limit, then bisection, until the knee is bracketed, or the maximum is reached without a
 breach. The maximum is the smaller of `knee_search.max_concurrency` and the load the campaign can
 produce: concurrency beyond the virtual users a cell replays (`max_sessions`, the dataset's users at
-this num_rounds less those the isl filter drops: sessions.json `virtual_users_available`) adds no
-load, so those steps would measure noise. A step that failed, had failed requests or was marked
+this num_rounds less those the isl filter drops: sessions.json `virtual_users_available` less
+`dropped_by_isl`) adds no load, so those steps would measure noise. A step that failed, had failed requests or was marked
 invalid (faults) stops the ramp with its reason: its figures are no point of the curve.
 
 A ramp stays on one node: the node that ran its seed's campaign cells (the largest concurrency of
@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.capacity import replayable_users
 from kvoffload.analysis.ramp import RampDecision, RampPoint, RampPolicy, next_step
 from kvoffload.config import Cell
 from kvoffload.config.campaign import Campaign, KneeSearch
@@ -118,15 +119,15 @@ def trouble(summary: pd.DataFrame, seed: Cell, concurrencies: set[int], node: st
 
 def load_ceiling(summary: pd.DataFrame, seed: Cell, campaign: Campaign) -> tuple[int | None, str]:
     """The most concurrent sessions the campaign can produce on this ramp, and where that comes from:
-    `max_sessions` and the virtual users the ramp's cells replayed (sessions.json
-    `virtual_users_available`: the dataset's users at this num_rounds, less those the isl filter
-    drops, cut at max_sessions). None when neither is known."""
+    `max_sessions` and the virtual users the ramp's cells could replay (sessions.json
+    `virtual_users_available`, the dataset's users at this num_rounds, less `dropped_by_isl`). None
+    when neither is known."""
     bounds: list[tuple[int, str]] = []
     if campaign.max_sessions is not None:
         bounds.append((campaign.max_sessions, f"max_sessions {campaign.max_sessions}"))
     rows = _sweep(summary, seed)
     if not rows.empty and "virtual_users_available" in rows:
-        users = pd.to_numeric(rows["virtual_users_available"], errors="coerce").dropna()
+        users = replayable_users(rows).dropna()
         if len(users):
             n = int(users.min())
             bounds.append(

@@ -174,13 +174,34 @@ def capacity_inputs(
     return kv, profile_l1, l2
 
 
+def watermark_inputs() -> dict[str, Stated]:
+    """The eviction watermark of each offload tier's capacity store: cpu's L1 from its lmcache profile;
+    nvme's L2 from the profile's l2_adapter (its eviction block sets none: LMCache's default)."""
+    out: dict[str, Stated] = {}
+    value = (_yaml("lmcache/cpu.yaml") or {}).get("eviction_trigger_watermark")
+    if isinstance(value, int | float):
+        out["cpu"] = Stated(
+            "eviction watermark",
+            float(value),
+            "",
+            "kvoffload/profiles/lmcache/cpu.yaml eviction_trigger_watermark (--eviction-trigger-watermark)",
+        )
+    adapter = (_yaml("lmcache/nvme.yaml") or {}).get("l2_adapter") or {}
+    l2 = adapter.get("trigger_watermark") if isinstance(adapter, dict) else None
+    if isinstance(l2, int | float):
+        out["nvme"] = Stated(
+            "eviction watermark", float(l2), "", "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.trigger_watermark"
+        )
+    return out
+
+
 def conclude(a: Analysis, replicates: int | None = None) -> Conclusions:
     """Findings (with bootstrap CIs), capacity predictions and knees, and the recommendation."""
     split = _CellFrames(a.tables)
     requests = {str(c): split(str(c))[0] for c in a.tables.cells["cell_id"]}
     extra = {} if replicates is None else {"replicates": replicates}
     kv, profile_l1, l2 = capacity_inputs(a.tables)
-    predictions = cap.predict(a.summary, kv, profile_l1, l2)
+    predictions = cap.predict(a.summary, kv, profile_l1, l2, watermark_inputs())
     knees = cap.knees(a.summary)
     return Conclusions(
         findings=findings(a.comparison, a.warnings, requests, a.software, **extra),

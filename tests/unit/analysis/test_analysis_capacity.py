@@ -116,8 +116,8 @@ def _cell(cell_id: str, tier: str, concurrency: int, **over: Any) -> dict[str, A
 
 
 def test_predictions_in_tokens_and_sessions() -> None:
-    """gpu: 2 replicas x 25000 blocks x 16 = 800 k tokens; cpu: 4 GiB L1 / 4096 B = 1,048,576 tokens;
-    nvme: 1e12 B L2 / 4096 B. Mean live context over the three cells:
+    """gpu: 2 replicas x 25000 blocks x 16 = 800 k tokens; cpu: 4 GiB L1 x LMCache's eviction watermark
+    0.8 / 4096 B = 838,861 tokens; nvme: 1e12 B L2 x 0.8 / 4096 B. Mean live context over the three cells:
     (10000 x 100 + 20000 x 300 + 10000 x 100) / 500 = 16000 tokens."""
     gpu = {"gpu_cache_tokens": 800000.0, "gpu_num_blocks": 25000, "gpu_block_size": 16, "gpu_replicas": 2}
     summary = pd.DataFrame(
@@ -134,10 +134,11 @@ def test_predictions_in_tokens_and_sessions() -> None:
     preds = {p.tier: p for p in predict(summary, kv, {}, l2)}
     assert preds["gpu"].tokens == 800000.0
     assert preds["gpu"].sessions == pytest.approx(50.0)
-    assert preds["cpu"].tokens == pytest.approx(4 * GIB / 4096)
-    assert preds["cpu"].sessions == pytest.approx(4 * GIB / 4096 / 16000)
-    assert preds["nvme"].tokens == pytest.approx(1.0e12 / 4096)
+    assert preds["cpu"].tokens == pytest.approx(4 * GIB * 0.8 / 4096)
+    assert preds["cpu"].sessions == pytest.approx(4 * GIB * 0.8 / 4096 / 16000)
+    assert preds["nvme"].tokens == pytest.approx(1.0e12 * 0.8 / 4096)
     sources = {s.name: s.source for s in preds["cpu"].inputs}
+    assert "LMCache 0.5.6 default of L1 --eviction-trigger-watermark" in sources["eviction watermark"]
     assert "lmcache_l1_size_gb = 4 GiB" in sources["L1 pool"]
     assert "mean over 500 sessions" in sources["mean live context per session"]
     # Without an L2 size nothing is predicted for nvme, and the reason says so.
@@ -160,8 +161,19 @@ def test_vllm_kv_bytes_is_the_fallback_and_metrics_win_for_l1() -> None:
         ]
     )
     (p,) = predict(summary)
-    assert p.tokens == pytest.approx(2.0e9 / 2048)
-    assert "lmcache /metrics" in p.inputs[0].source and "cache_config_info" in p.inputs[1].source
+    assert p.tokens == pytest.approx(2.0e9 * 0.8 / 2048)
+    assert "lmcache /metrics" in p.inputs[0].source and "cache_config_info" in p.inputs[2].source
+
+
+def test_an_offload_tier_retains_only_up_to_its_eviction_watermark() -> None:
+    """A profile's L1 watermark of 0.5 halves what the cpu tier retains: 2e9 B x 0.5 / 2048 B."""
+    summary = pd.DataFrame(
+        [_cell("c", "cpu", 8, vllm_kv_bytes_per_token=2048.0, lmcache_l1_capacity_bytes=2.0e9)]
+    )
+    mark = {"cpu": Stated("eviction watermark", 0.5, "", "kvoffload/profiles/lmcache/cpu.yaml")}
+    (p,) = predict(summary, watermarks=mark)
+    assert p.tokens == pytest.approx(5.0e8 / 1024)
+    assert [s.name for s in p.inputs][:2] == ["L1 pool", "eviction watermark"]
 
 
 def test_knee_bracket_on_the_hit_rate_collapse() -> None:

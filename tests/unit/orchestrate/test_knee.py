@@ -103,12 +103,12 @@ def test_the_ramp_stops_at_the_load_the_campaign_can_produce_and_says_so() -> No
         {**BASE, "max_sessions": 32, "knee_search": {"min_later_hit_rate": 0.5, "max_concurrency": 64}}
     )
     seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
-    measured = [{**_row("cpu", c, None, 0.9), "virtual_users_available": 32} for c in (4, 8)]
+    measured = [{**_row("cpu", c, None, 0.9), "virtual_users_available": 216} for c in (4, 8)]
     log = knee.RampLog("cpu", 5, 1000, "recorded")
     ran = []
     for cell in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log):
         ran.append(cell.concurrency)
-        measured.append({**_row("cpu", cell.concurrency, None, 0.9), "virtual_users_available": 32})
+        measured.append({**_row("cpu", cell.concurrency, None, 0.9), "virtual_users_available": 216})
     assert ran == [16, 32] and log.outcome == "not_reached"
     reason = log.steps[-1]["reason"]
     assert "no more load than 32 concurrent sessions" in reason and "max_sessions 32" in reason
@@ -118,17 +118,18 @@ def test_the_ramp_stops_at_the_load_the_campaign_can_produce_and_says_so() -> No
 def test_the_ceiling_is_the_dataset_users_left_after_the_isl_filter() -> None:
     campaign = _campaign(min_later_hit_rate=0.5, max_concurrency=64)
     seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
-    measured = [{**_row("cpu", c, None, 0.9), "virtual_users_available": 20} for c in (4, 8)]
+    users = {"virtual_users_available": 216, "sessions_dropped_by_isl": 196}  # 20 left after the isl filter
+    measured = [{**_row("cpu", c, None, 0.9), **users} for c in (4, 8)]
     log = knee.RampLog("cpu", 5, 1000, "recorded")
     ran = [c.concurrency for c in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log)]
     # the walk's one step (to the ceiling) left no row: it blocks there; it never asks for 32 or 64
     assert ran == [16]
-    measured.append({**_row("cpu", 16, None, 0.9), "virtual_users_available": 20})
+    measured.append({**_row("cpu", 16, None, 0.9), **users})
     log = knee.RampLog("cpu", 5, 1000, "recorded")
     ran = []
     for cell in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log):
         ran.append(cell.concurrency)
-        measured.append({**_row("cpu", cell.concurrency, None, 0.9), "virtual_users_available": 20})
+        measured.append({**_row("cpu", cell.concurrency, None, 0.9), **users})
     assert ran == [16, 20] and log.outcome == "not_reached"
     assert "the 20 virtual users a cell replays at num_rounds=5 after the isl filter" in log.steps[-1]["reason"]
 
