@@ -203,11 +203,12 @@ def conclude(a: Analysis, replicates: int | None = None) -> Conclusions:
     kv, profile_l1, l2 = capacity_inputs(a.tables)
     predictions = cap.predict(a.summary, kv, profile_l1, l2, watermark_inputs())
     knees = cap.knees(a.summary)
+    found = findings(a.comparison, a.warnings, requests, a.software, **extra)
     return Conclusions(
-        findings=findings(a.comparison, a.warnings, requests, a.software, **extra),
+        findings=found,
         predictions=predictions,
         knees=knees,
-        recommendations=recommend(a.comparison, predictions, knees),
+        recommendations=recommend(a.comparison, predictions, knees, found),
     )
 
 
