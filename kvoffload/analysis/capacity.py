@@ -407,28 +407,28 @@ def _mean(g: pd.DataFrame, column: str) -> float | None:
     return float(v.mean()) if len(v) else None
 
 
+def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A column as floats (NaN where missing or not a number; all NaN when the column is absent)."""
+    if column not in rows:
+        return pd.Series(float("nan"), index=rows.index, dtype=float)
+    return pd.to_numeric(rows[column], errors="coerce").astype(float)
+
+
 def replayable_users(rows: pd.DataFrame) -> pd.Series:
     """Per row: the virtual users the cell could replay (sessions.json virtual_users_available less
     dropped_by_isl; NaN when unknown). The available count is taken before the isl filter and
     max_sessions; achieved_sessions reflects the max_sessions cut."""
-    users = pd.to_numeric(rows.get("virtual_users_available"), errors="coerce")
-    if not isinstance(users, pd.Series):
-        return pd.Series(float("nan"), index=rows.index)
-    dropped = pd.to_numeric(rows.get("sessions_dropped_by_isl"), errors="coerce")
-    if isinstance(dropped, pd.Series):
-        users = users - dropped.fillna(0)
-    return users
+    return _numbers(rows, "virtual_users_available") - _numbers(rows, "sessions_dropped_by_isl").fillna(0)
 
 
 def live_sessions(rows: pd.DataFrame) -> pd.Series:
     """Per row: the sessions live at once, min(requested concurrency, achieved sessions, replayable
     users), each where known."""
-    out = pd.to_numeric(rows["concurrency"], errors="coerce").astype(float)
-    for bound in (pd.to_numeric(rows.get("achieved_sessions"), errors="coerce"), replayable_users(rows)):
-        if isinstance(bound, pd.Series):
-            # an achieved count of 0 (nothing ran) bounds nothing: its figures are missing anyway
-            ok = bound.notna() & (bound > 0)
-            out = out.where(~ok, out.clip(upper=bound.where(ok)))
+    out = _numbers(rows, "concurrency")
+    for bound in (_numbers(rows, "achieved_sessions"), replayable_users(rows)):
+        # an achieved count of 0 (nothing ran) bounds nothing: its figures are missing anyway
+        ok = bound.notna() & (bound > 0)
+        out = out.where(~ok, out.clip(upper=bound.where(ok)))
     return out
 
 
@@ -436,9 +436,8 @@ def load_ceiling(rows: pd.DataFrame) -> float | None:
     """The most sessions the cells of a sweep could run at once: the most any of them achieved when
     that is known (it carries the max_sessions cut), bounded by the users replayable after the isl
     filter; None when neither is recorded."""
-    achieved = pd.to_numeric(rows.get("achieved_sessions"), errors="coerce")
     users = replayable_users(rows).dropna()
-    a = achieved.dropna() if isinstance(achieved, pd.Series) else pd.Series(dtype=float)
+    a = _numbers(rows, "achieved_sessions").dropna()
     a = a[a > 0]
     bounds = []
     if len(a):

@@ -176,7 +176,7 @@ CPU_BUILD_NOTE = (
 
 
 def engine_build(software: pd.DataFrame | None, cells: set[str]) -> str | None:
-    """"cpu" when any of `cells` ran vLLM's CPU build (the software frame marks it "(cpu build)"),
+    """ "cpu" when any of `cells` ran vLLM's CPU build (the software frame marks it "(cpu build)"),
     else None (a GPU build, the simulator, or no software recorded)."""
     if software is None or software.empty or not {"cell_id", "item", "version"} <= set(software.columns):
         return None

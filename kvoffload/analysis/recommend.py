@@ -167,8 +167,8 @@ def _extend_to(
     if users is not None and measured_max is not None and measured_max >= users:
         return None, (
             f"{text}, and the cells replayed at most {users:.0f} virtual users at this num_rounds (after the "
-            "isl filter and max_sessions), which the sweep already reached: raise num_rounds or max_sessions, "
-            "or replay a larger dataset"
+            "isl filter and max_sessions), which the sweep already reached: raise num_rounds or "
+            "max_sessions, or replay a larger dataset"
         )
     above = sorted(
         (p for p in preds if p.sessions is not None and (measured_max is None or p.sessions > measured_max)),
@@ -179,8 +179,8 @@ def _extend_to(
         why = "no predicted capacity lies above it" if known else "no capacity could be predicted"
         if users is not None:
             return None, (
-                f"{text} and {why}; the cells replayed at most {users:.0f} virtual users, so raise num_rounds "
-                "or max_sessions, or replay a larger dataset"
+                f"{text} and {why}; the cells replayed at most {users:.0f} virtual users, so raise "
+                "num_rounds or max_sessions, or replay a larger dataset"
             )
         return None, f"{text} and {why}: extend concurrency beyond {measured_max or 0:.0f}"
     first = above[0]
@@ -225,7 +225,8 @@ def recommend(
         found = {
             (f.concurrency, f.tier): f
             for f in findings
-            if (f.model, f.num_rounds, f.isl, f.osl) == (str(model), as_int(num_rounds), as_int(isl), str(osl))
+            if (f.model, f.num_rounds, f.isl, f.osl)
+            == (str(model), as_int(num_rounds), as_int(isl), str(osl))
         }
         levels, excluded, simpler = _levels(rows, found)
         segs = _segments(levels, context)

@@ -69,7 +69,8 @@ def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bo
         if campaign.max_sessions is not None and knee.max_concurrency > campaign.max_sessions:
             out.append(
                 f"knee_search.max_concurrency {knee.max_concurrency} exceeds max_sessions "
-                f"{campaign.max_sessions}: the ramp stops at {campaign.max_sessions}, beyond it no load is added"
+                f"{campaign.max_sessions}: the ramp stops at {campaign.max_sessions}, beyond it no load is "
+                "added"
             )
         return out
     for rounds in campaign.num_rounds:

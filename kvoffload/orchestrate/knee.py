@@ -7,8 +7,9 @@ crosses a limit, then bisection, until the knee is bracketed, or the maximum is 
 breach. The maximum is the smaller of `knee_search.max_concurrency` and the load the campaign can
 produce: concurrency beyond the virtual users a cell replays (`max_sessions`, the dataset's users at
 this num_rounds less those the isl filter drops: sessions.json `virtual_users_available` less
-`dropped_by_isl`) adds no load, so those steps would measure noise. A step that failed, had failed requests or was marked
-invalid (faults) stops the ramp with its reason: its figures are no point of the curve.
+`dropped_by_isl`) adds no load, so those steps would measure noise. A step that failed, had failed
+requests or was marked invalid (faults) stops the ramp with its reason: its figures are no point of
+the curve.
 
 A ramp stays on one node: the node that ran its seed's campaign cells (the largest concurrency of
 them when a sweep was spread over nodes), and it judges only the points measured there, so a bracket
@@ -86,7 +87,7 @@ def ramp_node(summary: pd.DataFrame, seed: Cell, default: str) -> str:
 
 
 def _number(row: pd.Series, column: str) -> float | None:
-    value = row.get(column)
+    value: Any = row.get(column)
     try:
         f = float(value)
     except (TypeError, ValueError):
@@ -94,7 +95,9 @@ def _number(row: pd.Series, column: str) -> float | None:
     return None if pd.isna(f) else f
 
 
-def trouble(summary: pd.DataFrame, seed: Cell, concurrencies: set[int], node: str | None = None) -> str | None:
+def trouble(
+    summary: pd.DataFrame, seed: Cell, concurrencies: set[int], node: str | None = None
+) -> str | None:
     """Why a measured step of the ramp cannot be judged: a cell that did not end done, had failed
     requests, or was marked invalid (faults). None when every step at `concurrencies` is sound."""
     rows = _sweep(summary, seed, node)
@@ -109,7 +112,9 @@ def trouble(summary: pd.DataFrame, seed: Cell, concurrencies: set[int], node: st
             return f"{where} ended {row.get('status')}: the ramp stops, its figures are no point of the curve"
         failed = _number(row, "failed_requests")
         if failed:
-            return f"{where} had {failed:.0f} failed request(s): the ramp stops, its figures are not a clean load"
+            return (
+                f"{where} had {failed:.0f} failed request(s): the ramp stops, its figures are no clean load"
+            )
         if row.get("valid") is False or str(row.get("valid")).lower() == "false":
             why = row.get("invalid_reasons")
             why = f" ({why})" if isinstance(why, str) and why else ""
@@ -131,7 +136,11 @@ def load_ceiling(summary: pd.DataFrame, seed: Cell, campaign: Campaign) -> tuple
         if len(users):
             n = int(users.min())
             bounds.append(
-                (n, f"the {n} virtual users a cell replays at num_rounds={seed.num_rounds} after the isl filter")
+                (
+                    n,
+                    f"the {n} virtual users a cell replays at num_rounds={seed.num_rounds} after the isl "
+                    "filter",
+                )
             )
     if not bounds:
         return None, ""
@@ -244,12 +253,15 @@ def walk(
         elsewhere = _sweep(table, seed)
         if node is not None and "node" in elsewhere and not elsewhere.empty:
             other = elsewhere[
-                (elsewhere["concurrency"] == decision.next_concurrency) & (elsewhere["node"].astype(str) != node)
+                (elsewhere["concurrency"] == decision.next_concurrency)
+                & (elsewhere["node"].astype(str) != node)
             ]
             if not other.empty:
-                log.add(RampDecision("blocked", None, None, f"concurrency {decision.next_concurrency} was "
-                                     f"measured on node {other['node'].iloc[0]}, not on {node}, where this "
-                                     "ramp runs: a bracket across two nodes does not compare"), None)  # fmt: skip
+                why = (
+                    f"concurrency {decision.next_concurrency} was measured on node {other['node'].iloc[0]}, "
+                    f"not on {node}, where this ramp runs: a bracket across two nodes does not compare"
+                )
+                log.add(RampDecision("blocked", None, None, why), None)
                 return
         tried.add(decision.next_concurrency)
         cell = make_cell(campaign, seed.tier, decision.next_concurrency, seed.num_rounds, seed.isl,

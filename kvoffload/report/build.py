@@ -191,7 +191,10 @@ def watermark_inputs() -> dict[str, Stated]:
     l2 = adapter.get("trigger_watermark") if isinstance(adapter, dict) else None
     if isinstance(l2, int | float):
         out["nvme"] = Stated(
-            "eviction watermark", float(l2), "", "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.trigger_watermark"
+            "eviction watermark",
+            float(l2),
+            "",
+            "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.trigger_watermark",
         )
     return out
 
@@ -546,8 +549,8 @@ def knee_verdicts(knees: Sequence[Knee], ramps: Any) -> list[str]:
                 )
             else:
                 tail = (
-                    f"the sweep's own criterion ({k.criterion}) was not crossed in the measured range, so the "
-                    "search's limit binds first"
+                    f"the sweep's own criterion ({k.criterion}) was not crossed in the measured range, so "
+                    "the search's limit binds first"
                 )
             out.append(f"{head}: the knee search{where} bracketed the knee between concurrency {lo} and {hi} "
                        f"({reason}); {tail}")  # fmt: skip

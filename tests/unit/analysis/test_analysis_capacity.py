@@ -265,7 +265,10 @@ def test_a_knee_in_one_isl_sweep_does_not_mark_another_crossed() -> None:
                      _cell(f"c{isl}-{c}", "cpu", c, isl=isl, ttft_later_p50_s=0.8)]  # fmt: skip
     summary = pd.DataFrame(rows)
     ks = knees(summary)
-    assert {(k.fixed["isl"], k.status) for k in ks if k.tier == "gpu"} == {(32768, "found"), (8192, "not_reached")}
+    assert {(k.fixed["isl"], k.status) for k in ks if k.tier == "gpu"} == {
+        (32768, "found"),
+        (8192, "not_reached"),
+    }
     recs = {r.isl: r for r in recommend(summary, predict(summary), ks)}
     assert recs[32768].knee_crossed and not recs[8192].knee_crossed
     assert "the sweep did not cross a capacity" in recs[8192].statement
@@ -324,7 +327,10 @@ def test_an_offload_lead_inside_its_interval_or_without_offload_recommends_the_s
     assert [(s.tier, s.from_concurrency, s.to_concurrency) for s in r.segments] == [
         ("gpu", 2, 2), ("cpu", 8, 8), ("gpu", 16, 16)
     ]  # fmt: skip
-    assert r.simpler[0] == "gpu at concurrency 2: cpu was not measurably faster than gpu (-16 %, 95 % CI -39 to +8 %)"
+    assert (
+        r.simpler[0]
+        == "gpu at concurrency 2: cpu was not measurably faster than gpu (-16 %, 95 % CI -39 to +8 %)"
+    )
     assert r.simpler[1].startswith("gpu at concurrency 16: cpu's offload was never exercised")
     assert "the simpler tier where the faster one's lead is not shown" in r.statement
     # without findings the table's p50 alone decides, as before

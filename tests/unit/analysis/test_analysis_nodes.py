@@ -48,6 +48,7 @@ def test_a_node_without_recorded_facts_shows_as_unknown() -> None:
 def test_devices_compare_by_what_they_are_not_by_their_names() -> None:
     """The demo's two nodes: identical loop devices /dev/loop0 and /dev/loop1 (same size, same file
     system) are alike; a different size or file system is a difference."""
+
     def node(device: str, size: int = 536870912, fstype: str = "xfs") -> dict[str, object]:
         disk = {"device": device, "model": "unknown", "firmware": "unknown", "size_bytes": size,
                 "fstype": fstype, "mount": "/mnt/kvoffload-nvme"}  # fmt: skip
@@ -60,5 +61,7 @@ def test_devices_compare_by_what_they_are_not_by_their_names() -> None:
     (diff,) = node_differences(bigger)
     assert diff["fact"] == "NVMe" and "1073741824" in diff["values"]["kvlab3"]
     assert "/dev/loop" not in diff["values"]["kvlab3"]
-    ext4 = _cells({"kvlab2": node("/dev/loop0"), "kvlab3": node("/dev/loop1", fstype="ext4")}, ["kvlab2", "kvlab3"])
+    ext4 = _cells(
+        {"kvlab2": node("/dev/loop0"), "kvlab3": node("/dev/loop1", fstype="ext4")}, ["kvlab2", "kvlab3"]
+    )
     assert [d["fact"] for d in node_differences(ext4)] == ["NVMe"]

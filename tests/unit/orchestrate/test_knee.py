@@ -131,7 +131,9 @@ def test_the_ceiling_is_the_dataset_users_left_after_the_isl_filter() -> None:
         ran.append(cell.concurrency)
         measured.append({**_row("cpu", cell.concurrency, None, 0.9), **users})
     assert ran == [16, 20] and log.outcome == "not_reached"
-    assert "the 20 virtual users a cell replays at num_rounds=5 after the isl filter" in log.steps[-1]["reason"]
+    assert (
+        "the 20 virtual users a cell replays at num_rounds=5 after the isl filter" in log.steps[-1]["reason"]
+    )
 
 
 @pytest.mark.parametrize(

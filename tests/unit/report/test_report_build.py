@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -204,25 +205,30 @@ def test_the_sweep_and_the_knee_search_give_one_verdict_per_tier() -> None:
     from kvoffload.report.build import knee_verdicts
 
     fixed = {"model": "m", "num_rounds": 5, "isl": 12000, "osl": "32"}
-    sweep = Knee(model="m", tier="gpu", axis="concurrency", fixed=fixed, status="not_reached",
-                 criterion="later-round hit rate below 50 % of its value at concurrency 4 (90 %), i.e. below 45 %",
-                 bracket=None, history_bracket_tokens=None, points=[],
-                 statement="gpu (num_rounds=5, isl=12000, osl=32): knee not reached in the measured range, "
-                           "up to concurrency 12 (...)")  # fmt: skip
-    other = Knee(model="m", tier="cpu", axis="concurrency", fixed=fixed, status="not_reached", criterion="c",
-                 bracket=None, history_bracket_tokens=None, points=[],
-                 statement="cpu (num_rounds=5, isl=12000, osl=32): knee not reached in the measured range")  # fmt: skip
+    head = "(num_rounds=5, isl=12000, osl=32)"
+    common: dict[str, Any] = {"model": "m", "axis": "concurrency", "fixed": fixed, "status": "not_reached",
+                              "bracket": None, "history_bracket_tokens": None, "points": []}  # fmt: skip
+    flat_text = "knee not reached in the measured range"
+    sweep = Knee(tier="gpu", criterion="later-round hit rate below 45 %", **common,
+                 statement=f"gpu {head}: {flat_text}, up to concurrency 12")  # fmt: skip
+    other = Knee(tier="cpu", criterion="c", **common,
+                 statement=f"cpu {head}: knee not reached in the measured range")  # fmt: skip
+    last = {"action": "bracketed", "concurrency": None, "cell_id": None,
+            "reason": "the knee lies between concurrency 8 (within p95 <= 1 s) and 12"}  # fmt: skip
+    flat = {"action": "not_reached", "concurrency": None, "cell_id": None, "reason": "up to 32"}
     ramps = [
         {"tier": "gpu", "num_rounds": 5, "isl": 12000, "osl": "32", "node": "kvlab2", "outcome": "bracketed",
-         "bracket": [8, 12], "steps": [{"action": "bracketed", "concurrency": None, "cell_id": None,
-                                        "reason": "the knee lies between concurrency 8 (within p95 <= 1 s) and 12"}]},
+         "bracket": [8, 12], "steps": [last]},
         {"tier": "cpu", "num_rounds": 5, "isl": 12000, "osl": "32", "outcome": "not_reached", "bracket": None,
-         "steps": [{"action": "not_reached", "concurrency": None, "cell_id": None, "reason": "up to 32"}]},
+         "steps": [flat]},
     ]  # fmt: skip
     lines = knee_verdicts([sweep, other], ramps)
     assert len(lines) == 2  # one per tier, not four
     gpu = lines[0]
-    assert gpu.startswith("gpu (num_rounds=5, isl=12000, osl=32): the knee search on node kvlab2 bracketed the knee "
-                          "between concurrency 8 and 12")  # fmt: skip
+    assert gpu.startswith(
+        f"gpu {head}: the knee search on node kvlab2 bracketed the knee between concurrency 8 and 12"
+    )
     assert "knee not reached" not in gpu and "so the search's limit binds first" in gpu
-    assert lines[1].endswith("knee not reached in the measured range; the knee search ended not_reached: up to 32")
+    assert lines[1].endswith(
+        "knee not reached in the measured range; the knee search ended not_reached: up to 32"
+    )
