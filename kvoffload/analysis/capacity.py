@@ -11,7 +11,11 @@ Predicted, per tier, in tokens of KV history and in sessions of the replayed dat
 - cpu: LMCache's L1 pool bytes / KV bytes per token;
 - nvme: the L2 capacity bytes / KV bytes per token.
 An offload tier's capacity is that of its largest store: LMCache stores every chunk in L1 (and the
-nvme tier's L1 copies it on to L2), so the smaller stores hold copies of it. Sessions = tokens / the
+nvme tier's L1 copies it on to L2), so the smaller stores hold copies of it. A store retains only up to
+its eviction watermark: LMCache's eviction loop trims a store once its usage reaches
+`trigger_watermark` (L1: `--eviction-trigger-watermark`, from the lmcache profile; L2: the adapter's
+`eviction` block), so the capacity is that fraction of the store (right after a pass it holds
+watermark x (1 - eviction_ratio)). Sessions = tokens / the
 mean live context per session (client.live_context) pooled over every cell of the same model,
 num_rounds, ISL and OSL.
 
@@ -20,7 +24,10 @@ when the campaign has one concurrency), the knee is the first point whose later-
 share of rounds >= 2) falls below HIT_COLLAPSE_FRACTION of the sweep's first point; without hit rates,
 the first point whose p50 TTFT degradation exceeds the first point's by DEGRADATION_RISE_POINTS. It is
 reported with the bracket of measured points around it, or as not reached in the measured range. Live
-history at a point = min(concurrency, virtual users available) x mean live context.
+history at a point = the sessions live at once x mean live context, where the sessions live at once
+are min(requested concurrency, the sessions the cell achieved, the virtual users it could replay:
+available less those the isl filter dropped), never the requested concurrency alone: concurrency
+beyond the users replayed adds no history.
 """
 
 from __future__ import annotations
@@ -43,6 +50,12 @@ CACHE_CONFIG = "vllm:cache_config_info"
 L1_BYTES = "lmcache_mp_l1_memory_usage_bytes"
 L1_RATIO = "lmcache_mp_l1_usage_ratio"
 L2_BYTES = "lmcache_mp_l2_usage_bytes"
+# LMCache 0.5.6's default eviction watermark, for L1 (`--eviction-trigger-watermark`) and for an L2
+# adapter's `eviction` block without `trigger_watermark` (ours: kvoffload/profiles/resolve.py
+# l2_adapter): `EvictionConfig.trigger_watermark = 0.8` in lmcache/v1/distributed/config.py; the real
+# server's status.json shows it (/work/shared/fixtures/lmcache-0.5.6-cpu: l1_eviction_controller
+# trigger_watermark 0.8, eviction_ratio 0.2).
+LMCACHE_DEFAULT_WATERMARK = 0.8
 # Below this usage ratio the bytes/ratio quotient is too coarse to give the pool size.
 _MIN_RATIO = 0.01
 DTYPE_BYTES = {
@@ -300,18 +313,33 @@ def _l2_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
     )
 
 
+def default_watermark(tier: str) -> Stated:
+    """The eviction watermark of a tier's capacity store when nothing states another (see
+    LMCACHE_DEFAULT_WATERMARK)."""
+    store = "L1 --eviction-trigger-watermark" if tier == "cpu" else "L2 adapter eviction.trigger_watermark"
+    return Stated(
+        "eviction watermark",
+        LMCACHE_DEFAULT_WATERMARK,
+        "",
+        f"LMCache 0.5.6 default of {store} (lmcache/v1/distributed/config.py EvictionConfig)",
+    )
+
+
 def predict(
     summary: pd.DataFrame,
     kv_bytes: Mapping[str, Stated] | None = None,
     profile_l1_gb: Mapping[str, Stated] | None = None,
     l2_bytes: Mapping[str, Stated] | None = None,
+    watermarks: Mapping[str, Stated] | None = None,
 ) -> list[TierCapacity]:
     """One prediction per (model, num_rounds, isl, osl) and tier present in `summary`.
 
     `summary` rows need the gpu_cache_figures / lmcache_capacity_figures columns and
-    `lmcache_l1_size_gb`. `kv_bytes` and `l2_bytes` are per cell id, `profile_l1_gb` per tier (value in GiB).
+    `lmcache_l1_size_gb`. `kv_bytes` and `l2_bytes` are per cell id, `profile_l1_gb` per tier (value in GiB),
+    `watermarks` per tier: the eviction watermark of its capacity store (default: LMCache's).
     """
     kv_bytes, profile_l1_gb, l2_bytes = kv_bytes or {}, profile_l1_gb or {}, l2_bytes or {}
+    watermarks = watermarks or {}
     contexts = mean_live_context(summary)
     out: list[TierCapacity] = []
     if summary.empty:
@@ -349,9 +377,10 @@ def predict(
         else:
             kv = _kv_bytes(rows, kv_bytes)
             store = _l1_bytes(rows, profile_l1_gb) if tier == "cpu" else _l2_bytes(rows, l2_bytes)
-            inputs += [store, kv]
-            if store.value is not None and kv.value:
-                tokens = store.value / kv.value
+            mark = watermarks.get(str(tier)) or default_watermark(str(tier))
+            inputs += [store, mark, kv]
+            if store.value is not None and mark.value is not None and kv.value:
+                tokens = store.value * mark.value / kv.value
         inputs.append(ctx_input)
         missing = [f"{s.name} ({s.source.removeprefix('unavailable: ')})" for s in inputs if s.value is None]
         sessions = tokens / context[0] if tokens is not None and context and context[0] > 0 else None
@@ -378,12 +407,51 @@ def _mean(g: pd.DataFrame, column: str) -> float | None:
     return float(v.mean()) if len(v) else None
 
 
+def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A column as floats (NaN where missing or not a number; all NaN when the column is absent)."""
+    if column not in rows:
+        return pd.Series(float("nan"), index=rows.index, dtype=float)
+    return pd.to_numeric(rows[column], errors="coerce").astype(float)
+
+
+def replayable_users(rows: pd.DataFrame) -> pd.Series:
+    """Per row: the virtual users the cell could replay (sessions.json virtual_users_available less
+    dropped_by_isl; NaN when unknown). The available count is taken before the isl filter and
+    max_sessions; achieved_sessions reflects the max_sessions cut."""
+    return _numbers(rows, "virtual_users_available") - _numbers(rows, "sessions_dropped_by_isl").fillna(0)
+
+
+def live_sessions(rows: pd.DataFrame) -> pd.Series:
+    """Per row: the sessions live at once, min(requested concurrency, achieved sessions, replayable
+    users), each where known."""
+    out = _numbers(rows, "concurrency")
+    for bound in (_numbers(rows, "achieved_sessions"), replayable_users(rows)):
+        # an achieved count of 0 (nothing ran) bounds nothing: its figures are missing anyway
+        ok = bound.notna() & (bound > 0)
+        out = out.where(~ok, out.clip(upper=bound.where(ok)))
+    return out
+
+
+def load_ceiling(rows: pd.DataFrame) -> float | None:
+    """The most sessions the cells of a sweep could run at once: the most any of them achieved when
+    that is known (it carries the max_sessions cut), bounded by the users replayable after the isl
+    filter; None when neither is recorded."""
+    users = replayable_users(rows).dropna()
+    a = _numbers(rows, "achieved_sessions").dropna()
+    a = a[a > 0]
+    bounds = []
+    if len(a):
+        bounds.append(float(a.max()))
+    if len(users):
+        bounds.append(float(users.min()))
+    return min(bounds) if bounds else None
+
+
 def _effective(g: pd.DataFrame) -> float | None:
-    c = _mean(g, "concurrency")
-    users = _mean(g, "virtual_users_available")
-    if c is None:
+    if _mean(g, "concurrency") is None:
         return None
-    return min(c, users) if users is not None else c
+    live = live_sessions(g).dropna()
+    return float(live.mean()) if len(live) else None
 
 
 def sweep_points(rows: pd.DataFrame, axis: str, context: float | None) -> list[KneePoint]:

@@ -167,6 +167,34 @@ def _routing(rows: pd.DataFrame) -> str | None:
     return "one replica, no load balancer" if replicas == 1 else None
 
 
+# --- engine build and model name (issue 34, capacity/recommendation branch) -------------------------
+CPU_BUILD_NOTE = (
+    "engines: vLLM's CPU build, with LMCache moving KV through its engine-driven CPU copy path (no GPU, "
+    "no CUDA transfer), so this figure shows how the tiers rank on this lab's CPU plumbing, not what "
+    "offload does on a GPU server"
+)
+
+
+def engine_build(software: pd.DataFrame | None, cells: set[str]) -> str | None:
+    """ "cpu" when any of `cells` ran vLLM's CPU build (the software frame marks it "(cpu build)"),
+    else None (a GPU build, the simulator, or no software recorded)."""
+    if software is None or software.empty or not {"cell_id", "item", "version"} <= set(software.columns):
+        return None
+    mine = software[software["cell_id"].astype(str).isin(cells) & (software["item"] == "vllm")]
+    return "cpu" if mine["version"].astype(str).str.contains("cpu build", regex=False).any() else None
+
+
+def served_name(model: str) -> str:
+    """The name a model is served and known by: a model loaded from a folder (an absolute or ./ path)
+    is served under the folder's name (LabConfig.served_model_name); a hub id stays as it is."""
+    if model.startswith(("/", "./", "../", "~")):
+        return model.rstrip("/").rsplit("/", 1)[-1] or model
+    return model
+
+
+# --- end engine build and model name -----------------------------------------------------------------
+
+
 def _reasons(
     rows: pd.DataFrame, warnings: pd.DataFrame, labels: set[str], software: pd.DataFrame | None
 ) -> tuple[list[str], list[str]]:
@@ -190,6 +218,13 @@ def _reasons(
     return list(dict.fromkeys(reasons)), list(dict.fromkeys(caveats))
 
 
+def _display_group(first: pd.Series) -> str:
+    """The group's label without its repeat, the model named by its served name."""
+    label = group_label(first).rsplit(" repeat=", 1)[0]
+    model = str(first["model"])
+    return served_name(model) + label.removeprefix(model) if label.startswith(model) else label
+
+
 def group_findings(
     rows: pd.DataFrame,
     warnings: pd.DataFrame,
@@ -208,6 +243,7 @@ def group_findings(
         return [requests.get(str(c), empty) for c in rows.loc[rows["tier"] == tier, "cell_id"]]
 
     base = cells_of("gpu") if (rows["tier"] == "gpu").any() else []
+    build = engine_build(software, set(rows["cell_id"].astype(str)))
     where = f"at concurrency {int(first['concurrency'])}, num_rounds {int(first['num_rounds'])}"
     out = []
     for tier in [t for t in TIERS if (rows["tier"] == t).any()]:
@@ -262,6 +298,8 @@ def group_findings(
             text += f"; {sources}"
         if routing:
             text += f"; routing {routing}"
+        if build == "cpu":
+            text += f"; {CPU_BUILD_NOTE}"
         if not comparable:
             text = (
                 "NOT A VALID COMPARISON ("
@@ -271,7 +309,7 @@ def group_findings(
             )
         out.append(
             Finding(
-                group=group_label(first).rsplit(" repeat=", 1)[0],
+                group=_display_group(first),
                 model=str(first["model"]),
                 concurrency=int(first["concurrency"]),
                 num_rounds=int(first["num_rounds"]),

@@ -4,7 +4,10 @@ A comparison group runs on one node, so a tier comparison never mixes hardware; 
 that ran on different nodes (a concurrency sweep spread over two nodes) compare only when the nodes
 are alike. This reads the host facts every cell.json records (`hosts`: CPU, vCPUs, RAM, OS, kernel,
 GPUs, NVMe) for the nodes that ran cells (the `node` column of the cells table) and says what differs.
-Software differences are `analysis.software`'s (version_splits across the cells of one role's hosts).
+A device is compared by what it is (NVMe: model, size, file system; GPU: model, driver), never by its
+name on the host (`/dev/loop0` against `/dev/loop1`, a PCI address, a mount point), which says nothing
+about the figures. Software differences are `analysis.software`'s (version_splits across the cells of
+one role's hosts).
 """
 
 from __future__ import annotations
@@ -26,9 +29,22 @@ COMPARED_FACTS = {
 }
 
 
+# Keys of a device record that name it on its host rather than say what it is: left out of the
+# comparison (nvme_storage's kvoffload_nvme fact: device, mount; gpu_driver's kvoffload_gpu: pci).
+DEVICE_NAME_KEYS = frozenset({"device", "mount", "pci", "path", "firmware"})
+
+
+def _device_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k not in DEVICE_NAME_KEYS}
+    return json.dumps(value, sort_keys=True)
+
+
 def _fact_text(value: Any) -> str:
     if isinstance(value, list):
-        models = [json.dumps(v, sort_keys=True) if not isinstance(v, str) else v for v in value]
+        models = [_device_text(v) for v in value]
         return f"{len(models)} x {' + '.join(sorted(set(models)))}" if models else "none"
     return "unknown" if value is None else str(value)
 

@@ -40,6 +40,7 @@ CONFIG_COLUMNS = [
 SESSION_COLUMNS = {
     "requested_concurrency": "requested_concurrency",
     "virtual_users_available": "virtual_users_available",
+    "dropped_by_isl": "sessions_dropped_by_isl",  # issue 34: users a cell replays = available - dropped
     "achieved_sessions": "achieved_sessions",
     "complete": "sessions_complete",
     "incomplete": "sessions_incomplete",

@@ -55,6 +55,40 @@ def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
     return {n: len(virtual_users(sessions, code, n)) for n in lab.campaign.num_rounds}, None, sessions
 
 
+def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bool) -> list[str]:
+    """`knee_search.max_concurrency` beyond the load the campaign can produce: the virtual users a cell
+    replays (the dataset's at this num_rounds, less those the isl filter drops, cut at max_sessions).
+    The ramp stops there (kvoffload/orchestrate/knee.py); plan says so before the campaign runs."""
+    from kvoffload.replay.users import select_users
+
+    campaign = lab.campaign
+    knee = campaign.knee_search
+    assert knee is not None
+    out = []
+    if not known:
+        if campaign.max_sessions is not None and knee.max_concurrency > campaign.max_sessions:
+            out.append(
+                f"knee_search.max_concurrency {knee.max_concurrency} exceeds max_sessions "
+                f"{campaign.max_sessions}: the ramp stops at {campaign.max_sessions}, beyond it no load is "
+                "added"
+            )
+        return out
+    for rounds in campaign.num_rounds:
+        for isl in campaign.isl:
+            pool = select_users(sessions, campaign.dataset.code, rounds, isl=isl, tokenizer=tokenizer,
+                                max_sessions=campaign.max_sessions)  # fmt: skip
+            users = len(pool.users)
+            if knee.max_concurrency > users:
+                cut = f", max_sessions {campaign.max_sessions}" if campaign.max_sessions is not None else ""
+                out.append(
+                    f"knee_search.max_concurrency {knee.max_concurrency} exceeds the {users} virtual users "
+                    f"a cell replays at num_rounds {rounds}, isl {isl} ({pool.available} in the dataset, "
+                    f"{pool.dropped_by_isl} dropped by the isl filter{cut}): the ramp stops at {users}, "
+                    "beyond it no load is added"
+                )
+    return out
+
+
 def _tokenizer(lab: Any) -> Any:
     """What counts tokens for the isl filter, as `run` loads it: the model folder's tokenizer.json, the
     Hugging Face cache's for a hub id, else the approximate fallback."""
@@ -238,6 +272,7 @@ def _plan(args: argparse.Namespace) -> int:
             f"from the measured cells (up to {knee.max_concurrency}) until {' or '.join(limits)}, and "
             f"bisects to a bracket of {knee.resolution}; its cells are decided as it goes"
         )
+        warnings += _knee_load_warnings(lab, sessions, tokenizer, ceilings is not None)
     for line in warnings:
         console.print(f"[yellow]warning:[/] {line}")
     console.print(f"{len(lab.cells) - done} cell(s) to run, {done} already DONE under {done_root}")

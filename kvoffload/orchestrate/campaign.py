@@ -426,19 +426,32 @@ class CampaignRunner:
             raise RuntimeError(f"the client host's install failed: {self._client_error}")
 
     def _knee_search(self, total: int, outcome: CampaignOutcome) -> None:
-        """The campaign's knee search (kvoffload/orchestrate/knee.py), on the first node."""
-        node = self.lab.nodes[0].name
+        """The campaign's knee search (kvoffload/orchestrate/knee.py): each ramp on the node that ran
+        its seed's cells, node after node."""
+        self._knee = []
+        names = {n.name for n in self.lab.nodes}
+        seeds = knee.ramps(self.lab.cells)
+        summary = knee.campaign_summary(self.results.root) if seeds else None
+        by_node: dict[str, list[Cell]] = {}
+        for seed in seeds:
+            assert summary is not None
+            node = knee.ramp_node(summary, seed, self.lab.nodes[0].name)
+            by_node.setdefault(node if node in names else self.lab.nodes[0].name, []).append(seed)
+        for node, mine in by_node.items():
+            self._knee_node(node, mine, total, outcome)
+
+    def _knee_node(self, node: str, seeds: Sequence[Cell], total: int, outcome: CampaignOutcome) -> None:
+        """The ramps of `seeds`, one after the other on `node`, on one set of engines."""
         deployed: str | None = None
         baseline: dict[str, Any] = {}
         previous: Cell | None = None
         last: tuple[Cell, dict[str, Any]] | None = None
-        self._knee = []
         try:
-            for seed in knee.ramps(self.lab.cells):
-                log = knee.RampLog(seed.tier, seed.num_rounds, seed.isl, str(seed.osl))
+            for seed in seeds:
+                log = knee.RampLog(seed.tier, seed.num_rounds, seed.isl, str(seed.osl), node=node)
                 self._knee.append(log)
                 for cell in knee.walk(
-                    self.lab.campaign, seed, lambda: knee.campaign_summary(self.results.root), log
+                    self.lab.campaign, seed, lambda: knee.campaign_summary(self.results.root), log, node=node
                 ):
                     if self.results.is_done(cell):
                         outcome.skipped.append(cell.id)

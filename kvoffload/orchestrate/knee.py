@@ -4,20 +4,30 @@ For each tier (and num_rounds, isl, osl of the campaign; first repeat), the cell
 read back through the report's own analysis (later-round p95 TTFT, later-round hit rate), and
 `kvoffload.analysis.ramp.next_step` says which concurrency to run next: geometric growth until a point
 crosses a limit, then bisection, until the knee is bracketed, or the maximum is reached without a
-breach. The steps are ordinary cells (their own folders, DONE, resume), run on the first node one
-after the other, with the engines reset between them. What each ramp decided goes to campaign.json
-`knee_search` and to the report.
+breach. The maximum is the smaller of `knee_search.max_concurrency` and the load the campaign can
+produce: concurrency beyond the virtual users a cell replays (`max_sessions`, the dataset's users at
+this num_rounds less those the isl filter drops: sessions.json `virtual_users_available` less
+`dropped_by_isl`) adds no load, so those steps would measure noise. A step that failed, had failed
+requests or was marked invalid (faults) stops the ramp with its reason: its figures are no point of
+the curve.
+
+A ramp stays on one node: the node that ran its seed's campaign cells (the largest concurrency of
+them when a sweep was spread over nodes), and it judges only the points measured there, so a bracket
+never compares two machines. The steps are ordinary cells (their own folders, DONE, resume), run one
+after the other on that node, with the engines reset between them. What each ramp decided goes to
+campaign.json `knee_search` and to the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.capacity import replayable_users
 from kvoffload.analysis.ramp import RampDecision, RampPoint, RampPolicy, next_step
 from kvoffload.config import Cell
 from kvoffload.config.campaign import Campaign, KneeSearch
@@ -49,18 +59,101 @@ def ramps(cells: tuple[Cell, ...]) -> list[Cell]:
     return list(seen.values())
 
 
-def points(summary: pd.DataFrame, seed: Cell) -> list[RampPoint]:
-    """The measured concurrencies of the seed's ramp (done cells only)."""
+def _sweep(summary: pd.DataFrame, seed: Cell, node: str | None = None) -> pd.DataFrame:
+    """Rows of the seed's ramp (any status), on `node` when one is given."""
     if summary.empty:
-        return []
-    rows = summary[
+        return summary
+    keep = (
         (summary["tier"] == seed.tier)
         & (summary["num_rounds"] == seed.num_rounds)
         & (summary["isl"] == seed.isl)
         & (summary["osl"].astype(str) == str(seed.osl))
         & (summary["repeat"] == 1)
-        & (summary["status"] == "done")
-    ]
+    )
+    if node is not None and "node" in summary:
+        keep &= summary["node"].astype(str) == node
+    return summary[keep]
+
+
+def ramp_node(summary: pd.DataFrame, seed: Cell, default: str) -> str:
+    """The node a ramp runs on: the one that ran the seed's largest done concurrency, else `default`."""
+    rows = _sweep(summary, seed)
+    if rows.empty or "node" not in rows:
+        return default
+    rows = rows[(rows["status"] == "done") & rows["node"].notna()]
+    if rows.empty:
+        return default
+    return str(rows.sort_values("concurrency").iloc[-1]["node"])
+
+
+def _number(row: pd.Series, column: str) -> float | None:
+    value: Any = row.get(column)
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if pd.isna(f) else f
+
+
+def trouble(
+    summary: pd.DataFrame, seed: Cell, concurrencies: set[int], node: str | None = None
+) -> str | None:
+    """Why a measured step of the ramp cannot be judged: a cell that did not end done, had failed
+    requests, or was marked invalid (faults). None when every step at `concurrencies` is sound."""
+    rows = _sweep(summary, seed, node)
+    if rows.empty:
+        return None
+    for _, row in rows.sort_values("concurrency").iterrows():
+        c = int(row["concurrency"])
+        if c not in concurrencies:
+            continue
+        where = f"concurrency {c} (cell {row.get('cell_id', '?')})"
+        if row.get("status") != "done":
+            return f"{where} ended {row.get('status')}: the ramp stops, its figures are no point of the curve"
+        failed = _number(row, "failed_requests")
+        if failed:
+            return (
+                f"{where} had {failed:.0f} failed request(s): the ramp stops, its figures are no clean load"
+            )
+        if row.get("valid") is False or str(row.get("valid")).lower() == "false":
+            why = row.get("invalid_reasons")
+            why = f" ({why})" if isinstance(why, str) and why else ""
+            return f"{where} is invalid{why}: the ramp stops, its figures are not a clean load"
+    return None
+
+
+def load_ceiling(summary: pd.DataFrame, seed: Cell, campaign: Campaign) -> tuple[int | None, str]:
+    """The most concurrent sessions the campaign can produce on this ramp, and where that comes from:
+    `max_sessions` and the virtual users the ramp's cells could replay (sessions.json
+    `virtual_users_available`, the dataset's users at this num_rounds, less `dropped_by_isl`). None
+    when neither is known."""
+    bounds: list[tuple[int, str]] = []
+    if campaign.max_sessions is not None:
+        bounds.append((campaign.max_sessions, f"max_sessions {campaign.max_sessions}"))
+    rows = _sweep(summary, seed)
+    if not rows.empty and "virtual_users_available" in rows:
+        users = replayable_users(rows).dropna()
+        if len(users):
+            n = int(users.min())
+            bounds.append(
+                (
+                    n,
+                    f"the {n} virtual users a cell replays at num_rounds={seed.num_rounds} after the isl "
+                    "filter",
+                )
+            )
+    if not bounds:
+        return None, ""
+    n = min(b for b, _ in bounds)
+    return n, "; ".join(why for _, why in bounds)
+
+
+def points(summary: pd.DataFrame, seed: Cell, node: str | None = None) -> list[RampPoint]:
+    """The measured concurrencies of the seed's ramp (done cells only; on `node` when given)."""
+    rows = _sweep(summary, seed, node)
+    if rows.empty:
+        return []
+    rows = rows[rows["status"] == "done"]
 
     def figure(row: pd.Series, column: str) -> float | None:
         value = row.get(column)
@@ -82,6 +175,7 @@ class RampLog:
     steps: list[dict[str, Any]] = field(default_factory=list)
     outcome: str = "running"
     bracket: tuple[int, int] | None = None
+    node: str | None = None
 
     def add(self, decision: RampDecision, cell: Cell | None) -> None:
         self.steps.append(
@@ -102,6 +196,7 @@ class RampLog:
             "num_rounds": self.num_rounds,
             "isl": self.isl,
             "osl": self.osl,
+            "node": self.node,
             "outcome": self.outcome,
             "bracket": list(self.bracket) if self.bracket else None,
             "steps": self.steps,
@@ -109,20 +204,44 @@ class RampLog:
 
 
 def walk(
-    campaign: Campaign, seed: Cell, summary: Callable[[], pd.DataFrame], log: RampLog, max_steps: int = 64
+    campaign: Campaign,
+    seed: Cell,
+    summary: Callable[[], pd.DataFrame],
+    log: RampLog,
+    max_steps: int = 64,
+    node: str | None = None,
 ) -> Iterator[Cell]:
     """The ramp's cells, one at a time: each is yielded to be run (or found DONE), then the measured
-    points are read again for the next decision. Stops at a decision other than "try"."""
+    points are read again for the next decision. Stops at a decision other than "try", at a step that
+    failed or is invalid, and at the load the campaign can produce. With `node`, only the points
+    measured on that node count."""
     spec = campaign.knee_search
     assert spec is not None
     rule = policy(spec, campaign)
     tried: set[int] = set()
     known = set(campaign.concurrency)
     for _ in range(max_steps):
+        table = summary()
         # Only the campaign's own points and this walk's: a resumed run then takes the same steps
         # (finding their cells DONE) and logs the whole ramp again.
-        seen = [p for p in points(summary(), seed) if p.concurrency in known | tried]
-        decision = next_step(seen, rule)
+        why_not = trouble(table, seed, known | tried, node)
+        if why_not is not None:
+            log.add(RampDecision("blocked", None, None, why_not), None)
+            return
+        ceiling, source = load_ceiling(table, seed, campaign)
+        capped = ceiling is not None and ceiling < rule.max_concurrency
+        step_rule = rule
+        if ceiling is not None and capped:
+            top = max(1, ceiling)
+            step_rule = replace(rule, max_concurrency=top, start=min(rule.start, top))
+        seen = [p for p in points(table, seed, node) if p.concurrency in known | tried]
+        decision = next_step(seen, step_rule)
+        if capped and decision.action == "not_reached":
+            decision = replace(
+                decision,
+                reason=f"{decision.reason}; the campaign produces no more load than {ceiling} concurrent "
+                f"sessions ({source}), so knee_search.max_concurrency {spec.max_concurrency} is out of reach",
+            )
         if decision.action != "try" or decision.next_concurrency is None:
             log.add(decision, None)
             return
@@ -131,6 +250,19 @@ def walk(
             log.add(RampDecision("blocked", None, None, f"concurrency {decision.next_concurrency} "
                                  "was run but gave no figures to judge"), None)  # fmt: skip
             return
+        elsewhere = _sweep(table, seed)
+        if node is not None and "node" in elsewhere and not elsewhere.empty:
+            other = elsewhere[
+                (elsewhere["concurrency"] == decision.next_concurrency)
+                & (elsewhere["node"].astype(str) != node)
+            ]
+            if not other.empty:
+                why = (
+                    f"concurrency {decision.next_concurrency} was measured on node {other['node'].iloc[0]}, "
+                    f"not on {node}, where this ramp runs: a bracket across two nodes does not compare"
+                )
+                log.add(RampDecision("blocked", None, None, why), None)
+                return
         tried.add(decision.next_concurrency)
         cell = make_cell(campaign, seed.tier, decision.next_concurrency, seed.num_rounds, seed.isl,
                          seed.osl, 1)  # fmt: skip

@@ -9,6 +9,7 @@ no network), and returns the path of index.html.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -174,19 +175,44 @@ def capacity_inputs(
     return kv, profile_l1, l2
 
 
+def watermark_inputs() -> dict[str, Stated]:
+    """The eviction watermark of each offload tier's capacity store: cpu's L1 from its lmcache profile;
+    nvme's L2 from the profile's l2_adapter (its eviction block sets none: LMCache's default)."""
+    out: dict[str, Stated] = {}
+    value = (_yaml("lmcache/cpu.yaml") or {}).get("eviction_trigger_watermark")
+    if isinstance(value, int | float):
+        out["cpu"] = Stated(
+            "eviction watermark",
+            float(value),
+            "",
+            "kvoffload/profiles/lmcache/cpu.yaml eviction_trigger_watermark (--eviction-trigger-watermark)",
+        )
+    adapter = (_yaml("lmcache/nvme.yaml") or {}).get("l2_adapter") or {}
+    l2 = adapter.get("trigger_watermark") if isinstance(adapter, dict) else None
+    if isinstance(l2, int | float):
+        out["nvme"] = Stated(
+            "eviction watermark",
+            float(l2),
+            "",
+            "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.trigger_watermark",
+        )
+    return out
+
+
 def conclude(a: Analysis, replicates: int | None = None) -> Conclusions:
     """Findings (with bootstrap CIs), capacity predictions and knees, and the recommendation."""
     split = _CellFrames(a.tables)
     requests = {str(c): split(str(c))[0] for c in a.tables.cells["cell_id"]}
     extra = {} if replicates is None else {"replicates": replicates}
     kv, profile_l1, l2 = capacity_inputs(a.tables)
-    predictions = cap.predict(a.summary, kv, profile_l1, l2)
+    predictions = cap.predict(a.summary, kv, profile_l1, l2, watermark_inputs())
     knees = cap.knees(a.summary)
+    found = findings(a.comparison, a.warnings, requests, a.software, **extra)
     return Conclusions(
-        findings=findings(a.comparison, a.warnings, requests, a.software, **extra),
+        findings=found,
         predictions=predictions,
         knees=knees,
-        recommendations=recommend(a.comparison, predictions, knees),
+        recommendations=recommend(a.comparison, predictions, knees, found),
     )
 
 
@@ -341,7 +367,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "routing_note": ROUTING_NOTE,
         "predicted": predicted,
         "capacity_inputs": inputs,
-        "knees": [k.statement for k in c.knees] + knee_search_lines(a.tables.campaign.get("knee_search")),
+        "knees": knee_verdicts(c.knees, a.tables.campaign.get("knee_search")),
         "knee_table": knee_table(c.knees),
         "tradeoff": _tradeoff_plot(a, c),
         "recommendations": [r.statement for r in c.recommendations],
@@ -481,6 +507,56 @@ def knee_search_lines(ramps: Any) -> list[str]:
             f"osl={ramp['osl']}): {ramp['outcome']}; ran concurrency {', '.join(ran) or 'none'}; {last}"
         )
     return lines
+
+
+def _ramp_of(k: Knee, ramps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The knee search ramp of the same tier and sweep as a concurrency-axis knee, if any."""
+    if k.axis != "concurrency":
+        return None
+    for ramp in ramps:
+        if (
+            ramp.get("tier") == k.tier
+            and str(ramp.get("num_rounds")) == str(k.fixed.get("num_rounds"))
+            and str(ramp.get("isl")) == str(k.fixed.get("isl"))
+            and str(ramp.get("osl")) == str(k.fixed.get("osl"))
+        ):
+            return ramp
+    return None
+
+
+def knee_verdicts(knees: Sequence[Knee], ramps: Any) -> list[str]:
+    """One statement per tier and sweep: the measured knee of the sweep (capacity.knees) and, where the
+    campaign ran a knee search for the same tier and sweep, its outcome in the same sentence, so the
+    report never says "knee not reached" and "bracketed" side by side. The two use different limits
+    (the sweep: a collapse of the hit rate or a rise of degradation; the search: the campaign's SLO or
+    hit-rate floor), and the sentence says which limit binds first."""
+    left = [r for r in (ramps or []) if isinstance(r, dict)]
+    out = []
+    for k in knees:
+        ramp = _ramp_of(k, left)
+        if ramp is None:
+            out.append(k.statement)
+            continue
+        left.remove(ramp)
+        head, _, sweep = k.statement.partition(": ")
+        reason = ramp["steps"][-1]["reason"] if ramp.get("steps") else "no step"
+        where = f" on node {ramp['node']}" if ramp.get("node") else ""
+        if ramp.get("outcome") == "bracketed" and ramp.get("bracket"):
+            lo, hi = ramp["bracket"]
+            if k.status == "found" and k.bracket:
+                tail = f"by the sweep's own criterion ({k.criterion}) the knee lies between concurrency " + (
+                    f"{k.bracket[0]} and {k.bracket[1]}"
+                )
+            else:
+                tail = (
+                    f"the sweep's own criterion ({k.criterion}) was not crossed in the measured range, so "
+                    "the search's limit binds first"
+                )
+            out.append(f"{head}: the knee search{where} bracketed the knee between concurrency {lo} and {hi} "
+                       f"({reason}); {tail}")  # fmt: skip
+        else:
+            out.append(f"{head}: {sweep}; the knee search{where} ended {ramp.get('outcome')}: {reason}")
+    return out + knee_search_lines(left)
 
 
 def report_json(a: Analysis, c: Conclusions) -> str:

@@ -17,6 +17,7 @@ from kvoffload.analysis.capacity import (
     lmcache_capacity_figures,
     predict,
 )
+from kvoffload.analysis.findings import Finding
 from kvoffload.analysis.recommend import recommend
 from tests.unit.analysis.analysis_frames import samples_frame
 
@@ -116,8 +117,8 @@ def _cell(cell_id: str, tier: str, concurrency: int, **over: Any) -> dict[str, A
 
 
 def test_predictions_in_tokens_and_sessions() -> None:
-    """gpu: 2 replicas x 25000 blocks x 16 = 800 k tokens; cpu: 4 GiB L1 / 4096 B = 1,048,576 tokens;
-    nvme: 1e12 B L2 / 4096 B. Mean live context over the three cells:
+    """gpu: 2 replicas x 25000 blocks x 16 = 800 k tokens; cpu: 4 GiB L1 x LMCache's eviction watermark
+    0.8 / 4096 B = 838,861 tokens; nvme: 1e12 B L2 x 0.8 / 4096 B. Mean live context over the three cells:
     (10000 x 100 + 20000 x 300 + 10000 x 100) / 500 = 16000 tokens."""
     gpu = {"gpu_cache_tokens": 800000.0, "gpu_num_blocks": 25000, "gpu_block_size": 16, "gpu_replicas": 2}
     summary = pd.DataFrame(
@@ -134,10 +135,11 @@ def test_predictions_in_tokens_and_sessions() -> None:
     preds = {p.tier: p for p in predict(summary, kv, {}, l2)}
     assert preds["gpu"].tokens == 800000.0
     assert preds["gpu"].sessions == pytest.approx(50.0)
-    assert preds["cpu"].tokens == pytest.approx(4 * GIB / 4096)
-    assert preds["cpu"].sessions == pytest.approx(4 * GIB / 4096 / 16000)
-    assert preds["nvme"].tokens == pytest.approx(1.0e12 / 4096)
+    assert preds["cpu"].tokens == pytest.approx(4 * GIB * 0.8 / 4096)
+    assert preds["cpu"].sessions == pytest.approx(4 * GIB * 0.8 / 4096 / 16000)
+    assert preds["nvme"].tokens == pytest.approx(1.0e12 * 0.8 / 4096)
     sources = {s.name: s.source for s in preds["cpu"].inputs}
+    assert "LMCache 0.5.6 default of L1 --eviction-trigger-watermark" in sources["eviction watermark"]
     assert "lmcache_l1_size_gb = 4 GiB" in sources["L1 pool"]
     assert "mean over 500 sessions" in sources["mean live context per session"]
     # Without an L2 size nothing is predicted for nvme, and the reason says so.
@@ -160,8 +162,19 @@ def test_vllm_kv_bytes_is_the_fallback_and_metrics_win_for_l1() -> None:
         ]
     )
     (p,) = predict(summary)
-    assert p.tokens == pytest.approx(2.0e9 / 2048)
-    assert "lmcache /metrics" in p.inputs[0].source and "cache_config_info" in p.inputs[1].source
+    assert p.tokens == pytest.approx(2.0e9 * 0.8 / 2048)
+    assert "lmcache /metrics" in p.inputs[0].source and "cache_config_info" in p.inputs[2].source
+
+
+def test_an_offload_tier_retains_only_up_to_its_eviction_watermark() -> None:
+    """A profile's L1 watermark of 0.5 halves what the cpu tier retains: 2e9 B x 0.5 / 2048 B."""
+    summary = pd.DataFrame(
+        [_cell("c", "cpu", 8, vllm_kv_bytes_per_token=2048.0, lmcache_l1_capacity_bytes=2.0e9)]
+    )
+    mark = {"cpu": Stated("eviction watermark", 0.5, "", "kvoffload/profiles/lmcache/cpu.yaml")}
+    (p,) = predict(summary, watermarks=mark)
+    assert p.tokens == pytest.approx(5.0e8 / 1024)
+    assert [s.name for s in p.inputs][:2] == ["L1 pool", "eviction watermark"]
 
 
 def test_knee_bracket_on_the_hit_rate_collapse() -> None:
@@ -241,3 +254,85 @@ def test_recommendation_without_a_knee_says_how_far_to_extend() -> None:
     assert "extend concurrency to 50 (where live history reaches gpu's predicted 500 k tokens)" in r.statement
     assert r.excluded == ["concurrency 16: not comparable"]
     assert r.segments[0].tier == "cpu" and r.segments[0].to_concurrency == 8
+
+
+def test_a_knee_in_one_isl_sweep_does_not_mark_another_crossed() -> None:
+    rows = []
+    for isl in (32768, 8192):
+        for c in (8, 16, 32):
+            hit = 0.1 if isl == 32768 and c == 32 else 0.9  # only the 32 k sweep collapses
+            rows += [_cell(f"g{isl}-{c}", "gpu", c, isl=isl, later_round_cached_share=hit),
+                     _cell(f"c{isl}-{c}", "cpu", c, isl=isl, ttft_later_p50_s=0.8)]  # fmt: skip
+    summary = pd.DataFrame(rows)
+    ks = knees(summary)
+    assert {(k.fixed["isl"], k.status) for k in ks if k.tier == "gpu"} == {
+        (32768, "found"),
+        (8192, "not_reached"),
+    }
+    recs = {r.isl: r for r in recommend(summary, predict(summary), ks)}
+    assert recs[32768].knee_crossed and not recs[8192].knee_crossed
+    assert "the sweep did not cross a capacity" in recs[8192].statement
+
+
+def test_live_history_counts_the_sessions_that_ran_and_no_advice_exceeds_the_dataset() -> None:
+    """216 users, 116 dropped by the isl filter, max_sessions 32: at concurrency 32 and 64 the same 32
+    sessions ran, so both hold 32 x 10000 tokens; gpu's 500 k tokens would need 50 sessions: no advice
+    to extend beyond the 32 the cells could replay."""
+    gpu = {"gpu_cache_tokens": 500000.0, "gpu_num_blocks": 31250, "gpu_block_size": 16, "gpu_replicas": 1}
+    users = {"virtual_users_available": 216, "sessions_dropped_by_isl": 116, "achieved_sessions": 32}
+    rows = [_cell(f"g{c}", "gpu", c, **gpu, **users) for c in (8, 32, 64)]
+    rows += [_cell(f"c{c}", "cpu", c, ttft_later_p50_s=0.8, **users) for c in (8, 32, 64)]
+    summary = pd.DataFrame(rows)
+    ks = knees(summary)
+    cpu = next(k for k in ks if k.tier == "cpu")
+    assert [p.live_history_tokens for p in cpu.points] == [80000.0, 320000.0, 320000.0]
+    (r,) = recommend(summary, predict(summary), ks)
+    assert r.segments[0].to_history_tokens == 320000.0
+    assert r.extend_to_concurrency is None
+    assert "the cells replayed at most 32 virtual users at this num_rounds" in r.statement
+    assert "which the sweep already reached" in r.statement
+    # a sweep below the ceiling: gpu's capacity lies at 50 sessions, beyond the 32 the cells could replay
+    low = summary[summary["concurrency"] < 32]
+    (r,) = recommend(low, predict(low), knees(low))
+    assert r.extend_to_concurrency is None
+    assert "only at 50 concurrent sessions, but the cells replayed at most 32 virtual users" in r.statement
+    assert "extend concurrency to" not in r.statement
+
+
+def _finding(tier: str, concurrency: int, ci: list[float] | None, exercised: bool | None = True) -> Finding:
+    return Finding(
+        group="g", model="m", concurrency=concurrency, num_rounds=10, isl=32768, osl="recorded", tier=tier,
+        cells=[], repeats=1, comparable=True, not_comparable_reasons=[], caveats=[],
+        offload_exercised=exercised, later_p50_s=None, later_p50_ci_s=None, later_p95_s=None,
+        later_p95_ci_s=None, p50_change_vs_gpu_pct=None if ci is None else sum(ci) / 2,
+        p50_change_ci_pct=ci, p95_change_vs_gpu_pct=None, p95_change_ci_pct=None, sessions=10,
+        gpu_prefix_token_share=None, lmcache_token_share=None, lmcache_l1_hit_share=None,
+        lmcache_l2_hit_share=None, routing=None, statement="",
+    )  # fmt: skip
+
+
+def test_an_offload_lead_inside_its_interval_or_without_offload_recommends_the_simpler_tier() -> None:
+    """cpu has the lower p50 at 2, 8 and 16; only at 8 is it measurably faster with offload exercised.
+    At 2 its CI spans 0 (the demo's -17 %, CI -39 to +8 %), at 16 offload was never exercised: gpu."""
+    rows = []
+    for c in (2, 8, 16):
+        rows += [_cell(f"g{c}", "gpu", c), _cell(f"c{c}", "cpu", c, ttft_later_p50_s=0.8)]
+    summary = pd.DataFrame(rows)
+    found = [
+        _finding("cpu", 2, [-39.0, 8.0]),
+        _finding("cpu", 8, [-40.0, -10.0]),
+        _finding("cpu", 16, [-40.0, -10.0], exercised=False),
+    ]
+    (r,) = recommend(summary, predict(summary), knees(summary), found)
+    assert [(s.tier, s.from_concurrency, s.to_concurrency) for s in r.segments] == [
+        ("gpu", 2, 2), ("cpu", 8, 8), ("gpu", 16, 16)
+    ]  # fmt: skip
+    assert (
+        r.simpler[0]
+        == "gpu at concurrency 2: cpu was not measurably faster than gpu (-16 %, 95 % CI -39 to +8 %)"
+    )
+    assert r.simpler[1].startswith("gpu at concurrency 16: cpu's offload was never exercised")
+    assert "the simpler tier where the faster one's lead is not shown" in r.statement
+    # without findings the table's p50 alone decides, as before
+    (plain,) = recommend(summary, predict(summary), knees(summary))
+    assert [s.tier for s in plain.segments] == ["cpu"] and plain.simpler == []

@@ -43,3 +43,25 @@ def test_nodes_that_differ_are_named_fact_by_fact() -> None:
 def test_a_node_without_recorded_facts_shows_as_unknown() -> None:
     diffs = node_differences(_cells({"gpu01": H200}, ["gpu01", "gpu02"]))
     assert len(diffs) == 7 and {d["values"]["gpu02"] for d in diffs} == {"unknown"}
+
+
+def test_devices_compare_by_what_they_are_not_by_their_names() -> None:
+    """The demo's two nodes: identical loop devices /dev/loop0 and /dev/loop1 (same size, same file
+    system) are alike; a different size or file system is a difference."""
+
+    def node(device: str, size: int = 536870912, fstype: str = "xfs") -> dict[str, object]:
+        disk = {"device": device, "model": "unknown", "firmware": "unknown", "size_bytes": size,
+                "fstype": fstype, "mount": "/mnt/kvoffload-nvme"}  # fmt: skip
+        return {**H200, "gpus": [{"pci": f"0000:{device[-1]}1:00.0", "driver": "nvidia"}], "nvme": [disk]}
+
+    alike = _cells({"kvlab2": node("/dev/loop0"), "kvlab3": node("/dev/loop1")}, ["kvlab2", "kvlab3"])
+    assert node_differences(alike) == []
+    bigger = _cells({"kvlab2": node("/dev/loop0"), "kvlab3": node("/dev/loop1", size=2 * 536870912)},
+                    ["kvlab2", "kvlab3"])  # fmt: skip
+    (diff,) = node_differences(bigger)
+    assert diff["fact"] == "NVMe" and "1073741824" in diff["values"]["kvlab3"]
+    assert "/dev/loop" not in diff["values"]["kvlab3"]
+    ext4 = _cells(
+        {"kvlab2": node("/dev/loop0"), "kvlab3": node("/dev/loop1", fstype="ext4")}, ["kvlab2", "kvlab3"]
+    )
+    assert [d["fact"] for d in node_differences(ext4)] == ["NVMe"]

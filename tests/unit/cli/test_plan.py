@@ -79,6 +79,23 @@ def test_ceiling_warning_and_done_cells(tmp_path: Path, capsys: pytest.CaptureFi
     assert all(int(line.split("│")[2]) == 4 for line in rows)  # 4 virtual users, one call each
 
 
+def test_a_knee_search_beyond_the_producible_load_is_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inv, camp = _lab(tmp_path)
+    doc = yaml.safe_load(camp.read_text())
+    doc.update(concurrency=[2], max_sessions=3, knee_search={"slo_p95_ttft_s": 1.0, "max_concurrency": 64})
+    camp.write_text(yaml.safe_dump(doc))
+    rc = main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0
+    # 4 virtual users at num_rounds 5, none dropped at isl 4096, cut at max_sessions 3
+    assert (
+        "warning: knee_search.max_concurrency 64 exceeds the 3 virtual users a cell replays at num_rounds 5, "
+        "isl 4096 (4 in the dataset, 0 dropped by the isl filter, max_sessions 3): the ramp stops at 3"
+    ) in out
+
+
 def test_a_hub_model_counts_with_the_hf_cache_tokenizer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -95,3 +95,79 @@ def test_knee_search_needs_a_limit_and_room_above_the_campaign() -> None:
         _campaign(max_concurrency=64)
     with pytest.raises(ValueError, match="is below the campaign's own concurrency 8"):
         _campaign(slo_p95_ttft_s=1.0, max_concurrency=4)
+
+
+def test_the_ramp_stops_at_the_load_the_campaign_can_produce_and_says_so() -> None:
+    # issue 34: max_sessions 32, max_concurrency 64; every cell replays 32 users, so 36..64 add no load
+    campaign = Campaign.model_validate(
+        {**BASE, "max_sessions": 32, "knee_search": {"min_later_hit_rate": 0.5, "max_concurrency": 64}}
+    )
+    seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
+    measured = [{**_row("cpu", c, None, 0.9), "virtual_users_available": 216} for c in (4, 8)]
+    log = knee.RampLog("cpu", 5, 1000, "recorded")
+    ran = []
+    for cell in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log):
+        ran.append(cell.concurrency)
+        measured.append({**_row("cpu", cell.concurrency, None, 0.9), "virtual_users_available": 216})
+    assert ran == [16, 32] and log.outcome == "not_reached"
+    reason = log.steps[-1]["reason"]
+    assert "no more load than 32 concurrent sessions" in reason and "max_sessions 32" in reason
+    assert "max_concurrency 64 is out of reach" in reason
+
+
+def test_the_ceiling_is_the_dataset_users_left_after_the_isl_filter() -> None:
+    campaign = _campaign(min_later_hit_rate=0.5, max_concurrency=64)
+    seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
+    users = {"virtual_users_available": 216, "sessions_dropped_by_isl": 196}  # 20 left after the isl filter
+    measured = [{**_row("cpu", c, None, 0.9), **users} for c in (4, 8)]
+    log = knee.RampLog("cpu", 5, 1000, "recorded")
+    ran = [c.concurrency for c in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log)]
+    # the walk's one step (to the ceiling) left no row: it blocks there; it never asks for 32 or 64
+    assert ran == [16]
+    measured.append({**_row("cpu", 16, None, 0.9), **users})
+    log = knee.RampLog("cpu", 5, 1000, "recorded")
+    ran = []
+    for cell in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log):
+        ran.append(cell.concurrency)
+        measured.append({**_row("cpu", cell.concurrency, None, 0.9), **users})
+    assert ran == [16, 20] and log.outcome == "not_reached"
+    assert (
+        "the 20 virtual users a cell replays at num_rounds=5 after the isl filter" in log.steps[-1]["reason"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ({"failed_requests": 3}, "had 3 failed request(s)"),
+        ({"valid": False, "invalid_reasons": "vllm-n1-0 restarted"}, "is invalid (vllm-n1-0 restarted)"),
+        ({"status": "failed"}, "ended failed"),
+    ],
+)
+def test_a_failed_or_invalid_step_stops_the_ramp_with_its_reason(bad: dict[str, Any], words: str) -> None:
+    campaign = _campaign(slo_p95_ttft_s=1.0, max_concurrency=256)
+    gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    measured = [_row("gpu", 4, 0.04), _row("gpu", 8, 0.08)]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    ran = []
+    for cell in knee.walk(campaign, gpu, lambda: pd.DataFrame(measured), log):
+        ran.append(cell.concurrency)
+        # the step at 32 went wrong; its p95 would have passed and let the ramp grow on noise
+        measured.append({**_row("gpu", cell.concurrency, 0.01), **(bad if cell.concurrency == 32 else {})})
+    assert ran == [16, 32] and log.outcome == "blocked"
+    assert log.steps[-1]["reason"].startswith("concurrency 32 (cell ") and words in log.steps[-1]["reason"]
+
+
+def test_a_ramp_judges_only_the_points_of_its_own_node() -> None:
+    campaign = _campaign(slo_p95_ttft_s=1.0, max_concurrency=256)
+    gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    # the sweep was spread: 4 ran on n1, 8 on n2; the ramp goes on where the largest point ran
+    measured = [{**_row("gpu", 4, 0.04), "node": "n1"}, {**_row("gpu", 8, 2.0), "node": "n2"}]
+    frame = pd.DataFrame(measured)
+    assert knee.ramp_node(frame, gpu, "n1") == "n2"
+    log = knee.RampLog("gpu", 5, 1000, "recorded", node="n2")
+    ran = [c.concurrency for c in knee.walk(campaign, gpu, lambda: frame, log, node="n2")]
+    # 8 breaks on n2; 4 passed on n1 only: no bracket [4, 8] across two machines
+    assert ran == [] and log.outcome == "blocked" and log.bracket is None
+    assert "measured on node n1, not on n2" in log.steps[-1]["reason"]
+    assert log.to_json()["node"] == "n2"

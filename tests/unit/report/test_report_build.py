@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -63,6 +64,8 @@ def test_report_files_and_warnings(campaign: Path) -> None:
         assert f"**{kind}**" in md
     assert "| gpu | a1gpu | 4/4 | 12/12 |" in md
     html = index.read_text()
+    # the methodology a reader has: docs/metrics.md, not a design file outside the package
+    assert "Figures follow docs/metrics.md" in html and "DESIGN.md" not in html
     assert html.count("<svg") >= 7  # 4 plots for group a (incl. disk), 3 for group b
     assert "<script" not in html
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing fetched from a network
@@ -195,3 +198,37 @@ def test_the_knee_search_is_told_in_words() -> None:
         "the knee lies between concurrency 10 and 12"
     ]
     assert knee_search_lines(None) == []
+
+
+def test_the_sweep_and_the_knee_search_give_one_verdict_per_tier() -> None:
+    from kvoffload.analysis.capacity import Knee
+    from kvoffload.report.build import knee_verdicts
+
+    fixed = {"model": "m", "num_rounds": 5, "isl": 12000, "osl": "32"}
+    head = "(num_rounds=5, isl=12000, osl=32)"
+    common: dict[str, Any] = {"model": "m", "axis": "concurrency", "fixed": fixed, "status": "not_reached",
+                              "bracket": None, "history_bracket_tokens": None, "points": []}  # fmt: skip
+    flat_text = "knee not reached in the measured range"
+    sweep = Knee(tier="gpu", criterion="later-round hit rate below 45 %", **common,
+                 statement=f"gpu {head}: {flat_text}, up to concurrency 12")  # fmt: skip
+    other = Knee(tier="cpu", criterion="c", **common,
+                 statement=f"cpu {head}: knee not reached in the measured range")  # fmt: skip
+    last = {"action": "bracketed", "concurrency": None, "cell_id": None,
+            "reason": "the knee lies between concurrency 8 (within p95 <= 1 s) and 12"}  # fmt: skip
+    flat = {"action": "not_reached", "concurrency": None, "cell_id": None, "reason": "up to 32"}
+    ramps = [
+        {"tier": "gpu", "num_rounds": 5, "isl": 12000, "osl": "32", "node": "kvlab2", "outcome": "bracketed",
+         "bracket": [8, 12], "steps": [last]},
+        {"tier": "cpu", "num_rounds": 5, "isl": 12000, "osl": "32", "outcome": "not_reached", "bracket": None,
+         "steps": [flat]},
+    ]  # fmt: skip
+    lines = knee_verdicts([sweep, other], ramps)
+    assert len(lines) == 2  # one per tier, not four
+    gpu = lines[0]
+    assert gpu.startswith(
+        f"gpu {head}: the knee search on node kvlab2 bracketed the knee between concurrency 8 and 12"
+    )
+    assert "knee not reached" not in gpu and "so the search's limit binds first" in gpu
+    assert lines[1].endswith(
+        "knee not reached in the measured range; the knee search ended not_reached: up to 32"
+    )
