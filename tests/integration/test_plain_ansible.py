@@ -177,3 +177,30 @@ def test_the_vllm_gpu_check_lets_a_check_run_on_a_fresh_host_through(tmp_path: P
     real = ansible_playbook(*argv, extravars=variables)
     assert real.returncode != 0
     assert "the gpu_driver role found 0 GPU(s) on gpu1" in real.stdout
+
+
+def test_a_plain_cell_run_reaches_only_its_node_and_the_client(tmp_path: Path) -> None:
+    # two nodes, each its own lmcache and lb host (as `plan` requires of a lab of several nodes)
+    inv = local_inventory(tmp_path, {"gpu1": {}, "gpu2": {}})
+    data = yaml.safe_load(inv.read_text())
+    for group in ("lmcache", "lb"):
+        data["all"]["children"][group]["hosts"] = {"gpu1": None, "gpu2": None}
+    inv.write_text(yaml.safe_dump(data))
+    cell = {"kvoffload_node": "gpu2", "kvoffload_tier": "cpu"}
+    # without --limit the play would rewire gpu1's replicas and Caddy to gpu2's services
+    unlimited = ansible_playbook("-i", str(inv), "playbooks/preflight.yml", extravars=cell)
+    assert unlimited.returncode != 0
+    text = " ".join(unlimited.stdout.split())
+    assert "the play also reaches gpu1," in text, unlimited.stdout[-2000:]
+    assert "use --limit gpu2,client1" in text
+    limited = ansible_playbook(
+        "-i", str(inv), "--limit", "gpu2,client1", "playbooks/preflight.yml", extravars=cell
+    )
+    assert limited.returncode == 0, limited.stdout[-2000:]
+    # a node that is no node is named; a whole-lab run (no kvoffload_node, as `run` provisions) passes
+    stray = ansible_playbook(
+        "-i", str(inv), "--limit", "gpu2,client1", "playbooks/preflight.yml",
+        extravars={**cell, "kvoffload_node": "client1"},
+    )  # fmt: skip
+    assert stray.returncode != 0 and "kvoffload_node client1 is not a host of group vllm" in stray.stdout
+    assert ansible_playbook("-i", str(inv), "playbooks/preflight.yml").returncode == 0
