@@ -192,7 +192,11 @@ CASES = [
     DataCase(
         "generic-message-role-bot",
         G,
-        {"c.jsonl": _line(3, json.dumps({"session_id": "s0", "messages": [{"role": "bot", "content": "hi"}]}))},
+        {
+            "c.jsonl": _line(
+                3, json.dumps({"session_id": "s0", "messages": [{"role": "bot", "content": "hi"}]})
+            )
+        },
         "c.jsonl",
         (
             "{d}/c.jsonl: line 3: 'messages[0]': role 'bot' is not one a chat server accepts "
@@ -204,7 +208,10 @@ CASES = [
         G,
         {"c.jsonl": _generic(_set0("messages", [{"role": "user", "content": 42}]))},
         "c.jsonl",
-        ("{d}/c.jsonl: line 1: 'messages[0]': 'content' must be a string or a list of content parts, got int",),
+        (
+            "{d}/c.jsonl: line 1: 'messages[0]': 'content' must be a string or a list of content parts, "
+            "got int",
+        ),
     ),
     DataCase(
         "generic-message-content-part-without-type",
