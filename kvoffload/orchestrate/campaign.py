@@ -815,6 +815,7 @@ class CampaignRunner:
                                 "collect_units_to_controller": False,
                                 "collect_software_to_controller": False,
                                 "replay_unpack_on_controller": False,  # _unpack_fetched
+                                "replay_keep_attempts": False,  # start_cell kept them
                                 TEARDOWN_AFTER_VAR: teardown_after,
                             },
                             client=True,
