@@ -65,6 +65,9 @@ def _emit(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     # the header says how to run it: on the cell's node and the client only (two nodes)
     node = re.search(r"on node (\S+);", out)
     assert node and f"--limit {node.group(1)},client01.lab.example" in out.splitlines()[1]
+    # and how to complete the cell's results afterwards (cell.json, DONE)
+    cell = re.search(r"extravars of cell (\S+) ", out)
+    assert cell and out.splitlines()[3].endswith(f" --finish-cell {cell.group(1)}")
     data = yaml.safe_load(out)
     assert isinstance(data, dict)
     return data
