@@ -220,7 +220,8 @@ def test_a_plain_replay_keeps_the_earlier_attempt_and_never_touches_a_done_cell(
 
     def replay(cell: str) -> subprocess.CompletedProcess[str]:
         variables = {"replay_cell_id": cell, "replay_controller_dir": str(cells / cell)}
-        return ansible_playbook("-i", "client1,", "-c", "local", str(tmp_path / "play.yml"), extravars=variables)
+        argv = ("-i", "client1,", "-c", "local", str(tmp_path / "play.yml"))
+        return ansible_playbook(*argv, extravars=variables)
 
     # an earlier plain run's results: moved whole under attempts/, not overwritten by the next fetch
     (cells / "c1" / "metrics").mkdir(parents=True)
