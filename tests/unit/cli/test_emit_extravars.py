@@ -85,6 +85,9 @@ def test_emitted_extravars_are_those_run_passes_to_each_cell(
     lab, campaign_results, _display, runner = _runner(args)
     # The node run gives each cell, from run's own schedule; the wheels run's runner builds.
     plans = runner.plan(lab.cells)
+    # run's campaign-wide playbooks (preflight, provision, the final teardown) cover every node: they
+    # name none, which would limit preflight to that node (roles/preflight/tasks/cell_hosts.yml)
+    assert "kvoffload_node" not in runner._base_extravars()
     assert len(plans) == 2  # the example's two nodes both get cells
     # one cell of each node, the later of its cells (a schedule of another node would differ)
     for plan in plans:
