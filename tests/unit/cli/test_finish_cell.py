@@ -17,6 +17,12 @@ from kvoffload.orchestrate.deployment import cell_units
 from tests.unit.cli.test_emit_extravars import EXAMPLE, _campaign
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "campaign-small" / "cells" / "a1gpu"
+# a host's software as the collect role writes it (software/<host>.json)
+SOFTWARE = {
+    "groups": ["vllm"],
+    "packages": {"caddy": "2.6.2"},
+    "python": {"/opt/kvoffload/venv": {"vllm": "0.32.0"}},
+}
 
 
 def _plain_run(cell_dir: Path, units: list[str], *, results: bool = True, restarted: str = "") -> None:
@@ -40,7 +46,7 @@ def _plain_run(cell_dir: Path, units: list[str], *, results: bool = True, restar
     (cell_dir / "software").mkdir()
     for host, states in by_host.items():
         (cell_dir / "units" / f"{host}.json").write_text(json.dumps({"host": host, "units": states}))
-        (cell_dir / "software" / f"{host}.json").write_text(json.dumps({"python": "3.11.2"}))
+        (cell_dir / "software" / f"{host}.json").write_text(json.dumps(SOFTWARE))
 
 
 def test_a_plain_run_is_finished_into_a_cell_that_ingest_and_plan_read(
@@ -60,7 +66,7 @@ def test_a_plain_run_is_finished_into_a_cell_that_ingest_and_plan_read(
     meta = load_cell_meta(folder / cell.id / "cell.json")
     assert (meta.status, meta.node, meta.cold_start["method"]) == ("done", node, "plain")
     assert meta.config.concurrency == cell.concurrency and meta.targets and meta.replay_argv
-    assert meta.software[node] == {"python": "3.11.2"}
+    assert meta.software[node] == SOFTWARE
     # a replica systemd restarted during the replay makes the cell invalid, as in `run`
     assert not meta.valid and any("restarted" in r for r in meta.invalid_reasons)
     assert (folder / cell.id / "DONE").is_file()
