@@ -6,6 +6,9 @@ node (the schedule `plan` shows), the same cell folder under `--results` and the
 package's wheel and, unless `--no-wheelhouse`, the wheelhouse, both built in `--wheel-cache` as `run`
 builds them). So `ansible-playbook -i INVENTORY playbooks/site.yml -e @cell.yml` runs the cell `run`
 would run. It touches no host and creates no results folder; stdout holds the YAML only.
+
+`plan INVENTORY --finish-cell CELL_ID` then completes the folder the playbooks wrote (cell.json, DONE;
+kvoffload/orchestrate/plain.py), so that `report` reads the cell and `plan` counts it DONE.
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=(
             "write the extravars `run` passes for this cell as YAML to stdout (nothing else), for "
             "`ansible-playbook -e @cell.yml`; builds the wheels as `run` does"
+        ),
+    )
+    group.add_argument(
+        "--finish-cell",
+        metavar="CELL_ID",
+        default=None,
+        help=(
+            "after `ansible-playbook playbooks/site.yml -e @cell.yml`: write the cell's cell.json, and DONE "
+            "when its results are whole, as `run` does, so that `report` reads the cell and `plan` counts "
+            "it DONE"
         ),
     )
     group.add_argument(
@@ -96,12 +109,34 @@ def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any])
     variables = cell_extravars(lab, cell, cell_dir, build(lab, args), node)
     # In a lab of several nodes the cell's playbooks run on its node's hosts and the client only, as in
     # `run` (the extravars, Caddy's upstreams say, are that node's).
+    campaign_flag = f" --campaign {args.campaign}" if args.campaign is not None else ""
     limit = ""
     if lab.multi_node:
         limit = " --limit " + ",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name])
     sys.stdout.write(
         f"# kvoffload-lab extravars of cell {cell.id} on node {node}; run it with\n"
         f"#   ansible-playbook -i {args.inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
+        f"# then complete the cell's results (cell.json, DONE) with\n"
+        f"#   kvoffload-lab plan {args.inventory}{campaign_flag} --results {args.results} "
+        f"--finish-cell {cell.id}\n"
     )
     sys.stdout.write(yaml.safe_dump(variables, sort_keys=True, default_flow_style=False, width=1000))
+    return 0
+
+
+def finish(lab: LabConfig, args: argparse.Namespace) -> int:
+    """Complete a plain run's cell folder (kvoffload/orchestrate/plain.py): 0 when the cell is DONE, 1
+    when its results are incomplete (cell.json says why), 2 on bad input."""
+    from kvoffload.orchestrate.plain import finish_cell
+
+    cells = {c.id: c for c in lab.cells}
+    cell = cells.get(args.finish_cell)
+    if cell is None:
+        raise UserError(f"--finish-cell {args.finish_cell}: no such cell in campaign {lab.campaign.name}")
+    done = finish_cell(lab, cell, args.results)
+    if done.error:
+        sys.stderr.write(f"cell {cell.id}: {done.error} (cell.json written, no DONE): {done.cell_dir}\n")
+        return 1
+    validity = "" if done.valid else " (invalid: a replica or lmcache-server faulted; cell.json says which)"
+    sys.stdout.write(f"cell {cell.id}: DONE{validity}: {done.cell_dir}\n")
     return 0

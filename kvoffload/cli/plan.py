@@ -1,6 +1,7 @@
 """`kvoffload-lab plan INVENTORY [--campaign FILE]`: what `run` would do, without touching a host.
 
-With `--emit-extravars CELL_ID` it writes that cell's extravars instead (kvoffload/cli/cellvars.py).
+With `--emit-extravars CELL_ID` it writes that cell's extravars instead, and with `--finish-cell
+CELL_ID` it completes the results of that cell's plain Ansible run (kvoffload/cli/cellvars.py).
 
 Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
 virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
@@ -167,6 +168,10 @@ def _plan(args: argparse.Namespace) -> int:
         from kvoffload.cli.cellvars import emit
 
         return emit(lab, args, _schedule)
+    if args.finish_cell is not None:
+        from kvoffload.cli.cellvars import finish
+
+        return finish(lab, args)
     campaign = lab.campaign
     console = Console()
     if not console.is_terminal:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kvoffload.datasets.chat import message_problem
 from kvoffload.datasets.errors import data_error
 
 NOT_DATA = {"license", "license.md", "license.txt", "readme", "readme.md", "source.md", "notice"}
@@ -110,12 +111,17 @@ def json_document(path: Path) -> Any:
 
 
 def check_messages(path: Path, where: str, value: Any, key: str = "messages") -> tuple[dict[str, Any], ...]:
-    """An OpenAI messages list: a non-empty list of objects, each with a string `role`."""
+    """An OpenAI messages list: a non-empty list of objects, each with a string `role`, each one a chat
+    server accepts (kvoffload/datasets/chat.py)."""
     if not isinstance(value, list) or not value:
         raise data_error(path, where, f"'{key}' must be a non-empty list of messages")
     for i, message in enumerate(value):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise data_error(path, where, f"'{key}[{i}]' must be an object with a string 'role'")
+    for i, message in enumerate(value):
+        problem = message_problem(message)
+        if problem:
+            raise data_error(path, where, f"'{key}[{i}]': {problem}")
     return tuple(value)
 
 

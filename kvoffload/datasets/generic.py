@@ -2,7 +2,10 @@
 
 Each line: `session_id` (string), `messages` (the full OpenAI messages list of that call), optional
 `output_length` (completion tokens) and `pre_gap` (seconds before the call). Lines of a session are in
-turn order; sessions are split where an input does not extend the previous one.
+turn order; sessions are split where an input does not extend the previous one. The messages are sent
+as recorded, so a message a chat server would refuse (a role other than system, developer, user,
+assistant or tool; content that is neither text nor content parts; a tool message without its
+`tool_call_id`; see kvoffload/datasets/chat.py) is refused here, naming the file and the line.
 """
 
 from __future__ import annotations

@@ -267,8 +267,13 @@ class CampaignRunner:
         )
 
     def _base_extravars(self) -> dict[str, Any]:
+        """The first cell's extravars for the campaign-wide playbooks (preflight, provision, the final
+        teardown), which cover every node: without `kvoffload_node`, which limits preflight to one node's
+        hosts (a plain run of one cell, roles/preflight/tasks/cell_hosts.yml)."""
         first = self.lab.cells[0]
-        return cell_extravars(self.lab, first, self.results.cell_dir(first), self._wheels())
+        extravars = cell_extravars(self.lab, first, self.results.cell_dir(first), self._wheels())
+        del extravars["kvoffload_node"]
+        return extravars
 
     def _wheels(self) -> Wheels:
         if self.wheels is None:
@@ -823,6 +828,7 @@ class CampaignRunner:
                                 "collect_units_to_controller": False,
                                 "collect_software_to_controller": False,
                                 "replay_unpack_on_controller": False,  # _unpack_fetched
+                                "replay_keep_attempts": False,  # start_cell kept them
                                 TEARDOWN_AFTER_VAR: teardown_after,
                             },
                             client=True,

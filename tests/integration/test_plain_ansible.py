@@ -177,3 +177,67 @@ def test_the_vllm_gpu_check_lets_a_check_run_on_a_fresh_host_through(tmp_path: P
     real = ansible_playbook(*argv, extravars=variables)
     assert real.returncode != 0
     assert "the gpu_driver role found 0 GPU(s) on gpu1" in real.stdout
+
+
+def test_a_plain_cell_run_reaches_only_its_node_and_the_client(tmp_path: Path) -> None:
+    # two nodes, each its own lmcache and lb host (as `plan` requires of a lab of several nodes)
+    inv = local_inventory(tmp_path, {"gpu1": {}, "gpu2": {}})
+    data = yaml.safe_load(inv.read_text())
+    for group in ("lmcache", "lb"):
+        data["all"]["children"][group]["hosts"] = {"gpu1": None, "gpu2": None}
+    inv.write_text(yaml.safe_dump(data))
+    cell = {"kvoffload_node": "gpu2", "kvoffload_tier": "cpu"}
+    # without --limit the play would rewire gpu1's replicas and Caddy to gpu2's services
+    unlimited = ansible_playbook("-i", str(inv), "playbooks/preflight.yml", extravars=cell)
+    assert unlimited.returncode != 0
+    text = " ".join(unlimited.stdout.split())
+    assert "the play also reaches gpu1," in text, unlimited.stdout[-2000:]
+    assert "use --limit gpu2,client1" in text
+    limited = ansible_playbook(
+        "-i", str(inv), "--limit", "gpu2,client1", "playbooks/preflight.yml", extravars=cell
+    )
+    assert limited.returncode == 0, limited.stdout[-2000:]
+    # a node that is no node is named; a whole-lab run (no kvoffload_node, as `run` provisions) passes
+    stray = ansible_playbook(
+        "-i", str(inv), "--limit", "gpu2,client1", "playbooks/preflight.yml",
+        extravars={**cell, "kvoffload_node": "client1"},
+    )  # fmt: skip
+    assert stray.returncode != 0 and "kvoffload_node client1 is not a host of group vllm" in stray.stdout
+    assert ansible_playbook("-i", str(inv), "playbooks/preflight.yml").returncode == 0
+
+
+def test_a_plain_replay_keeps_the_earlier_attempt_and_never_touches_a_done_cell(tmp_path: Path) -> None:
+    # the replay role's first tasks on the controller, as site.yml runs them before a replay
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [{"ansible.builtin.include_role": {"name": "replay", "tasks_from": "attempts.yml"}}],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    cells = tmp_path / "results" / "camp" / "cells"
+
+    def replay(cell: str) -> subprocess.CompletedProcess[str]:
+        variables = {"replay_cell_id": cell, "replay_controller_dir": str(cells / cell)}
+        argv = ("-i", "client1,", "-c", "local", str(tmp_path / "play.yml"))
+        return ansible_playbook(*argv, extravars=variables)
+
+    # an earlier plain run's results: moved whole under attempts/, not overwritten by the next fetch
+    (cells / "c1" / "metrics").mkdir(parents=True)
+    (cells / "c1" / "requests.jsonl").write_text('{"status": "ok"}\n')
+    (cells / "c1" / "metrics" / "vllm-0.jsonl").write_text("{}\n")
+    assert replay("c1").returncode == 0
+    kept = list((tmp_path / "results" / "camp" / "attempts").iterdir())
+    assert [p.name[:3] for p in kept] == ["c1-"] and not (cells / "c1").exists()
+    assert (kept[0] / "requests.jsonl").read_text() == '{"status": "ok"}\n'
+    # the folder `run` starts a cell with (its cell.json, empty folders) stays
+    (cells / "c2" / "units").mkdir(parents=True)
+    (cells / "c2" / "cell.json").write_text("{}")
+    assert replay("c2").returncode == 0 and (cells / "c2" / "cell.json").is_file()
+    # a DONE cell is refused
+    (cells / "c3").mkdir()
+    (cells / "c3" / "DONE").write_text("")
+    done = replay("c3")
+    assert done.returncode != 0 and "is DONE: a cell's results are never overwritten" in done.stdout
+    assert (cells / "c3" / "DONE").is_file()

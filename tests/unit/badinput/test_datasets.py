@@ -188,6 +188,80 @@ CASES = [
         "c.jsonl",
         ("{d}/c.jsonl: line 1: 'messages[0]' must be an object with a string 'role'",),
     ),
+    # messages a chat server refuses (kvoffload/datasets/chat.py): HTTP 400 mid-campaign otherwise
+    DataCase(
+        "generic-message-role-bot",
+        G,
+        {
+            "c.jsonl": _line(
+                3, json.dumps({"session_id": "s0", "messages": [{"role": "bot", "content": "hi"}]})
+            )
+        },
+        "c.jsonl",
+        (
+            "{d}/c.jsonl: line 3: 'messages[0]': role 'bot' is not one a chat server accepts "
+            "(roles allowed: system, developer, user, assistant, tool)",
+        ),
+    ),
+    DataCase(
+        "generic-message-content-a-number",
+        G,
+        {"c.jsonl": _generic(_set0("messages", [{"role": "user", "content": 42}]))},
+        "c.jsonl",
+        (
+            "{d}/c.jsonl: line 1: 'messages[0]': 'content' must be a string or a list of content parts, "
+            "got int",
+        ),
+    ),
+    DataCase(
+        "generic-message-content-part-without-type",
+        G,
+        {"c.jsonl": _generic(_set0("messages", [{"role": "user", "content": [{"text": "hi"}]}]))},
+        "c.jsonl",
+        ("{d}/c.jsonl: line 1: 'messages[0]': 'content[0]' must be an object with a string 'type'",),
+    ),
+    DataCase(
+        "generic-user-message-without-content",
+        G,
+        {"c.jsonl": _generic(_set0("messages", [{"role": "system", "content": "s"}, {"role": "user"}]))},
+        "c.jsonl",
+        ("{d}/c.jsonl: line 1: 'messages[1]': a user message needs 'content'",),
+    ),
+    DataCase(
+        "generic-tool-message-without-tool-call-id",
+        G,
+        {"c.jsonl": _generic(_set0("messages", [{"role": "tool", "content": "42"}]))},
+        "c.jsonl",
+        ("{d}/c.jsonl: line 1: 'messages[0]': a tool message needs a string 'tool_call_id'",),
+    ),
+    DataCase(
+        "generic-tool-call-arguments-not-json",
+        G,
+        {
+            "c.jsonl": _generic(
+                _set0(
+                    "messages",
+                    [
+                        {"role": "user", "content": "u"},
+                        {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": "{oops"}}],
+                        },
+                    ],
+                )
+            )
+        },
+        "c.jsonl",
+        ("{d}/c.jsonl: line 1: 'messages[1]': 'tool_calls[0].function.arguments' is not valid JSON",),
+    ),
+    DataCase(
+        "sammshen-message-role-bot",
+        S,
+        {"s.jsonl": _sammshen(lambda rows: rows[1]["input"].append({"role": "bot", "content": "x"}))},
+        "s.jsonl",
+        ("{d}/s.jsonl: line 2: 'input[4]': role 'bot' is not one a chat server accepts",),
+    ),
     DataCase(
         "generic-output-length-negative",
         G,

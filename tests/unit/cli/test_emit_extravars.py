@@ -65,6 +65,9 @@ def _emit(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     # the header says how to run it: on the cell's node and the client only (two nodes)
     node = re.search(r"on node (\S+);", out)
     assert node and f"--limit {node.group(1)},client01.lab.example" in out.splitlines()[1]
+    # and how to complete the cell's results afterwards (cell.json, DONE)
+    cell = re.search(r"extravars of cell (\S+) ", out)
+    assert cell and out.splitlines()[3].endswith(f" --finish-cell {cell.group(1)}")
     data = yaml.safe_load(out)
     assert isinstance(data, dict)
     return data
@@ -82,6 +85,9 @@ def test_emitted_extravars_are_those_run_passes_to_each_cell(
     lab, campaign_results, _display, runner = _runner(args)
     # The node run gives each cell, from run's own schedule; the wheels run's runner builds.
     plans = runner.plan(lab.cells)
+    # run's campaign-wide playbooks (preflight, provision, the final teardown) cover every node: they
+    # name none, which would limit preflight to that node (roles/preflight/tasks/cell_hosts.yml)
+    assert "kvoffload_node" not in runner._base_extravars()
     assert len(plans) == 2  # the example's two nodes both get cells
     # one cell of each node, the later of its cells (a schedule of another node would differ)
     for plan in plans:

@@ -122,6 +122,21 @@ def test_bad_input_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytest.Ca
     assert f"{camp}: concurrency[1]: must be a positive integer, got -4" in err
 
 
+def test_a_dataset_message_a_chat_server_refuses_exits_2_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inv, camp = _lab(tmp_path)
+    calls = tmp_path / "data" / "calls.jsonl"
+    lines = calls.read_text().splitlines()
+    lines[4] = lines[4].replace('"role": "assistant"', '"role": "bot"')
+    calls.write_text("\n".join(lines) + "\n")
+    assert main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")]) == 2
+    captured = capsys.readouterr()
+    assert f"{calls}: line 5: 'messages[2]': role 'bot' is not one a chat server accepts" in captured.err
+    assert "roles allowed: system, developer, user, assistant, tool" in captured.err
+    assert "Traceback" not in captured.err and "cell(s) to run" not in captured.out
+
+
 def test_amd_with_real_vllm_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inv, camp = _lab(tmp_path)
     campaign = yaml.safe_load(camp.read_text())

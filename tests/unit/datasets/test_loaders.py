@@ -157,7 +157,7 @@ def test_generic_jsonl(tmp_path: Path) -> None:
         ('{"session_id": 7, "messages": [{"role": "user"}]}\n', "line 1", "'session_id'"),
         ('{"messages": [{"role": "user"}]}\n', "line 1", "missing or non-string 'session_id'"),
         (
-            '{"session_id": "a", "messages": [{"role": "user"}], "output_length": "many"}\n',
+            '{"session_id": "a", "messages": [{"role": "user", "content": "x"}], "output_length": "many"}\n',
             "line 1",
             "'output_length'",
         ),

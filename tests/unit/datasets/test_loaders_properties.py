@@ -51,7 +51,13 @@ json_values = st.recursive(
     max_leaves=8,
 )
 message = st.fixed_dictionaries(
-    {"role": st.sampled_from(["system", "user", "assistant", "tool"]), "content": st.text(max_size=12)}
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=12)}
+) | st.fixed_dictionaries(  # a tool message answers a call by its id (kvoffload/datasets/chat.py)
+    {
+        "role": st.just("tool"),
+        "content": st.text(max_size=12),
+        "tool_call_id": st.text(min_size=1, max_size=4),
+    }
 )
 
 
