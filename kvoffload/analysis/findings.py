@@ -229,21 +229,23 @@ def _cell_sharing(r: pd.Series) -> bool | None:
 def _cell_exceeded(r: pd.Series) -> tuple[bool | None, str]:
     """One cell: did the history outgrow the GPU KV cache, and the evidence, in words.
 
-    True: KV usage reached NEAR_FULL_PCT on a replica; or the users' history (sessions_replayed x
-    live_context_mean_tokens) is larger than the GPU prefix cache of all replicas (gpu_cache_tokens);
+    True: KV usage reached NEAR_FULL_PCT on a replica; or the live history (min(concurrency,
+    sessions_replayed) x live_context_mean_tokens: the users in flight at once) is larger than the GPU
+    prefix cache of all replicas (gpu_cache_tokens);
     or external hits came while no user moved between replicas (the replica's own history, dropped
     from its GPU cache). False: KV usage stayed below NEAR_FULL_PCT and none of the others holds.
     vLLM's KV usage counts the blocks of running requests only, so the history check overrides it."""
     kv = _num(r.get("kv_usage_max_pct"))
-    history = _num(r.get("sessions_replayed"))
+    sessions = _num(r.get("sessions_replayed"))
     context = _num(r.get("live_context_mean_tokens"))
-    held = None if history is None or context is None else history * context
+    live = None if sessions is None else min(sessions, float(r["concurrency"]))
+    held = None if live is None or context is None else live * context
     cache = _num(r.get("gpu_cache_tokens"))
     external = _num(r.get("external_hit_tokens")) or 0.0
     if kv is not None and kv >= NEAR_FULL_PCT:
         return True, f"KV usage reached {kv:.0f} %"
     if held is not None and cache and held > cache:
-        return True, f"the users' history ({held:.0f} tokens) exceeds the GPU prefix cache ({cache:.0f})"
+        return True, f"the live history ({held:.0f} tokens) exceeds the GPU prefix cache ({cache:.0f})"
     if external > 0 and _cell_sharing(r) is False:
         return True, "external hits came while every user stayed on one replica"
     if kv is None:

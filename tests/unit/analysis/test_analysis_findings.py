@@ -255,9 +255,8 @@ def test_offload_evidence_separates_sharing_from_retained_history() -> None:
         [_row("g", "gpu"), _row("c", "cpu", **idle, **big, **routing_figures(moved, TWO))],
         {"g": _requests({"a": 1.0}), "c": moved},
     )
-    assert (
-        "history was retained beyond the GPU cache (the users' history (20000 tokens) exceeds the GPU "
-        in (f["cpu"].statement)
+    assert "history was retained beyond the GPU cache (the live history (20000 tokens) exceeds the GPU " in (
+        f["cpu"].statement
     )
     assert "external hits include cross-replica sharing" in f["cpu"].statement
 
