@@ -343,11 +343,17 @@ def routing_check_text(rows: pd.DataFrame) -> str | None:
     return f"held: traffic reached {answering} of {n} replicas"
 
 
+def unclean_reason(row: pd.Series) -> str | None:
+    """ "cpu c1 did not run clean (a fault (...), 3 failed request(s))", or None for a clean cell."""
+    if _clean(pd.DataFrame([row]))[0]:
+        return None
+    return f"{row['tier']} {row['cell_id']} did not run clean ({_unclean_text(row)})"
+
+
 def cell_invalid_reasons(row: pd.Series) -> list[str]:
     """Why one cell cannot enter any comparison: not clean, no session counts, routing breached."""
-    out = []
-    if not _clean(pd.DataFrame([row]))[0]:
-        out.append(f"{row['tier']} {row['cell_id']} did not run clean ({_unclean_text(row)})")
+    unclean = unclean_reason(row)
+    out = [] if unclean is None else [unclean]
     if sessions_missing(row):
         out.append(f"{row['tier']} {row['cell_id']} has no sessions.json: its session counts are unknown")
     breach = routing_breach(row)

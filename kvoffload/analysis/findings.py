@@ -23,11 +23,11 @@ from kvoffload.analysis.compare import (
     GROUP_KEYS,
     NEAR_FULL_PCT,
     OFFLOAD_TIERS,
-    cell_invalid_reasons,
     group_label,
     offload_exercised,
     replicas,
     routing_check_text,
+    unclean_reason,
 )
 from kvoffload.analysis.software import version_splits
 from kvoffload.tiers import TIERS
@@ -36,7 +36,7 @@ FINDING_KEYS = [k for k in GROUP_KEYS if k != "repeat"]
 # Warning kinds that make a comparison invalid, and the ones that qualify it. The group kinds come from
 # the group warnings; the cell kinds (a fault, failed requests, flaps) are issued for every cell, and a
 # cell that is the only one of its repeat's group has no group warning to carry them: `_reasons` checks
-# those cells itself (compare.cell_invalid_reasons).
+# those cells itself (compare.unclean_reason).
 INVALIDATING = (
     "sessions_differ",
     "sessions_missing",
@@ -295,13 +295,14 @@ def _reasons(
     cells = set(rows["cell_id"].astype(str))
     reasons: list[str] = []
     caveats: list[str] = []
-    # A cell alone in its repeat's group (say its gpu cell is missing) gets no group warning, yet pools
-    # into this finding: its own invalidating state (fault, failed requests, flaps, restarts, no
-    # sessions.json, routing) is a reason here.
+    # A cell alone in its repeat's group (say its gpu cell is missing) gets no cells_not_clean group
+    # warning (that needs two cells), yet pools into this finding: its fault, failed requests, flaps or
+    # restarts are a reason here. (sessions_missing and routing_breach are group warnings of any group.)
     counts = pd.Series([group_label(r) for _, r in rows.iterrows()]).value_counts()
     for _, r in rows.iterrows():
-        if counts[group_label(r)] == 1:
-            reasons.extend(cell_invalid_reasons(r))
+        unclean = unclean_reason(r) if counts[group_label(r)] == 1 else None
+        if unclean:
+            reasons.append(unclean)
     if not warnings.empty:
         groups = warnings[(warnings["scope"] == "group") & warnings["group"].isin(labels)]
         for _, w in groups.iterrows():

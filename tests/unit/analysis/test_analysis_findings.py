@@ -160,16 +160,19 @@ def test_a_faulted_repeat_without_its_gpu_cell_still_makes_the_finding_not_compa
 
 
 def test_a_cell_without_sessions_json_is_named_not_assumed_equal() -> None:
+    """In its own group, and alone in a pooled repeat's group (named once)."""
     missing = {"virtual_users_available": None, "achieved_sessions": None}
     missing |= {"sessions_complete": None, "sessions_error": None}
     f = _findings(
-        [_row("g", "gpu"), _row("c", "cpu", **missing)],
-        {"g": _requests({"a": 1.0}), "c": _requests({"a": 0.5})},
+        [_row("g", "gpu"), _row("c", "cpu", **missing), _row("c1", "cpu", 1, **missing)],
+        {"g": _requests({"a": 1.0}), "c": _requests({"a": 0.5}), "c1": _requests({"a": 0.5})},
     )
     assert not f["cpu"].comparable
     assert f["cpu"].not_comparable_reasons == [
         "sessions.json is missing for cpu c: session counts unknown, so whether the tiers replayed the "
-        "same sessions cannot be told"
+        "same sessions cannot be told",
+        "sessions.json is missing for cpu c1: session counts unknown, so whether the tiers replayed the "
+        "same sessions cannot be told",
     ]
 
 
