@@ -100,8 +100,8 @@ class Finding:
     routing: str | None
     statement: str
     details: dict[str, Any] = field(default_factory=dict)
-    # Offload evidence of a cpu/nvme finding (None: unknown, or the gpu tier): KV usage came near full
-    # on a replica; 2+ replicas answered and some user's rounds moved between them.
+    # Offload evidence of a cpu/nvme finding (None: unknown, or the gpu tier): history outgrew the GPU
+    # cache (findings._cell_exceeded); 2+ replicas answered and some user's rounds moved between them.
     gpu_capacity_exceeded: bool | None = None
     cross_replica_sharing: bool | None = None
 
@@ -231,10 +231,10 @@ def _cell_exceeded(r: pd.Series) -> tuple[bool | None, str]:
 
     True: KV usage reached NEAR_FULL_PCT on a replica; or the live history (min(concurrency,
     sessions_replayed) x live_context_mean_tokens: the users in flight at once) is larger than the GPU
-    prefix cache of all replicas (gpu_cache_tokens);
-    or external hits came while no user moved between replicas (the replica's own history, dropped
-    from its GPU cache). False: KV usage stayed below NEAR_FULL_PCT and none of the others holds.
-    vLLM's KV usage counts the blocks of running requests only, so the history check overrides it."""
+    prefix cache of all replicas (gpu_cache_tokens); or external hits came while no user moved between
+    replicas (the replica's own history, dropped from its GPU cache). False: KV usage stayed below
+    NEAR_FULL_PCT and none of the others holds. vLLM's KV usage counts the blocks of running requests
+    only (cached blocks of finished ones count as free), so the other two override a low peak."""
     kv = _num(r.get("kv_usage_max_pct"))
     sessions = _num(r.get("sessions_replayed"))
     context = _num(r.get("live_context_mean_tokens"))
@@ -271,7 +271,7 @@ def _evidence_text(rows: pd.DataFrame) -> tuple[bool | None, bool | None, str]:
     elif exceeded is False:
         why = "; ".join(dict.fromkeys(w for _, w in verdicts))
         parts.append(f"GPU capacity was never exceeded ({why})")
-    if sharing is True:
+    if sharing is True and external > 0:
         moved = sum(_known(rows, "users_on_several_replicas"))
         users = sum(_known(rows, "routed_users"))
         n = max((replicas(r) or 0) for _, r in rows.iterrows())
@@ -342,11 +342,11 @@ def group_findings(
     for tier in [t for t in TIERS if (rows["tier"] == t).any()]:
         mine_rows = rows[rows["tier"] == tier]
         mine = cells_of(tier)
-        floor = {"min_sessions": min_sessions}
-        p50 = bootstrap.later_percentile(mine, 50, replicates, **floor)
-        p95 = bootstrap.later_percentile(mine, 95, replicates, **floor)
-        c50 = bootstrap.change_pct(mine, base, 50, replicates, **floor) if base and tier != "gpu" else None
-        c95 = bootstrap.change_pct(mine, base, 95, replicates, **floor) if base and tier != "gpu" else None
+        p50 = bootstrap.later_percentile(mine, 50, replicates, min_sessions=min_sessions)
+        p95 = bootstrap.later_percentile(mine, 95, replicates, min_sessions=min_sessions)
+        vs_gpu = bool(base) and tier != "gpu"
+        c50 = bootstrap.change_pct(mine, base, 50, replicates, min_sessions=min_sessions) if vs_gpu else None
+        c95 = bootstrap.change_pct(mine, base, 95, replicates, min_sessions=min_sessions) if vs_gpu else None
         l1, l2 = _sum(mine_rows, "lmcache_l1_hit_tokens"), _sum(mine_rows, "lmcache_l2_hit_tokens")
         hits = (l1 or 0.0) + (l2 or 0.0)
         l1_share = l1 / hits if l1 is not None and hits > 0 else None

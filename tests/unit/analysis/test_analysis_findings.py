@@ -262,6 +262,12 @@ def test_offload_evidence_separates_sharing_from_retained_history() -> None:
         f["cpu"].statement
     )
     assert "external hits include cross-replica sharing" in f["cpu"].statement
+    # users moved but no external hit came: nothing is said of sharing
+    f = _findings(
+        [_row("g", "gpu"), _row("c", "cpu", external_hit_tokens=0.0, **routing_figures(moved, TWO))],
+        {"g": _requests({"a": 1.0}), "c": moved},
+    )
+    assert f["cpu"].cross_replica_sharing is True and "cross-replica" not in f["cpu"].statement
 
 
 def test_too_few_sessions_give_no_interval() -> None:
