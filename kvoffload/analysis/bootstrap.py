@@ -9,6 +9,9 @@ cells of one configuration (`repeats` > 1), a replicate first draws the cells wi
 sessions within each drawn cell, and pools the requests. A change between two tiers is
 100 * (stat(tier) / stat(base) - 1), both sides resampled independently (the cells of two tiers are
 separate runs). Intervals are the 2.5th and 97.5th percentiles of the replicates (95 %).
+No interval is given below MIN_SESSIONS sessions on a side (the estimate still is): with few sessions
+the replicates take a handful of distinct values and the percentile interval is far too narrow (one
+session gives a zero-width interval); docs/metrics.md "Validity rules" says why 10.
 Percentiles interpolate linearly, like `numpy.percentile` and kvoffload/analysis/client.py.
 """
 
@@ -23,6 +26,8 @@ import pandas as pd
 REPLICATES = 2000
 SEED = 20261201
 CONFIDENCE = 95.0
+# Fewest sessions (per side of a change) for an interval; see the module docstring.
+MIN_SESSIONS = 10
 # Replicates evaluated at once (bounds the B x requests weight matrix).
 _BATCH = 200
 
@@ -36,6 +41,14 @@ class Interval:
     high: float | None
     sessions: int
     cells: int
+    # Sessions of the base side of a change (None for a single percentile).
+    base_sessions: int | None = None
+
+    @property
+    def too_few_sessions(self) -> bool:
+        """True when an estimate exists but a side has fewer than MIN_SESSIONS sessions."""
+        sides = [self.sessions] + ([] if self.base_sessions is None else [self.base_sessions])
+        return self.estimate is not None and self.low is None and min(sides) < MIN_SESSIONS
 
     def as_list(self) -> list[float] | None:
         """[low, high], or None."""
@@ -126,12 +139,19 @@ def _bounds(draws: np.ndarray) -> tuple[float, float]:
 
 
 def later_percentile(
-    cells: Sequence[pd.DataFrame], q: float, replicates: int = REPLICATES, seed: int = SEED
+    cells: Sequence[pd.DataFrame],
+    q: float,
+    replicates: int = REPLICATES,
+    seed: int = SEED,
+    min_sessions: int = MIN_SESSIONS,
 ) -> Interval:
-    """Percentile q of later-round ok TTFTs (seconds) over `cells` (one frame of requests per cell)."""
+    """Percentile q of later-round ok TTFTs (seconds) over `cells` (one frame of requests per cell);
+    no interval below `min_sessions` sessions."""
     c = _prepare(cells)
     if not len(c.values):
         return Interval(None, None, None, 0, 0)
+    if c.sessions < min_sessions:
+        return Interval(_estimate(c, q), None, None, c.sessions, len(c.cell_sessions))
     rng = np.random.default_rng(seed)
     low, high = _bounds(_replicates(c, q, replicates, rng))
     return Interval(_estimate(c, q), low, high, c.sessions, len(c.cell_sessions))
@@ -143,19 +163,23 @@ def change_pct(
     q: float,
     replicates: int = REPLICATES,
     seed: int = SEED,
+    min_sessions: int = MIN_SESSIONS,
 ) -> Interval:
-    """Change (%) of the later-round TTFT percentile q of `cells` against `base_cells`."""
+    """Change (%) of the later-round TTFT percentile q of `cells` against `base_cells`; no interval
+    when either side has fewer than `min_sessions` sessions."""
     c, b = _prepare(cells), _prepare(base_cells)
     if not len(c.values) or not len(b.values) or _estimate(b, q) <= 0:
-        return Interval(None, None, None, c.sessions, len(c.cell_sessions))
+        return Interval(None, None, None, c.sessions, len(c.cell_sessions), b.sessions)
+    estimate = 100.0 * (_estimate(c, q) / _estimate(b, q) - 1.0)
+    if min(c.sessions, b.sessions) < min_sessions:
+        return Interval(estimate, None, None, c.sessions, len(c.cell_sessions), b.sessions)
     rng = np.random.default_rng(seed)
     mine = _replicates(c, q, replicates, rng)
     base = _replicates(b, q, replicates, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         draws = 100.0 * (mine / base - 1.0)
     draws = draws[np.isfinite(draws)]
-    estimate = 100.0 * (_estimate(c, q) / _estimate(b, q) - 1.0)
     if not len(draws):
-        return Interval(estimate, None, None, c.sessions, len(c.cell_sessions))
+        return Interval(estimate, None, None, c.sessions, len(c.cell_sessions), b.sessions)
     low, high = _bounds(draws)
-    return Interval(estimate, low, high, c.sessions, len(c.cell_sessions))
+    return Interval(estimate, low, high, c.sessions, len(c.cell_sessions), b.sessions)

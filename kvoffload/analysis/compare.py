@@ -11,6 +11,10 @@ virtual-user ceiling, zero virtual users, unfinished cells, failed requests, scr
 engine metrics and the before/after fallback. When the hosts of one role ran another version of vLLM,
 LMCache, this package, torch, Caddy or the GPU driver in some cells (software.COMPARED_ITEMS), the
 campaign gets a "software_differs" warning and the groups holding both versions are not comparable.
+A cell without sessions.json (its session counts unknown, never assumed equal to the group's) and a
+cell whose request records breach the routing the tier requires (ROUTING_RULES) make their group not
+comparable too. `compare_campaigns` applies the cell rules to each campaign's cell and asks the
+matched cells for equal session counts. docs/metrics.md "Validity rules" lists every rule.
 """
 
 from __future__ import annotations
@@ -205,18 +209,25 @@ def offload_exercised(row: pd.Series) -> bool | None:
     return bool(near_full or not _is_zero_or_none(ev) or not _is_zero_or_none(ext))
 
 
+_OUTCOME_COLUMNS = {
+    "achieved_sessions": "achieved",
+    "sessions_complete": "complete",
+    "sessions_error": "error",
+    "sessions_incomplete": "incomplete",
+}
+
+
+def _outcome_text(row: pd.Series) -> str:
+    """ "100 achieved, 98 complete, 2 error" of one cell (known counts only; "" when none is known)."""
+    known = [(word, row.get(col)) for col, word in _OUTCOME_COLUMNS.items()]
+    return ", ".join(f"{int(v)} {word}" for word, v in known if v is not None and not pd.isna(v))
+
+
 def session_outcomes(group: pd.DataFrame) -> dict[str, str]:
     """tier -> "100 achieved, 98 complete, 2 error" for each cell of a group (known counts only)."""
-    cols = {
-        "achieved_sessions": "achieved",
-        "sessions_complete": "complete",
-        "sessions_error": "error",
-        "sessions_incomplete": "incomplete",
-    }
     out: dict[str, str] = {}
     for i, (_, row) in enumerate(group.iterrows()):
-        known = [(word, row.get(col)) for col, word in cols.items()]
-        text = ", ".join(f"{int(v)} {word}" for word, v in known if v is not None and not pd.isna(v))
+        text = _outcome_text(row)
         if text:
             out[str(row["tier"]) if row["tier"] not in out else f"{row['tier']} #{i}"] = text
     return out
@@ -253,10 +264,136 @@ def _unclean_text(row: pd.Series) -> str:
 CLEAN_COUNTS = ("failed_requests", "caddy_upstream_flaps", "service_restarts")
 
 
+# --- validity: missing session counts and routing (docs/metrics.md "Validity rules") ---
+# The routing each tier requires with two or more replicas, as the findings name it.
+ROUTING_RULES = {
+    "gpu": "each user's rounds from one replica (sticky by X-User-Id)",
+    "cpu": "traffic on more than one replica (least_conn)",
+    "nvme": "traffic on more than one replica (least_conn)",
+}
+
+
+def sessions_missing(row: pd.Series) -> bool:
+    """True for a cell without sessions.json: its session counts are unknown."""
+    value = row.get("achieved_sessions")
+    return value is None or bool(pd.isna(value))
+
+
+def _known_int(row: pd.Series, key: str) -> int | None:
+    value = row.get(key)
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def replicas(row: pd.Series) -> int | None:
+    """Replicas of one cell: those it sampled (cell.json targets), else those its records name."""
+    configured = _known_int(row, "replicas_configured")
+    return configured if configured is not None else _known_int(row, "replicas_answering")
+
+
+def routing_breach(row: pd.Series) -> str | None:
+    """Why one cell's request records breach its tier's routing rule (None: held or not checkable).
+
+    gpu with 2+ replicas: a user whose records name more than one replica; cpu/nvme with 2+ replicas:
+    records that name only one replica."""
+    n = replicas(row)
+    answering = _known_int(row, "replicas_answering")
+    if n is None or n < 2 or not answering:
+        return None
+    tier = str(row["tier"])
+    if tier == "gpu":
+        split = _known_int(row, "users_on_several_replicas") or 0
+        if split:
+            return (
+                f"routing breached in gpu {row['cell_id']}: {split} of {_known_int(row, 'routed_users')} "
+                f"users' rounds came from more than one of its {n} replicas (the gpu tier needs "
+                f"{ROUTING_RULES['gpu']}: a user's history sits in one replica's prefix cache)"
+            )
+    elif tier in OFFLOAD_TIERS and answering < 2:
+        return (
+            f"routing breached in {tier} {row['cell_id']}: every request went to one of its {n} replicas "
+            f"(the {tier} tier needs {ROUTING_RULES[tier]})"
+        )
+    return None
+
+
+def routing_unchecked(row: pd.Series) -> str | None:
+    """Why routing could not be checked in a cell of 2+ replicas (its records name no replica)."""
+    n = _known_int(row, "replicas_configured")
+    if n is not None and n >= 2 and not _known_int(row, "replicas_answering"):
+        return f"the request records name no replica: the routing of its {n} replicas could not be checked"
+    return None
+
+
+def routing_check_text(rows: pd.DataFrame) -> str | None:
+    """What the records show of the routing of some cells of one tier, e.g. "held: each of 32 users'
+    rounds came from one replica of 2"; None when no cell has 2+ replicas named in its records."""
+    checked = [
+        r for _, r in rows.iterrows() if (replicas(r) or 0) >= 2 and _known_int(r, "replicas_answering")
+    ]
+    if not checked:
+        return None
+    if any(routing_breach(r) for r in checked):
+        return "breached (see why above)"
+    tier = str(checked[0]["tier"])
+    n = max(replicas(r) or 0 for r in checked)
+    if tier == "gpu":
+        users = sum(_known_int(r, "routed_users") or 0 for r in checked)
+        return f"held: each of {users} users' rounds came from one replica of {n}"
+    answering = min(_known_int(r, "replicas_answering") or 0 for r in checked)
+    return f"held: traffic reached {answering} of {n} replicas"
+
+
+def unclean_reason(row: pd.Series) -> str | None:
+    """ "cpu c1 did not run clean (a fault (...), 3 failed request(s))", or None for a clean cell."""
+    if _clean(pd.DataFrame([row]))[0]:
+        return None
+    return f"{row['tier']} {row['cell_id']} did not run clean ({_unclean_text(row)})"
+
+
+def cell_invalid_reasons(row: pd.Series) -> list[str]:
+    """Why one cell cannot enter any comparison: not clean, no session counts, routing breached."""
+    unclean = unclean_reason(row)
+    out = [] if unclean is None else [unclean]
+    if sessions_missing(row):
+        out.append(f"{row['tier']} {row['cell_id']} has no sessions.json: its session counts are unknown")
+    breach = routing_breach(row)
+    if breach:
+        out.append(breach)
+    return out
+
+
+def _sessions_missing_warning(group: pd.DataFrame, grp: str) -> list[dict[str, Any]]:
+    missing = [f"{r['tier']} {r['cell_id']}" for _, r in group.iterrows() if sessions_missing(r)]
+    if not missing:
+        return []
+    text = (
+        f"not comparable: sessions.json is missing for {', '.join(missing)}: session counts unknown, "
+        "so whether the tiers replayed the same sessions cannot be told"
+    )
+    return [_w("group", None, grp, "sessions_missing", text)]
+
+
+def _routing_warnings(group: pd.DataFrame, grp: str) -> list[dict[str, Any]]:
+    out = []
+    for _, row in group.iterrows():
+        breach = routing_breach(row)
+        if breach:
+            out.append(_w("group", str(row["cell_id"]), grp, "routing_breach", f"not comparable: {breach}"))
+        unchecked = routing_unchecked(row)
+        if unchecked:
+            out.append(_w("cell", str(row["cell_id"]), grp, "routing_unchecked", unchecked))
+    return out
+
+
+# --- end validity: missing session counts and routing ---
+
+
 def group_warnings(group: pd.DataFrame) -> list[dict[str, Any]]:
     """Warnings about one comparison group (session counts, offload exercise)."""
     out = []
     grp = group_label(group.iloc[0])
+    out.extend(_sessions_missing_warning(group, grp))
+    out.extend(_routing_warnings(group, grp))
     outcomes = session_outcomes(group)
     if len(group) > 1 and len(set(outcomes.values())) > 1:
         detail = "; ".join(f"{t}: {o}" for t, o in outcomes.items())
@@ -358,8 +495,10 @@ def warnings_table(
 def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None) -> pd.DataFrame:
     """Summary rows with per-group TTFT change vs the gpu tier (%) and a `comparable` flag.
 
-    A group is not comparable when its achieved session counts differ, or when `software` (the
-    `software_frame` of the cells) shows a compared item at another version in some of its cells.
+    A group is not comparable when its achieved session counts differ or are unknown for a cell (no
+    sessions.json), when a cell breached its tier's routing (`routing_breach`), when a cell of a group
+    of two or more did not run clean, or when `software` (the `software_frame` of the cells) shows a
+    compared item at another version in some of its cells.
     """
     if summary.empty:
         return summary.assign(ttft_p50_vs_gpu_pct=[], ttft_p95_vs_gpu_pct=[], comparable=[])
@@ -376,7 +515,11 @@ def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None)
                 g[f"ttft_{q}_vs_gpu_pct"] = 100.0 * (g[col].astype(float) / float(ref) - 1.0)
         same_sessions = len(set(session_outcomes(g).values())) <= 1
         same_software = software is None or version_splits(software, g["cell_id"].astype(str)).empty
-        g["comparable"] = same_sessions and same_software and (len(g) == 1 or all(_clean(g)))
+        counts_known = not any(sessions_missing(r) for _, r in g.iterrows())
+        routed = not any(routing_breach(r) for _, r in g.iterrows())
+        g["comparable"] = (
+            same_sessions and counts_known and routed and same_software and (len(g) == 1 or all(_clean(g)))
+        )
         parts.append(g)
     return pd.concat(parts, ignore_index=True)
 
@@ -384,8 +527,11 @@ def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None)
 def compare_campaigns(summaries: Sequence[tuple[str, pd.DataFrame]], figures: Sequence[str]) -> pd.DataFrame:
     """Match cells across campaigns on MATCH_KEYS; one row per match key and figure.
 
-    Columns: the match keys, `figure`, one column per campaign label, and `change_pct` of each later
-    campaign vs the first (`change_pct_<label>`). Cells present in only some campaigns keep NaN there.
+    Columns: the match keys, `figure`, one column per campaign label, `change_pct` of each later
+    campaign vs the first (`change_pct_<label>`), then `comparable` and `not_comparable_reasons` (the
+    validity rules of one campaign applied across them: every matched cell ran clean, has its session
+    counts and kept its tier's routing; the matched cells' session counts are equal; a cell present in
+    only some campaigns is not comparable). Cells present in only some campaigns keep NaN there.
     """
     if not summaries:
         return pd.DataFrame()
@@ -413,4 +559,29 @@ def compare_campaigns(summaries: Sequence[tuple[str, pd.DataFrame]], figures: Se
         for label in labels[1:]:
             wide[f"change_pct_{label}"] = 100.0 * (wide[label] / base.where(base != 0) - 1.0)
     wide.columns.name = None
-    return wide.reset_index()
+    out = wide.reset_index()
+    reasons = _campaign_reasons(summaries)
+    keys = [tuple(k) for k in out[MATCH_KEYS].itertuples(index=False)]
+    out["not_comparable_reasons"] = ["; ".join(reasons.get(k, [])) for k in keys]
+    out["comparable"] = out["not_comparable_reasons"] == ""
+    return out
+
+
+def _campaign_reasons(summaries: Sequence[tuple[str, pd.DataFrame]]) -> dict[tuple[Any, ...], list[str]]:
+    """Per match key: why its cells do not compare across the campaigns (empty list: they do)."""
+    cells: dict[tuple[Any, ...], dict[str, pd.Series]] = {}
+    for label, s in summaries:
+        for _, row in s.iterrows():
+            cells.setdefault(tuple(row[k] for k in MATCH_KEYS), {})[label] = row
+    labels = [label for label, s in summaries if not s.empty]
+    out: dict[tuple[Any, ...], list[str]] = {}
+    for key, by_label in cells.items():
+        reasons = [f"no matching cell in {label}" for label in labels if label not in by_label]
+        for label, row in by_label.items():
+            reasons.extend(f"{label}: {r}" for r in cell_invalid_reasons(row))
+        outcomes = {label: _outcome_text(row) for label, row in by_label.items()}
+        if len(set(outcomes.values())) > 1:
+            detail = "; ".join(f"{label}: {text or 'unknown'}" for label, text in outcomes.items())
+            reasons.append(f"session counts differ ({detail})")
+        out[key] = reasons
+    return out

@@ -4,8 +4,10 @@ Pure: the tier comparison (summary rows with `comparable`), the warnings table, 
 each cell's request records in; `Finding`s out. A finding's group holds model, concurrency, num_rounds,
 ISL and OSL fixed and pools the repeats (FINDING_KEYS); its confidence intervals come from
 kvoffload/analysis/bootstrap.py (sessions within a cell, cells across repeats). Each statement says
-whether the comparison is valid (and if not, why), whether offload was exercised, where prompt tokens
-came from (GPU prefix cache, LMCache L1 and L2), and how requests were routed.
+whether the comparison is valid (and if not, why), whether offload was exercised (and whether by history
+retained beyond the GPU cache or by replicas sharing one LMCache server), where prompt tokens came from
+(GPU prefix cache, LMCache L1 and L2), and how requests were routed, as the request records show it.
+Every rule is in docs/metrics.md "Validity rules".
 """
 
 from __future__ import annotations
@@ -23,15 +25,23 @@ from kvoffload.analysis.compare import (
     OFFLOAD_TIERS,
     group_label,
     offload_exercised,
+    replicas,
+    routing_check_text,
+    unclean_reason,
 )
 from kvoffload.analysis.software import version_splits
 from kvoffload.tiers import TIERS
 
 FINDING_KEYS = [k for k in GROUP_KEYS if k != "repeat"]
-# Warning kinds that make a comparison invalid, and the ones that qualify it.
+# Warning kinds that make a comparison invalid, and the ones that qualify it. The group kinds come from
+# the group warnings; the cell kinds (a fault, failed requests, flaps) are issued for every cell, and a
+# cell that is the only one of its repeat's group has no group warning to carry them: `_reasons` checks
+# those cells itself (compare.unclean_reason).
 INVALIDATING = (
     "sessions_differ",
+    "sessions_missing",
     "cells_not_clean",
+    "routing_breach",
     "cell_faulted",
     "failed_requests",
     "caddy_upstream_flaps",
@@ -42,6 +52,7 @@ CAVEATS = (
     "scrape_gaps",
     "no_engine_metrics",
     "no_virtual_users",
+    "routing_unchecked",
 )
 ROUTING = {
     "header X-User-Id": "sticky by X-User-Id",
@@ -50,8 +61,9 @@ ROUTING = {
 ROUTING_NOTE = (
     "Routing differs by design: with two or more replicas the gpu tier routes sticky by the X-User-Id "
     "header (a user's rounds return to the replica whose prefix cache holds its history), while the cpu "
-    "and nvme tiers use least_conn (every replica reads the one shared LMCache server), as the methodology "
-    "requires."
+    "and nvme tiers use least_conn (every replica reads the one shared LMCache server). Each finding says "
+    "whether the request records show that this held (the replica that answered each request); a cell "
+    "where it did not makes its group not comparable."
 )
 
 
@@ -88,6 +100,10 @@ class Finding:
     routing: str | None
     statement: str
     details: dict[str, Any] = field(default_factory=dict)
+    # Offload evidence of a cpu/nvme finding (None: unknown, or the gpu tier): history outgrew the GPU
+    # cache (findings._cell_exceeded); 2+ replicas answered and some user's rounds moved between them.
+    gpu_capacity_exceeded: bool | None = None
+    cross_replica_sharing: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,18 +131,34 @@ def _seconds(v: float | None) -> str:
     return "–" if v is None else f"{v:.3g} s"
 
 
-def _change_text(what: str, est: float | None, ci: list[float] | None) -> str:
+def _too_few(i: bootstrap.Interval) -> str:
+    sides = f"{i.sessions}" if i.base_sessions is None else f"{i.sessions} against {i.base_sessions}"
+    return f"too few sessions for an interval: {sides}, at least {bootstrap.MIN_SESSIONS} per side"
+
+
+def _change_text(what: str, change: bootstrap.Interval) -> str:
     """ "cuts X by 56 % (95 % CI 41-66 %)" and its kin."""
+    est, ci = change.estimate, change.as_list()
     if est is None:
         return f"{what}: no change can be computed (no later-round TTFT on one side)"
     if ci is None:
-        return f"changes {what} by {est:+.0f} % (no interval: too few sessions)"
+        why = _too_few(change) if change.too_few_sessions else "no interval"
+        return f"changes {what} by {est:+.0f} % ({why})"
     lo, hi = ci
     if hi < 0:
         return f"cuts {what} by {-est:.0f} % (95 % CI {-hi:.0f}-{-lo:.0f} %)"
     if lo > 0:
         return f"raises {what} by {est:.0f} % (95 % CI {lo:.0f}-{hi:.0f} %)"
     return f"does not change {what} measurably: {est:+.0f} % (95 % CI {lo:+.0f} to {hi:+.0f} %)"
+
+
+def _p95_text(change: bootstrap.Interval | None) -> str:
+    """The p95 change beside the p50 one; the p50's text already says when there are too few sessions."""
+    if change is None:
+        return "–"
+    if change.too_few_sessions and change.estimate is not None:
+        return f"{change.estimate:+.0f} %, no interval"
+    return _change_text("it", change)
 
 
 def _sources_text(gpu: float | None, lmc: float | None, l1: float | None, l2: float | None) -> str:
@@ -161,10 +193,98 @@ def _not_exercised_text(rows: pd.DataFrame) -> str:
 
 def _routing(rows: pd.DataFrame) -> str | None:
     policies = {str(p) for p in rows.get("caddy_policy", pd.Series(dtype=object)).dropna()}
+    check = routing_check_text(rows)
     if policies:
-        return " / ".join(ROUTING.get(p, p) for p in sorted(policies))
-    replicas = _mean(rows, "gpu_replicas")
-    return "one replica, no load balancer" if replicas == 1 else None
+        text = " / ".join(ROUTING.get(p, p) for p in sorted(policies))
+        return f"{text} ({check})" if check else text
+    n = _mean(rows, "gpu_replicas")
+    return "one replica, no load balancer" if n == 1 else check
+
+
+# --- offload evidence: history beyond the GPU cache vs cross-replica sharing ---
+def _known(rows: pd.DataFrame, column: str) -> list[float]:
+    if column not in rows:
+        return []
+    return [float(v) for v in pd.to_numeric(rows[column], errors="coerce").dropna()]
+
+
+def _any_of(values: list[bool | None]) -> bool | None:
+    """True if any is True, False if all are False, else None."""
+    if any(v is True for v in values):
+        return True
+    return False if values and all(v is False for v in values) else None
+
+
+def _cell_sharing(r: pd.Series) -> bool | None:
+    """One cell: 2+ replicas (sharing one LMCache server) answered and some user's rounds moved
+    between them (per-replica evidence of the records); None when the records cannot tell."""
+    n, moved = replicas(r), r.get("users_on_several_replicas")
+    if n is not None and n < 2:
+        return False
+    if moved is None or pd.isna(moved) or not r.get("replicas_answering"):
+        return None
+    return int(moved) > 0
+
+
+def _cell_exceeded(r: pd.Series) -> tuple[bool | None, str]:
+    """One cell: did the history outgrow the GPU KV cache, and the evidence, in words.
+
+    True: KV usage reached NEAR_FULL_PCT on a replica; or the live history (min(concurrency,
+    sessions_replayed) x live_context_mean_tokens: the users in flight at once) is larger than the GPU
+    prefix cache of all replicas (gpu_cache_tokens); or external hits came while no user moved between
+    replicas (the replica's own history, dropped from its GPU cache). False: KV usage stayed below
+    NEAR_FULL_PCT and none of the others holds. vLLM's KV usage counts the blocks of running requests
+    only (cached blocks of finished ones count as free), so the other two override a low peak."""
+    kv = _num(r.get("kv_usage_max_pct"))
+    sessions = _num(r.get("sessions_replayed"))
+    context = _num(r.get("live_context_mean_tokens"))
+    live = None if sessions is None else min(sessions, float(r["concurrency"]))
+    held = None if live is None or context is None else live * context
+    cache = _num(r.get("gpu_cache_tokens"))
+    external = _num(r.get("external_hit_tokens")) or 0.0
+    if kv is not None and kv >= NEAR_FULL_PCT:
+        return True, f"KV usage reached {kv:.0f} %"
+    if held is not None and cache and held > cache:
+        return True, f"the live history ({held:.0f} tokens) exceeds the GPU prefix cache ({cache:.0f})"
+    if external > 0 and _cell_sharing(r) is False:
+        return True, "external hits came while every user stayed on one replica"
+    if kv is None:
+        return None, ""
+    return False, f"KV usage peaked at {kv:.0f} %, below {NEAR_FULL_PCT:.0f} %"
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _evidence_text(rows: pd.DataFrame) -> tuple[bool | None, bool | None, str]:
+    """(GPU capacity exceeded, cross-replica sharing, the words): which of the two made offload work,
+    history retained beyond the GPU cache or replicas reading each other's KV from one LMCache server."""
+    verdicts = [_cell_exceeded(r) for _, r in rows.iterrows()]
+    exceeded = _any_of([v for v, _ in verdicts])
+    sharing = _any_of([_cell_sharing(r) for _, r in rows.iterrows()])
+    external = sum(_known(rows, "external_hit_tokens"))
+    parts = []
+    if exceeded is True:
+        why = "; ".join(dict.fromkeys(w for v, w in verdicts if v))
+        parts.append(f"history was retained beyond the GPU cache ({why})")
+    elif exceeded is False:
+        why = "; ".join(dict.fromkeys(w for _, w in verdicts))
+        parts.append(f"GPU capacity was never exceeded ({why})")
+    if sharing is True and external > 0:
+        moved = sum(_known(rows, "users_on_several_replicas"))
+        users = sum(_known(rows, "routed_users"))
+        n = max((replicas(r) or 0) for _, r in rows.iterrows())
+        only = exceeded is False and external
+        source = "so its external hits came from" if only else "external hits include"
+        parts.append(
+            f"{source} cross-replica sharing ({moved:.0f} of {users:.0f} users' rounds moved between "
+            f"the {n} replicas that share one LMCache server)"
+        )
+    return exceeded, sharing, ", ".join(parts)
+
+
+# --- end offload evidence ---
 
 
 # --- engine build and model name (issue 34, capacity/recommendation branch) -------------------------
@@ -203,6 +323,14 @@ def _reasons(
     cells = set(rows["cell_id"].astype(str))
     reasons: list[str] = []
     caveats: list[str] = []
+    # A cell alone in its repeat's group (say its gpu cell is missing) gets no cells_not_clean group
+    # warning (that needs two cells), yet pools into this finding: its fault, failed requests, flaps or
+    # restarts are a reason here. (sessions_missing and routing_breach are group warnings of any group.)
+    counts = pd.Series([group_label(r) for _, r in rows.iterrows()]).value_counts()
+    for _, r in rows.iterrows():
+        unclean = unclean_reason(r) if counts[group_label(r)] == 1 else None
+        if unclean:
+            reasons.append(unclean)
     if not warnings.empty:
         groups = warnings[(warnings["scope"] == "group") & warnings["group"].isin(labels)]
         for _, w in groups.iterrows():
@@ -231,6 +359,7 @@ def group_findings(
     requests: Mapping[str, pd.DataFrame],
     software: pd.DataFrame | None = None,
     replicates: int = bootstrap.REPLICATES,
+    min_sessions: int = bootstrap.MIN_SESSIONS,
 ) -> list[Finding]:
     """The findings of one pooled group (rows of tier_comparison sharing FINDING_KEYS)."""
     first = rows.iloc[0]
@@ -249,10 +378,11 @@ def group_findings(
     for tier in [t for t in TIERS if (rows["tier"] == t).any()]:
         mine_rows = rows[rows["tier"] == tier]
         mine = cells_of(tier)
-        p50 = bootstrap.later_percentile(mine, 50, replicates)
-        p95 = bootstrap.later_percentile(mine, 95, replicates)
-        c50 = bootstrap.change_pct(mine, base, 50, replicates) if base and tier != "gpu" else None
-        c95 = bootstrap.change_pct(mine, base, 95, replicates) if base and tier != "gpu" else None
+        p50 = bootstrap.later_percentile(mine, 50, replicates, min_sessions=min_sessions)
+        p95 = bootstrap.later_percentile(mine, 95, replicates, min_sessions=min_sessions)
+        vs_gpu = bool(base) and tier != "gpu"
+        c50 = bootstrap.change_pct(mine, base, 50, replicates, min_sessions=min_sessions) if vs_gpu else None
+        c95 = bootstrap.change_pct(mine, base, 95, replicates, min_sessions=min_sessions) if vs_gpu else None
         l1, l2 = _sum(mine_rows, "lmcache_l1_hit_tokens"), _sum(mine_rows, "lmcache_l2_hit_tokens")
         hits = (l1 or 0.0) + (l2 or 0.0)
         l1_share = l1 / hits if l1 is not None and hits > 0 else None
@@ -262,12 +392,15 @@ def group_findings(
             _mean(mine_rows, "lmcache_token_share"),
         )
         exercised = _exercised(mine_rows) if tier in OFFLOAD_TIERS else None
+        exceeded, sharing, evidence = _evidence_text(mine_rows) if tier in OFFLOAD_TIERS else (None, None, "")
         routing = _routing(mine_rows)
         later = (
             f"later-round p50 TTFT {_seconds(p50.estimate)}"
             + (
                 f" (95 % CI {p50.low:.3g}-{p50.high:.3g} s)"
                 if p50.low is not None and p50.high is not None
+                else f" ({_too_few(p50)})"
+                if p50.too_few_sessions
                 else ""
             )
             + f", p95 {_seconds(p95.estimate)}"
@@ -280,14 +413,15 @@ def group_findings(
             sources = _sources_text(gpu_share, lmc_share, l1_share, l2_share)
         else:
             text = (
-                f"{tier} {_change_text('later-round p50 TTFT', c50.estimate, c50.as_list())} "
+                f"{tier} {_change_text('later-round p50 TTFT', c50)} "
                 f"against gpu {where}"
-                f" (p95: {_change_text('it', c95.estimate, c95.as_list()) if c95 else '–'})"
+                f" (p95: {_p95_text(c95)})"
             )
             sources = _sources_text(gpu_share, lmc_share, l1_share, l2_share)
         if tier in OFFLOAD_TIERS:
             if exercised is True:
                 text += "; offload was exercised" + (f": {sources}" if sources else "")
+                text += f"; {evidence}" if evidence else ""
             elif exercised is False:
                 text += f"; {_not_exercised_text(mine_rows)}"
             else:
@@ -337,6 +471,8 @@ def group_findings(
                 lmcache_l2_hit_share=l2_share,
                 routing=routing,
                 statement=text + ".",
+                gpu_capacity_exceeded=exceeded,
+                cross_replica_sharing=sharing,
             )
         )
     return out
@@ -348,13 +484,14 @@ def findings(
     requests: Mapping[str, pd.DataFrame],
     software: pd.DataFrame | None = None,
     replicates: int = bootstrap.REPLICATES,
+    min_sessions: int = bootstrap.MIN_SESSIONS,
 ) -> list[Finding]:
     """Every finding of a campaign, groups in summary order, tiers gpu, cpu, nvme."""
     out: list[Finding] = []
     if comparison.empty:
         return out
     for _, rows in comparison.groupby(FINDING_KEYS, sort=False, dropna=False):
-        out.extend(group_findings(rows, warnings, requests, software, replicates))
+        out.extend(group_findings(rows, warnings, requests, software, replicates, min_sessions))
     return out
 
 

@@ -17,6 +17,7 @@ from kvoffload.analysis.engine import engine_figures
 from kvoffload.analysis.health import caddy_flaps, unit_restarts
 from kvoffload.analysis.hosts import disk_figures, gpu_figures, parse_targets
 from kvoffload.analysis.lmcache import lmcache_figures
+from kvoffload.analysis.routing import routing_figures
 from kvoffload.tiers import TIERS
 
 TIER_ORDER: dict[str, int] = {tier: i for i, tier in enumerate(TIERS)}
@@ -102,6 +103,7 @@ def cell_summary(
     row.update(caddy_flaps(samples))
     row.update(unit_restarts(cell.get("units")))
     row["caddy_policy"] = _caddy_policy(cell.get("profiles"))
+    row.update(routing_figures(requests, parse_targets(cell["targets"])))
     row.update(gpu_cache_figures(samples))
     row.update(lmcache_capacity_figures(samples))
     row["lmcache_l1_size_gb"] = configured_l1_gb(cell.get("config"))

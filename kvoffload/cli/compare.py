@@ -1,9 +1,13 @@
 """`kvoffload-lab compare DIR_A DIR_B ...`: the same cells across campaigns, side by side.
 
 Cells match on tier, model, concurrency, num_rounds, ISL, OSL and repeat; each figure is printed for
-every campaign plus its change against the first campaign (%). Under the table, the software the lab
-hosts ran where it differs between the campaigns (cell.json `software`): a change of figures may come
-from it. Thin CLI over kvoffload.analysis.
+every campaign plus its change against the first campaign (%). The validity rules of one campaign's
+report apply across campaigns (docs/metrics.md "Validity rules"): a match whose cells did not run clean,
+lack sessions.json, breached their tier's routing, differ in session counts or exist in only some
+campaigns is marked not comparable (`comparable`, `not_comparable_reasons` in json/csv; the `valid`
+column and the lines under the table). Under the table, the software the lab hosts ran where it differs
+between the campaigns (cell.json `software`): a change of figures may come from it. Thin CLI over
+kvoffload.analysis.
 """
 
 from __future__ import annotations
@@ -85,17 +89,30 @@ def _compare(args: argparse.Namespace) -> int:
     out = Table(title="kvoffload-lab compare")
     out.add_column("cell (tier model c rounds isl osl repeat)")
     out.add_column("figure")
-    value_columns = [c for c in table.columns if c not in (*MATCH_KEYS, "figure")]
+    validity = ("comparable", "not_comparable_reasons")
+    value_columns = [c for c in table.columns if c not in (*MATCH_KEYS, "figure", *validity)]
     for col in value_columns:
         out.add_column(str(col), justify="right")
+    checked = "comparable" in table.columns
+    if checked:
+        out.add_column("valid")
+    invalid: dict[str, str] = {}
     for _, row in table.iterrows():
         key = " ".join(str(row[k]) for k in MATCH_KEYS)
         values = ["–" if pd.isna(row[c]) else fmt(row[c], 4) for c in value_columns]
+        if checked:
+            values.append("yes" if row["comparable"] else "NO")
+            if not row["comparable"]:
+                invalid[key] = str(row["not_comparable_reasons"])
         out.add_row(key, str(row["figure"]), *values)
     console = Console(width=max(120, 40 + 16 * len(value_columns)))
     console.print(out)
     if table.empty:
         print("no matching cells")
+    if invalid:
+        print('not comparable (same rules as a campaign\'s report, docs/metrics.md "Validity rules"):')
+        for key, reasons in invalid.items():
+            print(f"  {key}: {reasons}")
     differences = campaign_differences(software)
     if not differences.empty:
         print("software that differs between the campaigns (a change of figures may come from it):")

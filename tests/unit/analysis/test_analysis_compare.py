@@ -182,3 +182,79 @@ def test_late_and_read_stamped_requests_are_flagged_per_cell() -> None:
     late = w.loc[w["kind"] == "client_late", "message"].iloc[0]
     assert late.startswith("3 of 50 ok requests") and "late_s" in late
     assert w.loc[w["kind"] == "read_stamped", "message"].iloc[0].startswith("40 of 40 ok requests")
+
+
+def test_a_cell_without_session_counts_makes_its_group_not_comparable() -> None:
+    """No sessions.json: the counts are unknown, never taken as the group's."""
+    s = pd.DataFrame(
+        [_row("g", "gpu"), _row("c", "cpu", virtual_users_available=None, achieved_sessions=None)]
+    )
+    assert not tier_comparison(s)["comparable"].any()
+    w = warnings_table(s)
+    missing = w[w["kind"] == "sessions_missing"]
+    assert list(missing["message"]) == [
+        "not comparable: sessions.json is missing for cpu c: session counts unknown, so whether the tiers "
+        "replayed the same sessions cannot be told"
+    ]
+
+
+def test_a_routing_breach_makes_its_group_not_comparable() -> None:
+    routed = {"replicas_configured": 2, "replicas_answering": 2, "routed_users": 100}
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu", **routed, users_on_several_replicas=3),
+            _row("c", "cpu", **routed, users_on_several_replicas=40),
+        ]
+    )
+    assert not tier_comparison(s)["comparable"].any()
+    w = warnings_table(s)
+    assert _kinds(w[w["kind"].str.startswith("routing")]) == [("routing_breach", "g")]
+    # One replica answering every cpu request of two is a breach too; records naming no replica are
+    # a caveat (routing unchecked), not a breach.
+    s = pd.DataFrame(
+        [
+            _row("g", "gpu", **routed, users_on_several_replicas=0),
+            _row("c", "cpu", **(routed | {"replicas_answering": 1}), users_on_several_replicas=0),
+            _row("n", "nvme", **(routed | {"replicas_answering": 0, "routed_users": 0})),
+        ]
+    )
+    w = warnings_table(s)
+    assert _kinds(w[w["kind"].str.startswith("routing")]) == [
+        ("routing_breach", "c"),
+        ("routing_unchecked", "n"),
+    ]
+    assert not tier_comparison(s)["comparable"].any()
+    s = s[s["cell_id"] != "c"]
+    assert tier_comparison(s)["comparable"].all()
+
+
+def test_compare_campaigns_applies_the_validity_rules() -> None:
+    """A faulted cell, a missing sessions.json, a routing breach, differing session counts and a cell
+    present in one campaign only each make the match not comparable, with the reason."""
+    a = pd.DataFrame(
+        [
+            _row("g1", "gpu"),
+            _row("c1", "cpu"),
+            _row("n1", "nvme", achieved_sessions=90),
+            _row("x1", "gpu", concurrency=16),
+        ]
+    )
+    b = pd.DataFrame(
+        [
+            _row("g2", "gpu", valid=False, invalid_reasons="vllm-0 down"),
+            _row("c2", "cpu", replicas_configured=2, replicas_answering=1, routed_users=100),
+            _row("n2", "nvme", achieved_sessions=None, virtual_users_available=None),
+        ]
+    )
+    t = compare_campaigns([("A", a), ("B", b)], ["ttft_p50_s"])
+    by = {(r["tier"], r["concurrency"]): r for _, r in t.iterrows()}
+    assert not any(t["comparable"])
+    assert by["gpu", 8]["not_comparable_reasons"] == "B: gpu g2 did not run clean (a fault (vllm-0 down))"
+    assert by["cpu", 8]["not_comparable_reasons"].startswith("B: routing breached in cpu c2: every request")
+    assert by["nvme", 8]["not_comparable_reasons"] == (
+        "B: nvme n2 has no sessions.json: its session counts are unknown; "
+        "session counts differ (A: 90 achieved; B: unknown)"
+    )
+    assert by["gpu", 16]["not_comparable_reasons"] == "no matching cell in B"
+    clean = compare_campaigns([("A", a), ("B", a.assign(cell_id=a["cell_id"] + "b"))], ["ttft_p50_s"])
+    assert clean["comparable"].all() and (clean["not_comparable_reasons"] == "").all()

@@ -47,6 +47,15 @@ def test_compare_two_campaigns(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert gpu["run-a"] == pytest.approx(0.135) and gpu["change_pct_run-b"] == pytest.approx(20.0)
     cpu = next(r for r in table if r["tier"] == "cpu" and r["concurrency"] == 2)
     assert cpu["change_pct_run-b"] == pytest.approx(0.0)
+    # the validity rules of a report hold across campaigns: b1gpu had a failed request in both
+    assert gpu["comparable"] and gpu["not_comparable_reasons"] == ""
+    b1 = next(r for r in table if r["tier"] == "gpu" and r["concurrency"] == 8)
+    assert not b1["comparable"]
+    assert b1["not_comparable_reasons"].startswith("run-a: gpu b1gpu did not run clean (1 failed request(s))")
+    assert main(["compare", str(a), str(b), "--figure", "ttft_p50_s"]) == 0
+    out = capsys.readouterr().out
+    assert "  gpu tiny 8 3 8192 32 0: run-a: gpu b1gpu did not run clean (1 failed request(s))" in out
+    assert "gpu tiny 2 3 8192 32 0:" not in out
     assert main(["compare", str(a), str(b), "--figure", "no_such_figure"]) == 2
     assert main(["compare", str(a)]) == 2
 
