@@ -1044,7 +1044,7 @@ def verdict_python(version: tuple[int, int, int]) -> dict[str, Any]:
         return check(
             "python",
             FAIL,
-            f"host Python {text}: vLLM 0.32 needs >= 3.11",
+            f"host Python {text}: kvoffload-lab and vLLM 0.32 need >= 3.11",
             "use a release whose python3 is 3.11 or newer (Debian 12, Ubuntu 24.04)",
             **facts,
         )
@@ -1145,7 +1145,10 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         checks += [check(n, SKIP, "--no-cuda") for n in ("cuda_init", "pinned_memory", "cuda_ipc")]
     else:
         checks += verdict_cuda(gpu, sandboxed, plain, why)
-    checks.append(probe_engine(args.engine_python, args.connector_module))
+    if args.no_engine:
+        checks.append(check("engine", SKIP, "--no-engine"))
+    else:
+        checks.append(probe_engine(args.engine_python, args.connector_module))
     return {
         "probe_version": PROBE_VERSION,
         "host": socket.gethostname(),
@@ -1187,6 +1190,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--connector-module", default=CONNECTOR_MODULE, help="LMCache's vLLM connector module")
     p.add_argument("--no-cuda", action="store_true", help="skip the CUDA checks (init, pinned, IPC)")
+    p.add_argument("--no-engine", action="store_true", help="skip the engine venv check (imports lmcache)")
     p.add_argument("--out", default=None, help="write the JSON here too")
     return p.parse_args(argv)
 
