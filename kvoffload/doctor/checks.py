@@ -143,10 +143,11 @@ def engine_set(installed: Mapping[str, Any], expected: Mapping[str, str]) -> Che
         return Check(name, Status.SKIP, "no engine set on this host (not a vLLM host, or the simulator)")
     if versions is None:
         return Check(name, Status.SKIP, "no engine venv yet (provision installs it)")
+    # a local version label is the build's (torch 2.13.0+cu130 is the set's torch==2.13.0)
     wrong = {
         pkg: (want, versions.get(pkg))
         for pkg, want in expected.items()
-        if pkg in versions and versions.get(pkg) != want
+        if pkg in versions and str(versions.get(pkg)).split("+")[0] != want
     }
     if wrong:
         shown = ", ".join(f"{p} {have or 'missing'} (set pins {want})" for p, (want, have) in wrong.items())

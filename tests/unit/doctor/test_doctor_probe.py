@@ -73,7 +73,9 @@ def test_driver_verdicts() -> None:
     assert mismatch["status"] == "fail" and "580.126.09" in mismatch["detail"]
     no_uvm = probe.verdict_driver(True, module, "580.159.04", "", False)
     assert no_uvm["status"] == "fail" and "modprobe nvidia_uvm" in no_uvm["fix"]
-    no_smi = probe.verdict_driver(True, module, None, "Failed to initialize NVML: Driver/library version mismatch", True)
+    no_smi = probe.verdict_driver(
+        True, module, None, "Failed to initialize NVML: Driver/library version mismatch", True
+    )
     assert no_smi["status"] == "fail" and "version mismatch" in no_smi["detail"]
     assert probe.verdict_driver(False, None, None, "", False) == {
         "name": "driver",
@@ -105,10 +107,28 @@ def test_fabric_h200_without_nvswitch_is_skipped() -> None:
 @pytest.mark.parametrize(
     ("state", "service", "fm", "status", "words"),
     [
-        ("In Progress", "active", "580.159.04", "fail", "fabric not completed (00000000:00:06.0: In Progress)"),
-        ("Completed", "active", "580.126.09", "fail", "Fabric Manager 580.126.09 differs from driver 580.159.04"),
+        (
+            "In Progress",
+            "active",
+            "580.159.04",
+            "fail",
+            "fabric not completed (00000000:00:06.0: In Progress)",
+        ),
+        (
+            "Completed",
+            "active",
+            "580.126.09",
+            "fail",
+            "Fabric Manager 580.126.09 differs from driver 580.159.04",
+        ),
         ("Completed", "failed", "580.159.04", "fail", "nvidia-fabricmanager is failed"),
-        ("Completed", "active", "580.159.04", "ok", "fabric Completed on 1 GPU(s), 4 NVSwitch(es), service active"),
+        (
+            "Completed",
+            "active",
+            "580.159.04",
+            "ok",
+            "fabric Completed on 1 GPU(s), 4 NVSwitch(es), service active",
+        ),
         ("Completed", None, None, "ok", "service state unknown (no systemctl)"),
     ],
 )
@@ -128,13 +148,19 @@ def test_fabric_with_nvswitches_but_na_state_fails() -> None:
 
 def test_persistence_and_clocks() -> None:
     assert probe.verdict_persistence(True, _gpus())["status"] == "ok"
-    off = _gpus(SMI.replace("Persistence Mode                                   : Enabled",
-                            "Persistence Mode                                   : Disabled"))
+    off = _gpus(
+        SMI.replace(
+            "Persistence Mode                                   : Enabled",
+            "Persistence Mode                                   : Disabled",
+        )
+    )
     assert probe.verdict_persistence(True, off)["status"] == "warn"
     clocks = probe.verdict_clocks(True, _gpus())
     assert clocks["status"] == "ok" and "SM max 1980 MHz" in clocks["detail"]
-    hot = SMI.replace("            HW Thermal Slowdown                        : Not Active",
-                      "            HW Thermal Slowdown                        : Active")
+    hot = SMI.replace(
+        "            HW Thermal Slowdown                        : Not Active",
+        "            HW Thermal Slowdown                        : Active",
+    )
     assert hot != SMI
     slow = probe.verdict_clocks(True, _gpus(hot))
     assert slow["status"] == "warn" and "HW Thermal Slowdown" in slow["detail"]
@@ -163,8 +189,13 @@ def _sysfs(root: Path) -> None:
         ("0000:31:00.0", "0x15b3", "0x020000", "0"),
     ]:
         dev = pci / bdf
-        for name, value in [("vendor", vendor), ("class", klass), ("numa_node", numa),
-                            ("current_link_width", "16"), ("max_link_width", "16")]:
+        for name, value in [
+            ("vendor", vendor),
+            ("class", klass),
+            ("numa_node", numa),
+            ("current_link_width", "16"),
+            ("max_link_width", "16"),
+        ]:
             _write(dev / name, value)
         link = root / "sys/bus/pci/devices" / bdf
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +235,10 @@ def test_sysfs_gpus_nvswitch_numa_and_nvme(tmp_path: Path) -> None:
     assert probe.block_device(os.makedev(0, 45), tmp_path) is None  # btrfs, overlay: no block device
     assert probe.verdict_trim(dev, "xfs")["status"] == "ok"
     assert probe.verdict_trim({**dev, "discard_max_bytes": 0}, "xfs")["status"] == "warn"
-    assert probe.verdict_trim(None, "tmpfs")["detail"] == "no block device behind the L2 mount (tmpfs file system)"
+    assert (
+        probe.verdict_trim(None, "tmpfs")["detail"]
+        == "no block device behind the L2 mount (tmpfs file system)"
+    )
     numa = probe.verdict_numa(True, probe.numa_layout(tmp_path), {"0000:18:00.0": 1}, 0)
     assert numa["status"] == "ok"
     assert numa["detail"] == "2 NUMA node(s); GPUs: 0000:18:00.0 on 1; NVMe on 0"
