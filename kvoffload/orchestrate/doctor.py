@@ -54,7 +54,8 @@ class HostAsk:
 
 
 def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
-    """Per inventory host: the largest L1 a cell pins there and the L2 folder of its nvme cells."""
+    """Per inventory host: the largest L1 a cell pins there (real engines only) and the L2 folder of its
+    nvme cells."""
     from kvoffload.orchestrate.deployment import deployment
     from kvoffload.profiles.resolve import l2_path, lmcache_profile
 
@@ -69,7 +70,8 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
             lmcache_hosts.add(host.name)
             dep = deployment(lab, cell, node)
             size = dep.l1_size_gb if dep.l1_size_gb is not None else lmcache_profile(cell.tier).l1_size_gb
-            l1[host.name] = max(l1.get(host.name, 0.0), size)
+            if lab.campaign.engine == "vllm":  # the simulator's L1 is a byte count, never allocated
+                l1[host.name] = max(l1.get(host.name, 0.0), size)
             path = l2_path(dep) if cell.tier == "nvme" else None
             if path is not None:
                 l2[host.name] = path

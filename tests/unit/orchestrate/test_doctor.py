@@ -116,7 +116,8 @@ def test_each_host_is_asked_its_l1_l2_and_engine(tmp_path: Path) -> None:
     ]  # fmt: skip
     (tmp_path / "sim").mkdir()
     sim = load_lab(*_lab_files(tmp_path / "sim", engine="sim"))
-    assert doctor.host_asks(sim)[GPU1].engine_build is None  # the simulator has no engine set to check
+    # the simulator has no engine set to check, and its L1 is a byte count: no memory to ask for
+    assert doctor.host_asks(sim)[GPU1] == doctor.HostAsk(None, "/mnt/kvoffload-nvme/lmcache-l2", True, None)
 
 
 def test_verdicts_with_controller_checks(tmp_path: Path) -> None:
