@@ -568,10 +568,19 @@ def verdict_trim(dev: dict[str, Any] | None, fstype: str | None) -> dict[str, An
 def probe_l2(path: str, size_mb: int, root: Path = Path("/")) -> tuple[list[dict[str, Any]], int | None]:
     """File system, O_DIRECT, a short write+fsync / read throughput probe and TRIM of the L2 folder.
     Returns the checks and the NUMA node of the device behind it."""
-    p = Path(path)
+    p, note = Path(path), ""
+    if not p.is_dir() and p.parent.is_dir():
+        # lmcache-server's deploy creates the L2 folder on the mount that provisioning made: before a
+        # first deploy, the mount is what there is to measure
+        p, note = p.parent, " (not created yet: deploy creates it; measured its parent)"
     if not p.is_dir():
         return [
-            check("l2_mount", FAIL, f"{path}: no such folder", "provision the nvme tier (nvme_storage)")
+            check(
+                "l2_mount",
+                FAIL,
+                f"{path}: neither it nor its parent exists",
+                f"provision the nvme tier: nvme_storage mounts the NVMe on {p.parent}",
+            )
         ], None
     mount = mount_of(str(p.resolve()), parse_mountinfo(_read(root / "proc/self/mountinfo") or ""))
     fstype = mount["fstype"] if mount else None
@@ -582,7 +591,7 @@ def probe_l2(path: str, size_mb: int, root: Path = Path("/")) -> tuple[list[dict
         check(
             "l2_mount",
             OK if mount and mount["point"] != "/" else WARN,
-            f"{path} on {mount['point'] if mount else '?'} ({fstype}), {free / 2**30:.1f} GiB free",
+            f"{path}{note} on {mount['point'] if mount else '?'} ({fstype}), {free / 2**30:.1f} GiB free",
             "mount the NVMe on the L2 folder: it sits on the root file system",
             **facts,
         )

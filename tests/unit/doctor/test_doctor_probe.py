@@ -296,3 +296,19 @@ def test_cuda_verdicts() -> None:
 def test_python_versions() -> None:
     assert probe.verdict_python((3, 10, 12))["status"] == "fail"
     assert probe.verdict_python((3, 12, 3))["status"] == "ok"
+
+
+def test_l2_folder_not_created_yet_measures_its_mount(tmp_path: Path) -> None:
+    """Before the first deploy the L2 folder does not exist (lmcache-server's deploy creates it on the
+    mount provisioning made): the checks measure its parent instead of failing `run`'s gate."""
+    checks, _numa = probe.probe_l2(str(tmp_path / "lmcache-l2"), 1)
+    mount = checks[0]
+    assert mount["name"] == "l2_mount" and mount["status"] != "fail"
+    assert "(not created yet: deploy creates it; measured its parent)" in mount["detail"]
+    assert [c["name"] for c in checks] == ["l2_mount", "l2_trim", "l2_direct_io"]
+    assert list(tmp_path.iterdir()) == []  # the throughput probe's file is gone
+    [missing], numa = probe.probe_l2(str(tmp_path / "no-mount" / "lmcache-l2"), 1)
+    assert (missing["status"], numa) == ("fail", None)
+    assert (
+        missing["fix"] == f"provision the nvme tier: nvme_storage mounts the NVMe on {tmp_path / 'no-mount'}"
+    )
