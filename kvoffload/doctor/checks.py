@@ -168,6 +168,9 @@ def smoke_pair(probe: Mapping[str, Any] | None, engine: str, lmcache_here: bool)
     engine_facts = _facts(probe_checks(probe), "engine")
     if not engine_facts:
         return Check(name, Status.SKIP, "no engine venv yet (provision installs it)")
+    versions = engine_facts.get("versions")
+    if not isinstance(versions, Mapping) or not versions.get("lmcache"):
+        return Check(name, Status.SKIP, "no LMCache in the engine venv (engine_set says what is missing)")
     if not engine_facts.get("connector"):
         return Check(
             name,

@@ -50,6 +50,10 @@ def test_probe_on_a_machine_without_gpu(tmp_path: Path) -> None:
     assert checks["python"]["facts"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert list(l2.iterdir()) == []  # the throughput probe's file is gone
     assert {c["status"] for c in answer["checks"]} <= set(probe.STATUSES)
+    # the same checks, in the same order, as the probe answered on a real H200 (tests/fixtures/doctor)
+    h200 = json.loads((Path(__file__).parents[1] / "fixtures/doctor/h200/probe.json").read_text())
+    assert [c["name"] for c in answer["checks"]] == [c["name"] for c in h200["checks"]]
+    assert set(answer) == set(h200)
 
 
 def test_cuda_child_without_libcuda_answers(tmp_path: Path) -> None:

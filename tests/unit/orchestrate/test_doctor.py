@@ -235,3 +235,43 @@ def test_run_checks_after_provisioning(tmp_path: Path) -> None:
         runner.provision()
     assert [c[0] for c in fake.calls][2:] == ["preflight.yml", "provision.yml", "doctor.yml"]
     assert (results.root / doctor.RUN_DOCTOR_DIR / "doctor.json").is_file()
+
+
+H200 = ROOT / "tests" / "fixtures" / "doctor" / "h200"
+
+
+def test_the_probe_answer_of_a_real_h200() -> None:
+    """The probe's answer recorded on a lent H200 (Ubuntu 24.04, Python 3.12.3), judged as a node of a
+    vllm campaign: its GPU checks pass; a wheelhouse built for Debian 12's 3.11 does not fit it."""
+    from kvoffload.orchestrate.wheelhouse import engine_requirements
+
+    probe = json.loads((H200 / "probe.json").read_text())
+    ask = doctor.HostAsk(16.0, "/tmp/doctor-l2", True, "cuda")
+    pins = dc.pinned(engine_requirements("cuda"))
+    assert set(pins) == {"torch", "vllm", "lmcache"}
+    report = doctor.judge("h200", probe, ask, engine="vllm", hosts_python="3.11.2", expected=pins)
+    status = {c.name: c.status for c in report.checks}
+    for name in ("device_files", "driver", "persistence_mode", "clocks", "pcie", "cuda_init",
+                 "pinned_memory", "cuda_ipc", "l2_direct_io", "memory", "python"):  # fmt: skip
+        assert status[name] == dc.Status.OK, name
+    assert status["fabric"] == dc.Status.SKIP  # one PCIe H200, no NVSwitch
+    assert [c.name for c in report.failed] == ["wheelhouse_python"]
+    assert report.failed[0].fix == "give `--hosts-python 3.12.3` (the wheelhouse is then built for it)"
+    assert (status["engine_set"], status["smoke_pair"]) == (dc.Status.SKIP, dc.Status.SKIP)  # no venv yet
+    fitting = doctor.judge("h200", probe, ask, engine="vllm", hosts_python="3.12.3", expected=pins)
+    assert fitting.status == dc.Status.WARN  # only the L2 folder on the root file system
+    # a Python with torch 2.11 and neither vLLM nor LMCache, as the engine venv
+    torch_only = json.loads((H200 / "probe-torch-python.json").read_text())
+    engine = doctor.judge("h200", torch_only, ask, engine="vllm", hosts_python="3.12.3", expected=pins)
+    [wrong] = engine.failed
+    assert wrong.detail == (
+        "torch 2.11.0 (set pins 2.13.0), vllm missing (set pins 0.32.0), lmcache missing (set pins 0.5.6)"
+    )
+    assert wrong.name == "engine_set"
+    smoke = {c.name: c for c in engine.checks}["smoke_pair"]
+    assert smoke.status == dc.Status.SKIP and smoke.detail.startswith("no LMCache in the engine venv")
+    # LMCache installed but its connector module missing: the smoke check fails
+    broken = {**torch_only, "checks": [dict(c) for c in torch_only["checks"]]}
+    [engine_check] = [c for c in broken["checks"] if c["name"] == "engine"]
+    engine_check["facts"] = {**engine_check["facts"], "versions": {"lmcache": "0.5.6"}, "connector": False}
+    assert dc.smoke_pair(broken, "vllm", True).status == dc.Status.FAIL
