@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "kvoffload.cli.run",
     "kvoffload.cli.demo",
     "kvoffload.cli.lab",
+    "kvoffload.cli.doctor",
     "kvoffload.cli.plan",
     "kvoffload.cli.calibrate",
     "kvoffload.cli.sim",

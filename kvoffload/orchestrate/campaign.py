@@ -301,7 +301,18 @@ class CampaignRunner:
         result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
         self.facts = host_facts(result.artifacts / "fact_cache")
         self._campaign_timings["provision"] = result.duration_s
+        if not check:
+            self.doctor_gate()
         return result
+
+    def doctor_gate(self) -> None:
+        """The doctor's cheap checks on every host, once provisioned (the L2 mount exists then): a host
+        that fails one stops the run before its first cell, naming the fix (orchestrate/doctor.py)."""
+        from kvoffload.orchestrate.doctor import RUN_DOCTOR_DIR, cheap_gate
+
+        self.progress.phase(None, 0, len(self.lab.cells), "doctor")
+        hosts_python = self.hosts_python if self.offline else None
+        cheap_gate(self.lab, self.playbooks, self.results.root / RUN_DOCTOR_DIR, hosts_python=hosts_python)
 
     def teardown(self) -> PlaybookResult:
         return self.playbooks.run("teardown.yml", self._base_extravars(), ident=self._ident("teardown"))

@@ -171,7 +171,21 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     assert _snapshot_sum(cells["nvme"], "lmcache", "lmcache_mp_l2_store_completed_objects_chunks") > 0
     assert (results / "report" / "index.html").is_file() and (results / "report" / "report.md").is_file()
 
-    # re-provisioning the running lab changes nothing
+    # run made the doctor's cheap checks after provisioning; `doctor` then checks every host in full:
+    # no GPU anywhere (each GPU check a clean skip), the nvme tier's L2 measured on the lmcache host
+    assert json.loads((results / "doctor-run" / "doctor.json").read_text())["status"] != "fail"
+    doctor = kvlab(env, "doctor", str(inventory), "--campaign", str(campaign), "--results",
+                   str(tmp_path / "results"), "--json", timeout=600)  # fmt: skip
+    assert doctor.returncode == 0, doctor.stderr[-3000:]
+    by_host = {h["host"]: {c["name"]: c for c in h["checks"]} for h in json.loads(doctor.stdout)["hosts"]}
+    assert set(by_host) == set(groups)
+    for host, found in by_host.items():
+        for name in ("device_files", "driver", "fabric", "cuda_init", "pinned_memory", "cuda_ipc"):
+            assert (found[name]["status"], found[name]["detail"]) == ("skip", "no GPU"), (host, name)
+        assert found["python"]["status"] == found["wheelhouse_python"]["status"] == "ok", host
+        if "lmcache" in groups[host]:
+            assert found["l2_direct_io"]["status"] == "ok" and found["l2_mount"]["status"] == "ok", found
+
     again = kvlab(env, "provision", str(inventory), "--campaign", str(campaign))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "provisioned: 0 changed" in again.stdout

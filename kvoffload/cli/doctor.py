@@ -1,0 +1,99 @@
+"""`kvoffload-lab doctor INVENTORY`: is each node ready for a campaign? One table per host, doctor.json.
+
+Thin: the probe, the checks and the verdicts live in kvoffload/doctor and kvoffload/orchestrate/doctor.py;
+this module parses flags, renders the tables and picks the exit code (1 when a host fails a check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvoffload.doctor.checks import NodeReport
+
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check every host before a campaign: GPU, driver, fabric, NUMA, memory for L1, L2, engines",
+        description=(
+            "Run a probe on every host of the inventory and check what a campaign needs: /dev/nvidia-uvm "
+            "and the driver, Fabric Manager and the fabric state, persistence mode, GPU clocks, PCIe "
+            "links, NUMA placement of the GPUs and the NVMe, host Python against the wheelhouse, memory "
+            "for L1, the L2 mount (file system, O_DIRECT, a short throughput probe, TRIM), CUDA init in "
+            "a unit-like sandbox, a pinned allocation, CUDA IPC between two processes, the engine set's "
+            "versions and LMCache's connector module. Prints a table per host, writes "
+            "RESULTS/<campaign>/doctor.json, exits 1 when a host fails a check. Changes nothing on the "
+            "hosts."
+        ),
+    )
+    p.add_argument("inventory", type=Path, help="Ansible YAML inventory (file, or folder holding hosts.yml)")
+    p.add_argument("--campaign", type=Path, help="campaign YAML (default: all.vars.kvoffload_campaign)")
+    p.add_argument(
+        "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
+    )
+    p.add_argument(
+        "--hosts-python",
+        default="3.11.2",
+        metavar="X.Y.Z",
+        help="the Python the wheelhouse is built for, as `run` takes it (default 3.11.2)",
+    )
+    p.add_argument("--no-wheelhouse", action="store_true", help="as `run`: hosts install from their index")
+    p.add_argument("--json", action="store_true", help="print doctor.json instead of the tables")
+    p.set_defaults(func=doctor)
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from kvoffload.cli.checks import check_folder_flag
+    from kvoffload.config import load_lab
+    from kvoffload.errors import UserError
+    from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
+    from kvoffload.playbook import PlaybookRunner
+
+    if not re.fullmatch(r"3\.[0-9]+\.[0-9]+", args.hosts_python):
+        raise UserError(f"--hosts-python {args.hosts_python!r}: give X.Y.Z, e.g. 3.11.2")
+    lab = load_lab(args.inventory, args.campaign)
+    check_folder_flag(args.results, "--results")
+    root = args.results.resolve() / lab.campaign.name
+    inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
+    runner = PlaybookRunner(inventory, root / "ansible")
+    reports = run_doctor(
+        lab, runner, root / DOCTOR_DIR, hosts_python=None if args.no_wheelhouse else args.hosts_python
+    )
+    record = doctor_json(reports, lab.campaign.name)
+    (root / DOCTOR_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        render(reports, root / DOCTOR_JSON)
+    return 1 if any(r.failed for r in reports) else 0
+
+
+def render(reports: list[NodeReport], saved: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for report in reports:
+        status = str(report.status)
+        table = Table(
+            title=f"{report.host}: [{_STYLE[status]}]{status}[/]", title_justify="left", expand=False
+        )
+        table.add_column("check", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("detail")
+        table.add_column("fix")
+        for c in report.checks:
+            s = str(c.status)
+            table.add_row(c.name, f"[{_STYLE[s]}]{s}[/]", c.detail, c.fix)
+        console.print(table)
+    failed = [r.host for r in reports if r.failed]
+    console.print(f"saved {saved}")
+    if failed:
+        console.print(f"[bold red]not ready:[/] {', '.join(failed)}")

