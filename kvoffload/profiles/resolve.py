@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvoffload.errors import UserError
+from kvoffload.parallelism import parallelism_problem
 from kvoffload.tiers import Tier
 
 GpuVendor = Literal["nvidia", "amd"]
@@ -218,8 +219,21 @@ def _check_deployment(dep: Deployment) -> None:
 
 
 def engine_args(dep: Deployment) -> list[str]:
-    """Flags every replica gets after `vllm serve <model> --host H --port P`."""
+    """Flags every replica gets after `vllm serve <model> --host H --port P`.
+
+    Each replica's `--tensor-parallel-size` is not among them: it depends on the replica's `gpus`, so the
+    vllm role appends it in the replica's environment file (kvoffload/parallelism.py).
+    """
     profile = engine_profile(dep.gpu_vendor, dep.tier)
+    # The vllm role adds each replica's --tensor-parallel-size from its `gpus`: no profile or campaign
+    # flag may contradict it (the campaign model refuses it first; this covers the profile files).
+    for where, given in (
+        (f"engine profile {PROFILES_DIR / 'engine' / f'{dep.gpu_vendor}-{dep.tier}.yaml'}: args", profile.args),
+        ("the campaign's extra_engine_args", dep.extra_engine_args),
+    ):
+        problem = parallelism_problem(given)
+        if problem is not None:
+            raise UserError(f"{where}[{problem[0]}]: {problem[1]}")
     args = list(profile.args)
     if dep.served_model_name and dep.served_model_name != dep.model:
         args += ["--served-model-name", dep.served_model_name]

@@ -73,3 +73,19 @@ def test_telemetry_wait_needs_a_successful_poll_not_only_the_metric_name() -> No
     assert "kvoffload_gpu_telemetry_up" in failed  # the old check matched this
     assert pattern.search(worked)
     assert not pattern.search(failed)
+
+
+@pytest.mark.parametrize(
+    ("args", "ok"),
+    [
+        (["--enable-prefix-caching", "--max-model-len", "16384"], True),
+        (["--enable-prefix-caching", "--tensor-parallel-size", "2"], False),
+        (["-tp", "2"], False),
+        (["--tensor_parallel_size=2"], False),
+        (["--tpx"], True),
+    ],
+)
+def test_preflight_refuses_a_tensor_parallel_flag_in_the_engine_args(args: list[str], ok: bool) -> None:
+    task = _task(TASKS / "preflight.yml", "Check that vllm_engine_args leave the tensor-parallel size to the replicas' GPUs")
+    variables: dict[str, Any] = {**role_defaults("vllm"), "vllm_engine_args": args}
+    assert _template("{{ " + task["ansible.builtin.assert"]["that"] + " }}", variables) is ok
