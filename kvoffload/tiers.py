@@ -19,4 +19,3 @@ TIERS: tuple[Tier, ...] = ("gpu", "cpu", "nvme")  # the order tiers are run and 
 # without a GPU): the first real lab's readings should replace it. The report says so beside GPU memory
 # used (kvoffload/report), and `plan` warns when the utilization leaves less (kvoffload/profiles).
 LMCACHE_SERVER_GPU_OVERHEAD_GIB = 1.0
-

@@ -7,10 +7,10 @@ server that was scraped (its always-present gauges are there) an absent event co
 never happened: 0 (no L2 eviction because L2 never filled). The exception is the counter only
 LMCache's GPU transfer path emits (chunks loaded, `N.LMC_GPU_PATH_ONLY`), which a CPU-mode server never
 shows whatever it moved: None there, and 0 only where the GPU path is proven present (the server shows
-another of its families, the L0-L1 store throughput that every store through it records). Usage: L1 + L2 bytes at the
-last sample (what the server retains at the end) and L1 usage ratio mean/max. Throughputs: mean GB/s
-per transfer from the histograms (increase of _sum / increase of _count). Every figure is None when
-its metric is absent (gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
+another of its families, the L0-L1 store throughput that every store through it records). Usage: L1 +
+L2 bytes at the last sample (what the server retains at the end) and L1 usage ratio mean/max.
+Throughputs: mean GB/s per transfer from the histograms (increase of _sum / increase of _count). Every
+figure is None when its metric is absent (gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
 """
 
 from __future__ import annotations

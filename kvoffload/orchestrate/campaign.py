@@ -905,9 +905,7 @@ class CampaignRunner:
             _write_cell(cell_dir, record)
         return status, None, {}
 
-    def _note_l2_trims(
-        self, node: str, result: PlaybookResult, record: dict[str, Any] | None = None
-    ) -> None:
+    def _note_l2_trims(self, node: str, result: PlaybookResult, record: dict[str, Any] | None = None) -> None:
         """Keep the run's last fstrim of the node's L2 for its next cell; with `record` (a replay.yml
         run), one in its first play, before the replay, is this cell's own."""
         for play_name, _host, trim in result.l2_trims:

@@ -358,8 +358,9 @@ class PlaybookRunner:
                 set_facts = res.get("ansible_facts") if isinstance(res, dict) else None
                 if isinstance(set_facts, dict) and set_facts.get("kvoffload_host_facts"):
                     facts[str(data.get("host"))] = set_facts["kvoffload_host_facts"]
-                if isinstance(set_facts, dict) and isinstance(set_facts.get("kvoffload_l2_trim"), dict):
-                    l2_trims.append((str(data.get("play", "")), str(data.get("host")), set_facts["kvoffload_l2_trim"]))
+                trim = set_facts.get("kvoffload_l2_trim") if isinstance(set_facts, dict) else None
+                if isinstance(trim, dict):
+                    l2_trims.append((str(data.get("play", "")), str(data.get("host")), trim))
                 action = str(data.get("resolved_action") or data.get("task_action") or "")
                 units = res.get("units") if isinstance(res, dict) else None
                 args = (res.get("invocation") or {}).get("module_args") or {} if isinstance(res, dict) else {}

@@ -233,8 +233,9 @@ def engine_args(dep: Deployment) -> list[str]:
     profile = engine_profile(dep.gpu_vendor, dep.tier)
     # The vllm role adds each replica's --tensor-parallel-size from its `gpus`: no profile or campaign
     # flag may contradict it (the campaign model refuses it first; this covers the profile files).
+    profile_file = PROFILES_DIR / "engine" / f"{dep.gpu_vendor}-{dep.tier}.yaml"
     for where, given in (
-        (f"engine profile {PROFILES_DIR / 'engine' / f'{dep.gpu_vendor}-{dep.tier}.yaml'}: args", profile.args),
+        (f"engine profile {profile_file}: args", profile.args),
         ("the campaign's extra_engine_args", dep.extra_engine_args),
     ):
         problem = parallelism_problem(given)
@@ -427,4 +428,3 @@ def gpu_room_warning(tier: Tier, args: Sequence[str], gpu_memory_gib: float | No
         f"a replica may fail to start or run out of memory mid-cell; give at most {highest:.3f} in the "
         "campaign's extra_engine_args, or size the KV cache with kv_cache_memory_bytes"
     )
-

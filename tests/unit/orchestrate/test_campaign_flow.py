@@ -141,7 +141,8 @@ class Recorder:
             if teardown or playbook == "teardown.yml":
                 wipes.append(campaign_mod.TEARDOWN_PLAY)
         trims = tuple(
-            (play, node, {"outcome": "trimmed", "message": f"{len(self.runs)} {playbook} {play}"}) for play in wipes
+            (play, node, {"outcome": "trimmed", "message": f"{len(self.runs)} {playbook} {play}"})
+            for play in wipes
         )
         return PlaybookResult(
             playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {}, plays, l2_trims=trims
@@ -662,4 +663,3 @@ def test_each_nvme_cell_records_the_trim_after_the_last_wipe_before_its_replay(
         assert second["message"].endswith(f"replay.yml+teardown {campaign_mod.TEARDOWN_PLAY}")
         assert second["message"].split()[0] == str(len(runs) - 3)  # the first cell's replay (1-based)
     assert second["outcome"] == "trimmed"
-

@@ -10,7 +10,9 @@ from kvoffload.report.views import DISK_COLUMNS, GPU_MEMORY_NOTE, gpu_memory_not
 
 
 def _group(gpu_mem: list[float | None]) -> pd.DataFrame:
-    return pd.DataFrame({"tier": ["gpu", "cpu", "nvme"], "cell_id": ["a", "b", "c"], "gpu_mem_used_gib": gpu_mem})
+    return pd.DataFrame(
+        {"tier": ["gpu", "cpu", "nvme"], "cell_id": ["a", "b", "c"], "gpu_mem_used_gib": gpu_mem}
+    )
 
 
 def test_the_hardware_table_notes_lmcache_servers_gpu_memory_where_offload_cells_measured_it() -> None:

@@ -58,7 +58,12 @@ def test_l1_and_the_replicas_must_fit_in_memtotal(l1_gb: float, replicas: int, f
     if not fits:
         assert "gpu01 has 2015.5 GiB of memory" in message
         assert "need 2018.0 GiB" in message
-        for variable in ("lmcache_l1_size_gb", "l1_size_gb", "vllm_replicas", "lmcache_server_replica_host_memory_gb"):
+        for variable in (
+            "lmcache_l1_size_gb",
+            "l1_size_gb",
+            "vllm_replicas",
+            "lmcache_server_replica_host_memory_gb",
+        ):
             assert variable in message
 
 

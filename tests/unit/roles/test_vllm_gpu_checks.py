@@ -87,7 +87,10 @@ def test_telemetry_wait_needs_a_successful_poll_not_only_the_metric_name() -> No
     ],
 )
 def test_preflight_refuses_a_tensor_parallel_flag_in_the_engine_args(args: list[str], ok: bool) -> None:
-    task = _task(TASKS / "preflight.yml", "Check that vllm_engine_args leave the tensor-parallel size to the replicas' GPUs")
+    task = _task(
+        TASKS / "preflight.yml",
+        "Check that vllm_engine_args leave the tensor-parallel size to the replicas' GPUs",
+    )
     variables: dict[str, Any] = {**role_defaults("vllm"), "vllm_engine_args": args}
     assert _template("{{ " + task["ansible.builtin.assert"]["that"] + " }}", variables) is ok
 
