@@ -93,8 +93,8 @@ class PlaybookResult:
     unit_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     # host -> the record the collect role's `kvoffload_software` read there (software/<host>.json)
     software: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # (play name, host, the lmcache_server role's `kvoffload_l2_trim` fact) of each fstrim after an L2
-    # wipe, in order (roles/lmcache_server/tasks/trim_l2.yml)
+    # (play name, host, the lmcache_server role's `lmcache_server_l2_trim_result` fact) of each fstrim
+    # after an L2 wipe, in order (roles/lmcache_server/tasks/trim_l2.yml)
     l2_trims: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
     @property
@@ -358,7 +358,7 @@ class PlaybookRunner:
                 set_facts = res.get("ansible_facts") if isinstance(res, dict) else None
                 if isinstance(set_facts, dict) and set_facts.get("kvoffload_host_facts"):
                     facts[str(data.get("host"))] = set_facts["kvoffload_host_facts"]
-                trim = set_facts.get("kvoffload_l2_trim") if isinstance(set_facts, dict) else None
+                trim = set_facts.get("lmcache_server_l2_trim_result") if isinstance(set_facts, dict) else None
                 if isinstance(trim, dict):
                     l2_trims.append((str(data.get("play", "")), str(data.get("host")), trim))
                 action = str(data.get("resolved_action") or data.get("task_action") or "")

@@ -52,6 +52,6 @@ def test_the_trim_fact_names_the_outcome(registered: dict[str, Any], outcome: st
         "_lmcache_server_trim": registered,
     }
     templar = Templar(loader=DataLoader(), variables=variables)
-    spec = record["ansible.builtin.set_fact"]["kvoffload_l2_trim"]
+    spec = record["ansible.builtin.set_fact"]["lmcache_server_l2_trim_result"]
     got = {key: templar.template(trust_as_template(value)) for key, value in spec.items()}
     assert got == {"path": "/mnt/kvoffload-nvme", "outcome": outcome, "message": message}
