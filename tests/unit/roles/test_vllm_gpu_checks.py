@@ -95,11 +95,19 @@ def test_preflight_refuses_a_tensor_parallel_flag_in_the_engine_args(args: list[
     assert _template("{{ " + task["ansible.builtin.assert"]["that"] + " }}", variables) is ok
 
 
-@pytest.mark.parametrize(("engine", "one_first"), [("vllm", True), ("sim", False)])
-def test_real_replicas_start_one_first_to_fill_the_shared_compile_cache(engine: str, one_first: bool) -> None:
+@pytest.mark.parametrize(
+    ("engine", "build", "one_first"), [("vllm", "auto", True), ("vllm", "cpu", False), ("sim", "auto", False)]
+)
+def test_real_replicas_start_one_first_to_fill_the_shared_compile_cache(
+    engine: str, build: str, one_first: bool
+) -> None:
     task = _task(
         TASKS / "service.yml",
         "Start every replica, restarting those whose configuration changed, and wait for each /health",
     )
-    variables: dict[str, Any] = {**role_defaults("vllm"), "kvoffload_engine": engine}
+    variables: dict[str, Any] = {
+        **role_defaults("vllm"),
+        "kvoffload_engine": engine,
+        "kvoffload_engine_build": build,
+    }
     assert _template(task["kvoffload_start_units"]["one_first"], variables) is one_first
