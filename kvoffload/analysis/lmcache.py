@@ -4,12 +4,13 @@ Hit rate: lookup hit tokens over requested tokens, as a windowed rate ratio (sam
 rates). Counters: increase over the run, summed over label sets (per-tier hit tokens, evicted, stored,
 loaded and failed chunks). LMCache's OpenTelemetry counters appear at their first update, so on a
 server that was scraped (its always-present gauges are there) an absent event counter means the event
-never happened: 0 (no L2 eviction because L2 never filled). The exceptions stay None: counters only
-LMCache's GPU transfer path emits (chunks loaded; L0-L1 throughput), which a CPU-mode server never
-shows whatever it moved (`N.LMC_GPU_PATH_ONLY`). Usage: L1 + L2 bytes at the
-last sample (what the server retains at the end) and L1 usage ratio mean/max. Throughputs: mean GB/s
-per transfer from the histograms (increase of _sum / increase of _count). Every figure is None when
-its metric is absent (gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
+never happened: 0 (no L2 eviction because L2 never filled). The exception is the counter only
+LMCache's GPU transfer path emits (chunks loaded, `N.LMC_GPU_PATH_ONLY`), which a CPU-mode server never
+shows whatever it moved: None there, and 0 only where the GPU path is proven present (the server shows
+another of its families, the L0-L1 store throughput that every store through it records). Usage: L1 +
+L2 bytes at the last sample (what the server retains at the end) and L1 usage ratio mean/max.
+Throughputs: mean GB/s per transfer from the histograms (increase of _sum / increase of _count). Every
+figure is None when its metric is absent (gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
 """
 
 from __future__ import annotations
@@ -43,10 +44,21 @@ def _scraped(samples: pd.DataFrame) -> bool:
     return N.resolve(names, N.LMC_L1_USAGE_BYTES) is not None
 
 
-def _events(samples: pd.DataFrame, candidates: tuple[str, ...], scraped: bool) -> float | None:
-    """Increase of a lazily created event counter: 0 when absent on a scraped server."""
+def _gpu_path(samples: pd.DataFrame) -> bool:
+    """Whether the server used LMCache's GPU transfer path: one of its own families is there."""
+    return N.resolve_histogram(samples["name"].unique(), N.LMC_GPU_PATH_HISTOGRAMS) is not None
+
+
+def _events(
+    samples: pd.DataFrame, candidates: tuple[str, ...], scraped: bool, gpu_path: bool = False
+) -> float | None:
+    """Increase of a lazily created event counter: 0 when absent on a scraped server.
+
+    A GPU-path-only counter is 0 when absent only where `gpu_path` proves that path ran (on CUDA a cell
+    without a single load shows no counter yet, as a CPU-mode server never does).
+    """
     value = increase(samples, candidates)
-    if value is None and scraped and not set(candidates) & N.LMC_GPU_PATH_ONLY:
+    if value is None and scraped and (gpu_path or not set(candidates) & N.LMC_GPU_PATH_ONLY):
         return 0.0
     return value
 
@@ -81,7 +93,7 @@ def lmcache_figures(samples: pd.DataFrame) -> dict[str, Any]:
         "lmcache_l1_usage_max_pct": ratio["max"],
         "lmcache_eviction_loop_ticks": _events(samples, N.LMC_LOOP_TICKS, scraped),
         "lmcache_eviction_loop_triggered": _events(samples, N.LMC_LOOP_TRIGGERED, scraped),
-        "lmcache_chunks_loaded": _events(samples, N.LMC_CHUNKS_LOADED, scraped),
+        "lmcache_chunks_loaded": _events(samples, N.LMC_CHUNKS_LOADED, scraped, _gpu_path(samples)),
         "lmcache_l0_l1_store_gbps": histogram_mean(samples, N.LMC_L0_L1_STORE_TPUT),
         "lmcache_l0_l1_load_gbps": histogram_mean(samples, N.LMC_L0_L1_LOAD_TPUT),
         "lmcache_l2_store_gbps": histogram_mean(samples, N.LMC_L2_STORE_TPUT),

@@ -62,6 +62,9 @@ LMC_NOT_IN_CPU_CAPTURE = {
 LMC_GPU_PATH_ONLY = frozenset(
     {"lmcache_mp_num_chunks_loaded_total", LMC_L0_L1_STORE_TPUT[0], LMC_L0_L1_LOAD_TPUT[0]}
 )
+# The histograms among them (patterns): a server showing one has used the GPU path, so there an absent
+# chunks-loaded counter means none was loaded (0), not "not measured".
+LMC_GPU_PATH_HISTOGRAMS = (LMC_L0_L1_STORE_TPUT[0], LMC_L0_L1_LOAD_TPUT[0])
 
 # node-exporter.
 NODE_CPU = ("node_cpu_seconds_total",)

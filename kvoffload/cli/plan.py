@@ -153,6 +153,24 @@ def _schedule(
     return where, method, order
 
 
+def _gpu_room_warnings(lab: Any) -> list[str]:
+    """Per offload tier: whether --gpu-memory-utilization leaves room for lmcache-server's GPU memory."""
+    from kvoffload.profiles.resolve import engine_profile, gpu_room_warning
+
+    campaign = lab.campaign
+    # The simulator's cache server holds no GPU memory; with the KV cache sized in bytes vLLM ignores
+    # the utilization.
+    if campaign.engine != "vllm" or campaign.kv_cache_memory_bytes is not None:
+        return []
+    found = []
+    for tier in campaign.tiers:
+        args = [*engine_profile(campaign.gpu_vendor, tier).args, *campaign.extra_engine_args]
+        warning = gpu_room_warning(tier, args, None)
+        if warning is not None:
+            found.append(warning)
+    return found
+
+
 def _plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -278,6 +296,7 @@ def _plan(args: argparse.Namespace) -> int:
             f"bisects to a bracket of {knee.resolution}; its cells are decided as it goes"
         )
         warnings += _knee_load_warnings(lab, sessions, tokenizer, ceilings is not None)
+    warnings += _gpu_room_warnings(lab)
     for line in warnings:
         console.print(f"[yellow]warning:[/] {line}")
     console.print(f"{len(lab.cells) - done} cell(s) to run, {done} already DONE under {done_root}")

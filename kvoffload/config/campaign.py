@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 
 from kvoffload.config.errors import KeyedError
 from kvoffload.datasets import DATASET_CODES, chunk_floor
+from kvoffload.parallelism import parallelism_problem
 from kvoffload.tiers import TIERS, Tier
 
 TIER_ORDER = TIERS
@@ -189,7 +190,9 @@ class Campaign(_Strict):
         "with a probe; engines restart only when their configuration changes) or restart (every cell)",
     )
     extra_engine_args: list[str] = Field(
-        default=[], description="extra `vllm serve` flags appended to every replica's profile flags"
+        default=[],
+        description="extra `vllm serve` flags appended to every replica's profile flags (no "
+        "--tensor-parallel-size: each replica's comes from its `gpus`)",
     )
 
     @field_validator("isl", "concurrency", "num_rounds", "tiers", mode="before")
@@ -218,6 +221,9 @@ class Campaign(_Strict):
                     f"{arg!r} is empty or holds whitespace or a single quote, which a systemd unit cannot "
                     'pass: give a flag and its value as two items, e.g. ["--max-model-len", "16384"]',
                 )
+        problem = parallelism_problem(values)
+        if problem is not None:
+            raise KeyedError(f"[{problem[0]}]", problem[1])
         return values
 
     @model_validator(mode="after")

@@ -96,6 +96,12 @@ class CellMeta(_Lenient):
     fault_effects: dict[str, Any] | None = Field(
         default=None, description="what the requests did after the first fault (orchestrate/faults.py)"
     )
+    l2_trim: dict[str, Any] | None = Field(
+        default=None,
+        description="the fstrim of the L2 file system after the last wipe of L2 before this cell: path, "
+        "outcome (trimmed, unsupported or failed) and fstrim's message; null: no wipe trimmed in this "
+        "run, a tier without L2, or a cell.json older than this field",
+    )
 
 
 def cell_json_text(record: Mapping[str, Any]) -> str:

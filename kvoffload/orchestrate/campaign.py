@@ -72,6 +72,9 @@ BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
 # `teardown` timing is measured and the watch of the targets ends.
 TEARDOWN_AFTER_VAR = "kvoffload_teardown_after"
 TEARDOWN_PLAY = "Stop the cell's units"
+# replay.yml's first play: an fstrim there (after the reset's L2 clear) is this cell's, before its
+# replay; one in a later play (the collect's clear for the next cell, the teardown) is the next cell's.
+CLEAR_L2_PLAY = "Empty L2 of the reset's probes"
 
 
 class Progress(Protocol):
@@ -237,6 +240,8 @@ class CampaignRunner:
         # node -> a cell of this run whose collect read the node's (and the client's) software: software
         # changes only in a node's install phase, once per run, so later cells copy that record
         self._software_from: dict[str, Cell] = {}
+        # node -> the last fstrim of its L2 file system (after a wipe), which its next cell records
+        self._l2_trims: dict[str, dict[str, Any]] = {}
         self._campaign_timings: dict[str, float] = {}
         self._knee: list[knee.RampLog] = []
         # facts, once a node's install gathered them, serve its later cells (_node_facts)
@@ -726,7 +731,7 @@ class CampaignRunner:
             more: dict[str, Any] | None = None,
             on_play: Callable[[str], None] | None = None,
         ) -> PlaybookResult:
-            return self.playbooks.run(
+            result = self.playbooks.run(
                 playbook,
                 {**extravars, **(dict.fromkeys(clear_l2, True) if has_l2 else {}), **(more or {})},
                 limit=self._limit(node, client=client),
@@ -737,6 +742,9 @@ class CampaignRunner:
                 on_play=on_play,
                 fact_cache=self._node_facts(node),
             )
+            if playbook != "replay.yml":  # replay.yml's trims: after the replay, below
+                self._note_l2_trims(node, result)
+            return result
 
         has_l2 = bool(extravars.get("lmcache_server_l2_path"))
         keeping = False  # the next cell keeps these engines (decided before the replay's collect, which
@@ -857,6 +865,8 @@ class CampaignRunner:
                         watched.extend(watch.faults())
                         _unpack_fetched(cell_dir)
 
+            if has_l2:  # the trim after the last wipe of L2 before this cell (null: none this run)
+                record["l2_trim"] = self._l2_trims.get(node)
             if self._client_pending():
                 phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
             else:
@@ -866,6 +876,7 @@ class CampaignRunner:
             except PlaybookFailed as exc:
                 _split_collect(timings, exc.result, teardown_after)
                 _write_collected(cell_dir, exc.result)
+                self._note_l2_trims(node, exc.result, record if has_l2 else None)
                 if not (teardown_after and exc.result.failed_only_in(TEARDOWN_PLAY)):
                     raise
                 # the replay and its collect are whole: the cell stands, and its teardown runs again on
@@ -875,6 +886,7 @@ class CampaignRunner:
             else:
                 _split_collect(timings, result, teardown_after)
                 _write_collected(cell_dir, result)
+                self._note_l2_trims(node, result, record if has_l2 else None)
                 torn_down = teardown_after and result.seconds_from(TEARDOWN_PLAY) is not None
             _write_cell(cell_dir, record)
             if source is not None:
@@ -922,6 +934,15 @@ class CampaignRunner:
             self._teardown_cell(cell, extravars, record, timings, node, final=False)
             _write_cell(cell_dir, record)
         return status, None, {}
+
+    def _note_l2_trims(self, node: str, result: PlaybookResult, record: dict[str, Any] | None = None) -> None:
+        """Keep the run's last fstrim of the node's L2 for its next cell; with `record` (a replay.yml
+        run), one in its first play, before the replay, is this cell's own."""
+        for play_name, _host, trim in result.l2_trims:
+            if record is not None and play_name == CLEAR_L2_PLAY:
+                record["l2_trim"] = trim
+            else:
+                self._l2_trims[node] = trim
 
     def _reset(self, cell: Cell, targets: list[dict[str, str]], previous: Cell | None) -> dict[str, Any]:
         """Empty the running engines' caches and prove the cell cold (kvoffload/orchestrate/coldstart)."""
@@ -972,7 +993,7 @@ class CampaignRunner:
         hosts their periodic disk jobs back, which after a node's last cell `_unquiet` does."""
         t0 = time.monotonic()
         try:
-            self.playbooks.run(
+            result = self.playbooks.run(
                 "teardown.yml",
                 extravars,
                 limit=self._limit(node, client=False),
@@ -982,6 +1003,9 @@ class CampaignRunner:
         except PlaybookFailed as exc:
             record["teardown_error"] = str(exc)
             log.error("teardown after cell %s failed: %s", cell.id, exc)
+            self._note_l2_trims(node, exc.result)
+        else:
+            self._note_l2_trims(node, result)
         timings["teardown"] = round(time.monotonic() - t0, 3)
 
 

@@ -93,6 +93,9 @@ class PlaybookResult:
     unit_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     # host -> the record the collect role's `kvoffload_software` read there (software/<host>.json)
     software: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # (play name, host, the lmcache_server role's `lmcache_server_l2_trim_result` fact) of each fstrim
+    # after an L2 wipe, in order (roles/lmcache_server/tasks/trim_l2.yml)
+    l2_trims: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
     @property
     def total_changed(self) -> int:
@@ -326,6 +329,7 @@ class PlaybookRunner:
         plays: list[tuple[str, float]] = []
         unit_states: dict[str, dict[str, Any]] = {}
         software: dict[str, dict[str, Any]] = {}
+        l2_trims: list[tuple[str, str, dict[str, Any]]] = []
 
         def handler(event: dict[str, Any]) -> bool:
             data = event.get("event_data") or {}
@@ -354,6 +358,9 @@ class PlaybookRunner:
                 set_facts = res.get("ansible_facts") if isinstance(res, dict) else None
                 if isinstance(set_facts, dict) and set_facts.get("kvoffload_host_facts"):
                     facts[str(data.get("host"))] = set_facts["kvoffload_host_facts"]
+                trim = set_facts.get("lmcache_server_l2_trim_result") if isinstance(set_facts, dict) else None
+                if isinstance(trim, dict):
+                    l2_trims.append((str(data.get("play", "")), str(data.get("host")), trim))
                 action = str(data.get("resolved_action") or data.get("task_action") or "")
                 units = res.get("units") if isinstance(res, dict) else None
                 args = (res.get("invocation") or {}).get("module_args") or {} if isinstance(res, dict) else {}
@@ -432,6 +439,7 @@ class PlaybookRunner:
             plays=tuple(plays),
             unit_states=unit_states,
             software=software,
+            l2_trims=tuple(l2_trims),
         )
         if result.status != "successful" or result.rc != 0:
             raise PlaybookFailed(result)

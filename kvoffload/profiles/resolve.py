@@ -9,6 +9,7 @@ returns is documented in the receiving role's `meta/argument_specs.yml` and in p
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvoffload.errors import UserError
-from kvoffload.tiers import Tier
+from kvoffload.parallelism import parallelism_problem
+from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB, Tier
 
 GpuVendor = Literal["nvidia", "amd"]
 Engine = Literal["vllm", "sim"]
@@ -38,6 +40,11 @@ CADDY_PORT = 8100
 CADDY_METRICS_PORT = 8101
 NODE_EXPORTER_PORT = 9100
 VISIBLE_DEVICES_ENV: dict[GpuVendor, str] = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
+# vLLM's default --gpu-memory-utilization.
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+# The GPU size `plan` judges the room on when it cannot know the hosts' GPUs (engine vllm): 80 GiB, the
+# smallest data-centre GPU this lab targets (A100/H100 80 GB), so that a figure too high for it warns.
+ASSUMED_GPU_MEMORY_GIB = 80.0
 # systemd splits `$VAR` in ExecStart at whitespace and the replica env file quotes values with single
 # quotes, so an argument must contain neither.
 _UNSAFE_ARG = re.compile(r"[\s']")
@@ -218,8 +225,22 @@ def _check_deployment(dep: Deployment) -> None:
 
 
 def engine_args(dep: Deployment) -> list[str]:
-    """Flags every replica gets after `vllm serve <model> --host H --port P`."""
+    """Flags every replica gets after `vllm serve <model> --host H --port P`.
+
+    Each replica's `--tensor-parallel-size` is not among them: it depends on the replica's `gpus`, so the
+    vllm role appends it in the replica's environment file (kvoffload/parallelism.py).
+    """
     profile = engine_profile(dep.gpu_vendor, dep.tier)
+    # The vllm role adds each replica's --tensor-parallel-size from its `gpus`: no profile or campaign
+    # flag may contradict it (the campaign model refuses it first; this covers the profile files).
+    profile_file = PROFILES_DIR / "engine" / f"{dep.gpu_vendor}-{dep.tier}.yaml"
+    for where, given in (
+        (f"engine profile {profile_file}: args", profile.args),
+        ("the campaign's extra_engine_args", dep.extra_engine_args),
+    ):
+        problem = parallelism_problem(given)
+        if problem is not None:
+            raise UserError(f"{where}[{problem[0]}]: {problem[1]}")
     args = list(profile.args)
     if dep.served_model_name and dep.served_model_name != dep.model:
         args += ["--served-model-name", dep.served_model_name]
@@ -370,3 +391,40 @@ def resolve(dep: Deployment) -> dict[str, Any]:
         "replay_base_url": base_url(dep),
         "replay_metrics_targets": metrics_targets(dep),
     }
+
+
+def gpu_memory_utilization(args: Sequence[str]) -> float:
+    """The --gpu-memory-utilization in `args` (vLLM keeps the last one), else vLLM's default."""
+    value = VLLM_GPU_MEMORY_UTILIZATION
+    for i, arg in enumerate(args):
+        name, sep, given = arg.partition("=")
+        if name.replace("_", "-") == "--gpu-memory-utilization":
+            raw = given if sep else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                value = float(raw)
+            except ValueError:
+                continue  # vLLM itself refuses it at start
+    return value
+
+
+def gpu_room_warning(tier: Tier, args: Sequence[str], gpu_memory_gib: float | None) -> str | None:
+    """Why the engine flags `args` leave too little GPU memory for lmcache-server on `tier`, or None.
+
+    `gpu_memory_gib` None: the hosts' GPUs are unknown, and ASSUMED_GPU_MEMORY_GIB is judged.
+    """
+    if tier == "gpu":
+        return None
+    utilization = gpu_memory_utilization(args)
+    size = gpu_memory_gib if gpu_memory_gib is not None else ASSUMED_GPU_MEMORY_GIB
+    room = (1.0 - utilization) * size
+    if room >= LMCACHE_SERVER_GPU_OVERHEAD_GIB:
+        return None
+    highest = math.floor(1000 * (1.0 - LMCACHE_SERVER_GPU_OVERHEAD_GIB / size)) / 1000  # at most: down
+    assumed = "" if gpu_memory_gib is not None else " (assumed: plan does not know the hosts' GPUs)"
+    return (
+        f"tier {tier}: --gpu-memory-utilization {utilization:g} leaves {room:.2f} GiB of a {size:g} GiB "
+        f"GPU{assumed} outside vLLM's budget, but lmcache-server holds about "
+        f"{LMCACHE_SERVER_GPU_OVERHEAD_GIB:g} GiB on every GPU (its CUDA context and transfer buffers): "
+        f"a replica may fail to start or run out of memory mid-cell; give at most {highest:.3f} in the "
+        "campaign's extra_engine_args, or size the KV cache with kv_cache_memory_bytes"
+    )

@@ -43,6 +43,7 @@ from kvoffload.report.views import (
     SESSION_COLUMNS,
     Table,
     frame_table,
+    gpu_memory_note,
     hosts_table,
     knee_table,
     prediction_tables,
@@ -299,7 +300,9 @@ def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
                 latency=table("TTFT, token latency and throughput", group, LATENCY_COLUMNS),
                 cache=table("Prefix cache, KV usage and engine times", group, CACHE_COLUMNS, key_columns=2),
                 offload=table("KV offload (LMCache) and reuse", group, OFFLOAD_COLUMNS, key_columns=2),
-                hardware=table("L2 disk and GPU", group, DISK_COLUMNS, key_columns=3),
+                hardware=table(
+                    "L2 disk and GPU", group, DISK_COLUMNS, note=gpu_memory_note(group), key_columns=3
+                ),
                 rounds=rounds_pivot(curves),
                 plots=[(n, s) for n, s in svgs if s is not None],
             )

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from kvoffload.analysis.capacity import Knee, TierCapacity, as_number, tokens_text
+from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB
 
 MISSING = "–"
 
@@ -183,6 +184,14 @@ DISK_COLUMNS: list[Column] = [
     ("GPU memory used (GiB)", _col("gpu_mem_used_gib", 2)),
 ]
 
+# Beside "GPU memory used" where an offload tier ran on real GPUs (kvoffload/tiers.py says where the
+# figure comes from).
+GPU_MEMORY_NOTE = (
+    "GPU memory used on the cpu and nvme tiers includes lmcache-server's CUDA context and transfer buffers "
+    f"on every GPU (about {LMCACHE_SERVER_GPU_OVERHEAD_GIB:g} GiB each, an estimate), which the gpu tier "
+    "does not run: the difference between tiers is not KV cache."
+)
+
 SESSION_COLUMNS: list[Column] = [
     ("cell", lambda r: str(r["cell_id"])),
     ("tier", lambda r: str(r["tier"])),
@@ -200,6 +209,14 @@ SESSION_COLUMNS: list[Column] = [
     ("cold start", lambda r: str(r.get("cold_start") or MISSING)),  # restart, or reset in place
     ("status", lambda r: f"{r['status']}{'' if bool(r['done']) else ' (no DONE)'}"),
 ]
+
+
+def gpu_memory_note(frame: pd.DataFrame) -> str:
+    """GPU_MEMORY_NOTE where an offload-tier cell of `frame` measured GPU memory, else nothing."""
+    if "gpu_mem_used_gib" not in frame.columns:
+        return ""
+    offload = frame[frame["tier"] != "gpu"]
+    return GPU_MEMORY_NOTE if offload["gpu_mem_used_gib"].notna().any() else ""
 
 
 def _measured(cell: str) -> bool:

@@ -14,6 +14,11 @@ are the host's own or its lab network's addresses) until it answers 200, or a
 meanwhile ends the wait at once, and the error names the unit, its URL, the last answer and the
 journalctl command to read.
 
+With `one_first`, the first unit that would (re)start does so alone and is waited for before the others
+(re)start in one transaction: vLLM replicas of one host share one torch.compile cache (the engine
+user's state folder), so on a first start eight replicas would each compile the same graphs and race
+to write them; started after one, the others load them from the cache.
+
 Check mode says what it would enable, restart and start (a unit not installed yet too: the run would
 have installed it), and waits for nothing. Standard library
 only: it runs on the host's own python3.
@@ -39,7 +44,13 @@ options:
   restart: {type: list, elements: str, default: [], description: "Those of the units to restart."}
   wait: {type: dict, default: {}, description: "Unit -> its health URL, or a list of them, waited for."}
   daemon_reload: {type: bool, default: false, description: "Reload systemd first (a unit file changed)."}
-  timeout: {type: float, default: 300, description: "Seconds for every URL to answer 200."}
+  timeout: {type: float, default: 300, description: "Seconds for every URL to answer 200 (per wait)."}
+  one_first:
+    type: bool
+    default: false
+    description: >-
+      (Re)start the first unit that needs it alone and wait for its URLs, then the rest: units that
+      share a compile cache then fill it once.
   interval: {type: float, default: 1, description: "Seconds between two polls of a URL."}
 """
 
@@ -48,6 +59,7 @@ enabled: {description: the units that were enabled (would be, in check mode), ty
 restarted: {description: the units that were restarted, type: list}
 started: {description: the units that were started (they did not run), type: list}
 waited_s: {description: seconds until every URL answered 200, type: float}
+first: {description: the unit (re)started and waited for before the others (one_first), or null, type: str}
 """
 
 # Unit-file states that need no `systemctl enable` (a template instance reads as its template's).
@@ -78,6 +90,19 @@ def plan(
     return to_enable, to_restart, to_start
 
 
+def stages(
+    one_first: bool, units: list[str], to_restart: list[str], to_start: list[str]
+) -> list[tuple[list[str], list[str]]]:
+    """(to restart, to start) per step: one step, or with `one_first` and two or more units to
+    (re)start, the first of them in `units` order alone and then the rest."""
+    moving = [u for u in units if u in to_restart or u in to_start]
+    if not one_first or len(moving) < 2:
+        return [(to_restart, to_start)]
+    first = moving[0]
+    alone = ([first], []) if first in to_restart else ([], [first])
+    return [alone, ([u for u in to_restart if u != first], [u for u in to_start if u != first])]
+
+
 def answer(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> str | None:
     """None when `url` answers 200 (a tcp://host:port one: accepts a connection), else what it
     answered (or why it did not)."""
@@ -106,6 +131,7 @@ def main() -> None:
             "timeout": {"type": "float", "default": 300.0},
             "interval": {"type": "float", "default": 1.0},
             "daemon_reload": {"type": "bool", "default": False},
+            "one_first": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -123,20 +149,34 @@ def main() -> None:
         module.fail_json(msg=f"no such unit: {', '.join(missing)} (is its unit file installed?)", units=units)
     to_enable, to_restart, to_start = plan(units, list(p["restart"]), states)
     changed = bool(to_enable or to_restart or to_start)
-    result = {"enabled": to_enable, "restarted": to_restart, "started": to_start, "waited_s": 0.0}
+    steps = stages(p["one_first"], units, to_restart, to_start)
+    result: dict[str, object] = {
+        "enabled": to_enable,
+        "restarted": to_restart,
+        "started": to_start,
+        "waited_s": 0.0,
+        "first": (steps[0][0] + steps[0][1])[0] if len(steps) > 1 else None,
+    }
     if module.check_mode:
         module.exit_json(changed=changed, **result)
-    for verb, names in (("enable", to_enable), ("restart", to_restart), ("start", to_start)):
-        if names:
-            rc, _out, err = module.run_command([systemctl, verb, "--", *names])
-            if rc != 0:
-                msg = f"systemctl {verb} exited {rc}: {err.strip()}"
-                module.fail_json(msg=msg, changed=changed, **result)
     t0 = time.monotonic()
-    failure = wait_healthy(module, systemctl, p["wait"], p["timeout"], p["interval"])
+    for i, (restart_now, start_now) in enumerate(steps):
+        verbs = (("enable", to_enable if i == 0 else []), ("restart", restart_now), ("start", start_now))
+        for verb, names in verbs:
+            if names:
+                rc, _out, err = module.run_command([systemctl, verb, "--", *names])
+                if rc != 0:
+                    msg = f"systemctl {verb} exited {rc}: {err.strip()}"
+                    module.fail_json(msg=msg, changed=changed, **result)
+        # Before the last step only the unit started alone; at the end every URL.
+        wait = p["wait"]
+        if i < len(steps) - 1:
+            wait = {u: p["wait"][u] for u in restart_now + start_now if u in p["wait"]}
+        failure = wait_healthy(module, systemctl, wait, p["timeout"], p["interval"])
+        if failure is not None:
+            result["waited_s"] = round(time.monotonic() - t0, 3)
+            module.fail_json(msg=failure, changed=changed, **result)
     result["waited_s"] = round(time.monotonic() - t0, 3)
-    if failure is not None:
-        module.fail_json(msg=failure, changed=changed, **result)
     module.exit_json(changed=changed, **result)
 
 

@@ -138,3 +138,28 @@ def test_a_tier_without_lmcache_has_no_lmcache_figure() -> None:
     )  # fmt: skip
     f = lmcache_figures(samples)
     assert f["lmcache_l1_evicted_chunks"] is None and f["lmcache_l2_stored_chunks"] is None
+
+
+def _gpu_server_rows(with_store_histogram: bool) -> list[Row]:
+    """A scraped CUDA-mode server that stored through the GPU path and loaded nothing in the cell."""
+    rows: list[Row] = [("run", t, "lmcache", "lmcache_mp_l1_memory_usage_bytes", {}, 1e6) for t in TIMES]
+    if with_store_histogram:
+        base = "lmcache_mp_l0_l1_store_throughput_GB_per_second"
+        rows += [
+            ("before", -1, "lmcache", f"{base}_sum", {}, 0.0),
+            ("before", -1, "lmcache", f"{base}_count", {}, 0.0),
+            ("after", 61, "lmcache", f"{base}_sum", {}, 40.0),
+            ("after", 61, "lmcache", f"{base}_count", {}, 2.0),
+        ]
+    return rows
+
+
+def test_chunks_loaded_is_zero_where_the_gpu_path_is_proven_and_none_elsewhere() -> None:
+    gpu = lmcache_figures(samples_frame(_gpu_server_rows(with_store_histogram=True)))
+    # Stores went through the GPU path (its store histogram is there): no loads counted means none.
+    assert gpu["lmcache_chunks_loaded"] == 0.0
+    assert gpu["lmcache_l0_l1_store_gbps"] == pytest.approx(20.0)
+    assert gpu["lmcache_l0_l1_load_gbps"] is None  # a mean of no transfer stays unknown
+    # The same server without any GPU-path family: a CPU-mode server, so not measured.
+    cpu = lmcache_figures(samples_frame(_gpu_server_rows(with_store_histogram=False)))
+    assert cpu["lmcache_chunks_loaded"] is None

@@ -167,3 +167,37 @@ def test_offload_replicas_off_the_lmcache_host_are_refused(
     inv.write_text(yaml.safe_dump(inventory))
     camp.write_text(yaml.safe_dump({**yaml.safe_load(camp.read_text()), "tiers": ["gpu"]}))
     assert main(["plan", str(inv), "--campaign", str(camp)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("engine", "utilization", "warned"),
+    [
+        ("vllm", None, False),  # vLLM's 0.9 leaves 8 GiB of the assumed 80 GiB GPU
+        ("vllm", "0.99", True),  # 0.8 GiB left
+        ("vllm", "0.985", False),  # 1.2 GiB left
+        ("sim", "0.999", False),  # the simulator's cache server holds no GPU memory
+    ],
+)
+def test_plan_warns_when_the_utilization_leaves_no_room_for_lmcache_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, utilization: str | None, warned: bool
+) -> None:
+    inv, camp = _lab(tmp_path)
+    campaign = yaml.safe_load(camp.read_text())
+    campaign["concurrency"] = [2]  # no ceiling warning
+    if engine == "vllm":
+        campaign.update(engine="vllm", gpu_vendor="nvidia", sim_profile=None)
+    if utilization is not None:
+        campaign["extra_engine_args"] = ["--gpu-memory-utilization", utilization]
+    camp.write_text(yaml.safe_dump(campaign))
+    assert main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long warnings
+    room = [w for w in out.split("warning: ")[1:] if "lmcache-server holds about 1 GiB on every GPU" in w]
+    assert len(room) == (1 if warned else 0)  # the nvme tier only: the gpu tier runs no server
+    if warned:
+        assert room[0].startswith("tier nvme: --gpu-memory-utilization")
+        assert "0.80 GiB of a 80 GiB GPU (assumed" in room[0] and "give at most 0.987" in room[0]
+        # With the KV cache sized in bytes vLLM ignores the utilization: no warning.
+        campaign["kv_cache_memory_bytes"] = 1 << 30
+        camp.write_text(yaml.safe_dump(campaign))
+        main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")])
+        assert "lmcache-server holds about" not in capsys.readouterr().out

@@ -136,3 +136,32 @@ def test_campaign_file_may_wrap_the_mapping(write_yaml: Writer, inventory: Any, 
     campaign["isl"] = -1
     problems = _errors(write_yaml, inventory, {"kvoffload_campaign": campaign})
     assert problems[0].endswith("campaign.yml: kvoffload_campaign.isl[0]: must be a positive integer, got -1")
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "words"),
+    [
+        (["--max-model-len", "16384", "--tensor-parallel-size", "2"], "extra_engine_args[2]", "derived"),
+        (["-tp", "2"], "extra_engine_args[0]", "derived from each replica's `gpus`"),
+        (["--tensor_parallel_size=4"], "extra_engine_args[0]", "remove the flag"),
+        (["--pipeline-parallel-size", "2"], "extra_engine_args[0]", "add replicas instead"),
+        (["-pp=2"], "extra_engine_args[0]", "pipeline- or data-parallel size above 1"),
+        (["--data-parallel-size", "2"], "extra_engine_args[0]", "add replicas instead"),
+    ],
+)
+def test_extra_engine_args_refuse_parallelism_the_replicas_gpus_decide(
+    write_yaml: Writer, inventory: Any, campaign: Any, args: list[str], key: str, words: str
+) -> None:
+    campaign["extra_engine_args"] = args
+    problems = _errors(write_yaml, inventory, campaign)
+    assert len(problems) == 1, problems
+    assert f"campaign.yml: {key}: " in problems[0]
+    assert words in problems[0]
+
+
+def test_extra_engine_args_allow_a_pipeline_size_of_one(
+    write_yaml: Writer, inventory: Any, campaign: Any
+) -> None:
+    campaign["extra_engine_args"] = ["--pipeline-parallel-size", "1", "--max-model-len", "16384"]
+    lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
+    assert lab.campaign.extra_engine_args == ["--pipeline-parallel-size", "1", "--max-model-len", "16384"]

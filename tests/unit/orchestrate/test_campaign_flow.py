@@ -131,7 +131,22 @@ class Recorder:
             if kw.get("tags") and "install" in kw["tags"]:
                 self.mark(f"installed {playbook} {node}")
         plays = ((campaign_mod.COLLECT_PLAY, 0.0), (campaign_mod.TEARDOWN_PLAY, 0.0)) if teardown else ()
-        return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {}, plays)
+        # the lmcache_server role's fstrim after each L2 wipe (trim_l2.yml), in the play that wiped
+        wipes: list[str] = []
+        if ev.get("lmcache_server_l2_path") and not kw.get("tags"):
+            if "+clear-l2+" in playbook + "+" and playbook.startswith("replay.yml"):
+                wipes.append(campaign_mod.CLEAR_L2_PLAY)
+            if "+clear-l2-next" in playbook:
+                wipes.append("Empty L2 for the next cell, which keeps these engines")
+            if teardown or playbook == "teardown.yml":
+                wipes.append(campaign_mod.TEARDOWN_PLAY)
+        trims = tuple(
+            (play, node, {"outcome": "trimmed", "message": f"{len(self.runs)} {playbook} {play}"})
+            for play in wipes
+        )
+        return PlaybookResult(
+            playbook, "successful", 0, {}, (), Path("/nonexistent"), 0.0, {}, plays, l2_trims=trims
+        )
 
     def mark(self, what: str) -> None:
         with self.lock:
@@ -622,3 +637,29 @@ def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_pat
     archive.write_bytes(b"not a tarball")
     with pytest.raises(RuntimeError, match=r"unpacking .*fetched-c1\.tar\.gz failed"):
         _unpack_fetched(cell_dir)
+
+
+@pytest.mark.parametrize("cold_start", ["reset", "restart"])
+def test_each_nvme_cell_records_the_trim_after_the_last_wipe_before_its_replay(
+    tmp_path: Path, fakes: dict[str, Any], cold_start: str
+) -> None:
+    runner, rec = _runner(tmp_path, nodes=1, cold_start=cold_start)
+    runner.run(provision=False)
+    order = [c for c in runner.plan(runner.lab.cells)[0].cells]
+    trims = {c.tier: [] for c in order}  # type: dict[str, list[Any]]
+    for c in order:
+        trims[c.tier].append(_cell_json(runner, c.id).get("l2_trim", "absent"))
+    assert trims["gpu"] == trims["cpu"] == ["absent", "absent"]  # no L2: no such key
+    first, second = trims["nvme"]
+    assert first is None  # nothing wiped an L2 in this run before the first nvme cell
+    runs = [p for p, _n, _l in rec.runs]
+    if cold_start == "reset":
+        # the second cell keeps the engines: its own replay run cleared L2 after the reset and trimmed,
+        # which replaces the trim of the first cell's collect
+        assert runs[-2:] == ["replay.yml+clear-l2+teardown", "teardown.yml:unquiet"]
+        assert second["message"].endswith(f"replay.yml+clear-l2+teardown {campaign_mod.CLEAR_L2_PLAY}")
+    else:
+        # restart: the first cell's replay ended with the teardown, whose wipe the second cell follows
+        assert second["message"].endswith(f"replay.yml+teardown {campaign_mod.TEARDOWN_PLAY}")
+        assert second["message"].split()[0] == str(len(runs) - 3)  # the first cell's replay (1-based)
+    assert second["outcome"] == "trimmed"

@@ -162,6 +162,7 @@ def test_single_replica_goes_direct_and_without_caddy() -> None:
         ({"replicas": (r.Replica("h", "a", 0, "0"), r.Replica("h", "a", 0, "1"))}, "share a host and index"),
         ({"replicas": (r.Replica("h", "a", 0, "gpu0"),)}, "gpus"),
         ({"extra_engine_args": ("--foo", "it's")}, "single quote"),
+        ({"extra_engine_args": ("--tensor-parallel-size", "2")}, r"extra_engine_args\[0\]: .*derived"),
     ],
 )
 def test_bad_deployments_are_refused_with_the_reason(overrides: dict[str, object], message: str) -> None:
@@ -179,3 +180,13 @@ def test_invalid_profile_names_the_file_and_key(tmp_path: Path) -> None:
     bad.write_text("description: x\nlb_policy: round_robin\n")
     with pytest.raises(UserError, match=r"(?s)bad\.yaml.*lb_policy"):
         r._load(bad, r.CaddyProfile)
+
+
+def test_a_tensor_parallel_flag_in_an_engine_profile_is_refused_naming_the_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shipped = r.engine_profile("nvidia", "cpu")
+    with_tp = shipped.model_copy(update={"args": [*shipped.args, "-tp", "2"]})
+    monkeypatch.setattr(r, "engine_profile", lambda vendor, tier: with_tp)
+    with pytest.raises(UserError, match=r"engine/nvidia-cpu\.yaml: args\[\d+\]: '-tp': .*derived"):
+        r.resolve(deployment())

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kvoffload.profiles import resolve as r
+from kvoffload.sim.engine_args import parse_engine_args
 from kvoffload.tiers import TIERS
 from tests.unit.roles.render import render, role_defaults
 
@@ -153,6 +154,17 @@ def test_goldens_carry_the_contract() -> None:
         in (nvme["prometheus-node-exporter.service.d/kvoffload.conf"])
     )
     assert "kvoffload-gpu-telemetry.service" not in cpu  # engine sim
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sim"])
+def test_each_replica_runs_tensor_parallel_over_its_gpus(engine: str) -> None:
+    files = rendered_files("cpu", engine)
+    shared = extravars("cpu", engine)["vllm_engine_args"]
+    # gpus "0": vLLM's default of 1, no flag; gpus "1,2": two ranks.
+    assert systemd_words(files["replica-0.env"], "KVOFFLOAD_ENGINE_ARGS") == shared
+    two = systemd_words(files["replica-1.env"], "KVOFFLOAD_ENGINE_ARGS")
+    assert two == [*shared, "--tensor-parallel-size", "2"]
+    assert parse_engine_args(["m", *two]).tensor_parallel_size == 2  # the simulator takes them too
 
 
 def test_amd_telemetry_polls_amd_smi() -> None:

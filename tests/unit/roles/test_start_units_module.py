@@ -159,3 +159,47 @@ def test_a_unit_file_change_reloads_first_and_every_port_of_a_unit_is_waited_for
     assert (
         failed["failed"] is True and "tcp://127.0.0.1:9 last answered ConnectionRefusedError" in failed["msg"]
     )
+
+
+def test_one_first_starts_one_unit_and_waits_for_it_before_the_rest(tmp_path: Path) -> None:
+    units = {f"kvoffload-vllm@{i}.service": _unit("inactive") for i in range(3)}
+    bindir, log = stateful_systemctl(tmp_path, units)
+    seen: list[list[str]] = []  # the systemctl calls made when each /health poll came
+
+    class Recording(_Health):
+        answers: ClassVar[list[int]] = [503, 503]  # the first replica compiles: two polls before a 200
+
+        def do_GET(self) -> None:
+            seen.append(calls(log))
+            super().do_GET()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/health"
+        args = {
+            "units": list(units),
+            "restart": ["kvoffload-vllm@1.service"],
+            "wait": {u: f"{url}?{i}" for i, u in enumerate(units)},
+            "interval": 0.05,
+            "one_first": True,
+        }
+        result = run_module(tmp_path, bindir, args)
+    finally:
+        server.shutdown()
+    assert result["changed"] is True and not result.get("failed"), result
+    # The first to (re)start in `units` order (a restart counts) goes alone, the rest after its 200.
+    assert result["first"] == "kvoffload-vllm@0.service"
+    assert calls(log) == [
+        "start kvoffload-vllm@0.service",
+        "restart kvoffload-vllm@1.service",
+        "start kvoffload-vllm@2.service",
+    ]
+    first_polls = [s for s in seen if len(s) == 1]
+    assert len(first_polls) == 3  # two 503s and the 200, all before the others started
+    assert len(seen) == 3 + 3  # then one 200 from each of the three URLs
+    # Without it (and with one unit to start) there is one step, as before.
+    mod = collection_module("kvoffload_start_units")
+    assert mod.stages(False, ["a", "b", "c"], ["a"], ["b", "c"]) == [(["a"], ["b", "c"])]
+    assert mod.stages(True, ["a", "b"], [], ["b"]) == [([], ["b"])]
+    assert mod.stages(True, ["a", "b", "c"], ["c"], ["a", "b"]) == [([], ["a"]), (["c"], ["b"])]

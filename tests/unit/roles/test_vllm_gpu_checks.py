@@ -1,7 +1,8 @@
 """The vllm role's GPU checks without a GPU: the preflight's bound-driver check and the telemetry unit's
-readiness wait (its regex against the sampler's own textfile, for a poll that worked and one that failed).
+readiness wait (its regex against the sampler's own textfile, for a poll that worked and one that failed);
+also the preflight's refusal of a tensor-parallel flag and the one-replica-first start of real vLLM.
 
-Both tasks carry molecule-notest or need a GPU tool on the host; here their expressions are templated and
+The GPU tasks carry molecule-notest or need a GPU tool on the host; here their expressions are templated and
 matched the way Ansible does (wait_for compiles search_regex with re.MULTILINE).
 """
 
@@ -73,3 +74,40 @@ def test_telemetry_wait_needs_a_successful_poll_not_only_the_metric_name() -> No
     assert "kvoffload_gpu_telemetry_up" in failed  # the old check matched this
     assert pattern.search(worked)
     assert not pattern.search(failed)
+
+
+@pytest.mark.parametrize(
+    ("args", "ok"),
+    [
+        (["--enable-prefix-caching", "--max-model-len", "16384"], True),
+        (["--enable-prefix-caching", "--tensor-parallel-size", "2"], False),
+        (["-tp", "2"], False),
+        (["--tensor_parallel_size=2"], False),
+        (["--tpx"], True),
+    ],
+)
+def test_preflight_refuses_a_tensor_parallel_flag_in_the_engine_args(args: list[str], ok: bool) -> None:
+    task = _task(
+        TASKS / "preflight.yml",
+        "Check that vllm_engine_args leave the tensor-parallel size to the replicas' GPUs",
+    )
+    variables: dict[str, Any] = {**role_defaults("vllm"), "vllm_engine_args": args}
+    assert _template("{{ " + task["ansible.builtin.assert"]["that"] + " }}", variables) is ok
+
+
+@pytest.mark.parametrize(
+    ("engine", "build", "one_first"), [("vllm", "auto", True), ("vllm", "cpu", False), ("sim", "auto", False)]
+)
+def test_real_replicas_start_one_first_to_fill_the_shared_compile_cache(
+    engine: str, build: str, one_first: bool
+) -> None:
+    task = _task(
+        TASKS / "service.yml",
+        "Start every replica, restarting those whose configuration changed, and wait for each /health",
+    )
+    variables: dict[str, Any] = {
+        **role_defaults("vllm"),
+        "kvoffload_engine": engine,
+        "kvoffload_engine_build": build,
+    }
+    assert _template(task["kvoffload_start_units"]["one_first"], variables) is one_first
