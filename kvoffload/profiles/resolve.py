@@ -278,8 +278,9 @@ def lmcache_args(dep: Deployment) -> list[str]:
         "--eviction-policy", p.eviction_policy,
         "--eviction-trigger-watermark", f"{p.eviction_trigger_watermark:g}",
         "--eviction-ratio", f"{p.eviction_ratio:g}",
-        # auto: CUDA IPC where the server finds a GPU, LMCache's engine-driven copy path where it finds
-        # none (vLLM's CPU build in the virtual lab).
+        # auto: the server offers both transfer paths and each worker (the connector in each replica)
+        # picks one: CUDA IPC where the replica runs on a GPU, the engine-driven copy path where it runs
+        # on none (vLLM's CPU build in the virtual lab).
         "--supported-transfer-mode", "auto",
     ]  # fmt: skip
     _check_args(args, f"lmcache profile {dep.tier}")
