@@ -280,8 +280,12 @@ def test_cuda_units_create_the_uvm_device_outside_their_sandbox(
         assert _cuda_prestart(files[name]) == expected, name
 
 
-@pytest.mark.parametrize(("nodes", "mask"), [([0, 1], "0,1"), ([0, 1, 2, 3], "0,1,2,3"), ([0], None), (None, None)])
-def test_lmcache_interleaves_its_memory_over_the_numa_nodes(nodes: list[int] | None, mask: str | None) -> None:
+@pytest.mark.parametrize(
+    ("nodes", "mask"), [([0, 1], "0,1"), ([0, 1, 2, 3], "0,1,2,3"), ([0], None), (None, None)]
+)
+def test_lmcache_interleaves_its_memory_over_the_numa_nodes(
+    nodes: list[int] | None, mask: str | None
+) -> None:
     local = {} if nodes is None else {"kvoffload_gpu": {"numa_nodes": nodes}}
     d = _directives(rendered_files("cpu", "vllm", ansible_local=local)["kvoffload-lmcache.service"])
     if mask is None:
