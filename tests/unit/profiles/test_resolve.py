@@ -189,6 +189,6 @@ def test_the_registration_grace_follows_the_vllm_roles_health_timeout() -> None:
     defaults = yaml.safe_load(
         (Path(__file__).resolve().parents[3] / "roles" / "vllm" / "defaults" / "main.yml").read_text()
     )
-    assert r.VLLM_HEALTH_TIMEOUT_S == defaults["vllm_health_timeout"]
+    assert defaults["vllm_health_timeout"] == r.VLLM_HEALTH_TIMEOUT_S
     # LMCache refuses a grace below its reap timeout (120 s by default)
     assert r.LMCACHE_REGISTRATION_GRACE_S >= 120
