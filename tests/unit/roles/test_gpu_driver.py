@@ -88,6 +88,7 @@ def test_packages_are_the_pinned_open_modules_and_fabric_manager_only_with_nvswi
 ) -> None:
     variables = {
         **_defaults(),
+        "ansible_facts": _facts("Debian", "12", "12.8", "x86_64"),
         "ansible_local": {"kvoffload_gpu": {"nvswitch_count": nvswitches}},
     }
     packages = _template("{{ _gpu_driver_nvidia_install }}", variables)
@@ -203,6 +204,7 @@ def test_fabric_manager_is_installed_at_the_drivers_exact_version(
 ) -> None:
     variables = {
         **_defaults(),
+        "ansible_facts": _facts("Debian", "12", "12.8", "x86_64"),
         "ansible_local": {"kvoffload_gpu": {"nvswitch_count": nvswitches}},
         "_gpu_driver_modinfo_before": before,
     }
@@ -264,3 +266,24 @@ def test_persistence_mode_is_set_with_nvidia_smi_where_a_gpu_lacks_it(smi: str, 
     assert task["ansible.builtin.command"]["argv"] == ["nvidia-smi", "-pm", "1"]
     result = {"stdout": smi, "stdout_lines": smi.splitlines()}
     assert _template("{{ " + task["when"] + " }}", {"_gpu_driver_persistence": result}) is turn_on
+
+
+@pytest.mark.parametrize(
+    ("facts", "persistenced"),
+    [(_facts("Debian", "12", "12.8", "x86_64"), True), (_facts("Ubuntu", "24", "24.04", "x86_64"), False)],
+)
+def test_nvidia_persistenced_is_asked_for_by_that_name_only_on_debian(
+    facts: dict[str, Any], persistenced: bool
+) -> None:
+    variables = {
+        **_defaults(),
+        "ansible_facts": facts,
+        "ansible_local": {"kvoffload_gpu": {"nvswitch_count": 0}},
+    }
+    for expression in ("{{ _gpu_driver_nvidia_install }}", "{{ _gpu_driver_nvidia_install_specs }}"):
+        packages = _template(expression, variables)
+        assert packages[0] == "nvidia-open-580"
+        assert ("nvidia-persistenced" in packages) is persistenced
+    # Debian's own driver (source distro) lists the daemon once
+    variables["gpu_driver_nvidia_source"] = "distro"
+    assert _template("{{ _gpu_driver_nvidia_install }}", variables).count("nvidia-persistenced") == 1
