@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--no-wheelhouse", action="store_true", help="with --emit-extravars: as for `run`")
     group.add_argument(
-        "--hosts-python", default="3.11.2", metavar="X.Y.Z", help="with --emit-extravars: as for `run`"
+        "--hosts-python", default=None, metavar="X.Y.Z", help="with --emit-extravars: as for `run`"
     )
 
 

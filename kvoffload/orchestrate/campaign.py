@@ -129,7 +129,8 @@ def tool_versions() -> dict[str, str | None]:
 
 
 def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
-    """CPU, RAM, OS and local facts (GPUs, NVMe written by the roles) per host, from ansible's fact cache."""
+    """CPU, RAM, OS, Python, the NUMA layout and local facts (GPUs and NVMe devices with their NUMA node,
+    written by the roles) per host, from ansible's fact cache."""
     out: dict[str, dict[str, Any]] = {}
     if not fact_cache.is_dir():
         return out
@@ -154,6 +155,9 @@ def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
                 str(facts.get(k, "")) for k in ("ansible_distribution", "ansible_distribution_version")
             ),
             "kernel": facts.get("ansible_kernel"),
+            "python": facts.get("ansible_python_version"),
+            # each GPU and NVMe device carries its NUMA node (null: the firmware does not say)
+            "numa_nodes": ((local.get("kvoffload_gpu") or {}).get("numa_nodes")) or [],
             "gpus": ((local.get("kvoffload_gpu") or {}).get("devices")) or [],
             "nvme": ((local.get("kvoffload_nvme") or {}).get("devices")) or [],
             "local": local,

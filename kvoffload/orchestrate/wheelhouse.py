@@ -49,7 +49,8 @@ from kvoffload.playbook import ansible_dir
 log = logging.getLogger(__name__)
 DIST = "kvoffload-lab"
 REPRODUCIBLE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip file can hold
-# Debian 12's python3, the interpreter of the lab hosts and of the example lab.
+# Debian 12's python3, the interpreter of the lab hosts and of the example lab (Ubuntu 24.04: 3.12.3,
+# passed as `run --hosts-python`; preflight compares every host's python3 with the wheelhouse's).
 DEFAULT_HOSTS_PYTHON = "3.11.2"
 # glibc 2.36 (Debian 12) runs every manylinux wheel up to 2.36.
 _GLIBC_MINORS = range(17, 37)
@@ -64,12 +65,14 @@ UV_REQUIREMENT = "uv==0.13.9"
 
 @dataclass(frozen=True)
 class Wheels:
-    """What the roles install from: this package's wheel, the wheelhouse archive (None: the index) and
-    the file name of uv's wheel in it (None: pip installs)."""
+    """What the roles install from: this package's wheel, the wheelhouse archive (None: the index), the
+    file name of uv's wheel in it (None: pip installs) and the hosts' Python X.Y.Z it was built for
+    (None without a wheelhouse; preflight refuses a host whose Python differs)."""
 
     package: Path
     wheelhouse: Path | None
     uv: str | None = None
+    python: str | None = None
 
 
 def base_requirements() -> list[str]:
@@ -263,7 +266,7 @@ def build_wheels(
         house.mkdir(parents=True, exist_ok=True)
         _link_wheels(house, sets)
         archive = archive_wheelhouse(house)
-    return Wheels(package=package, wheelhouse=archive, uv=uv_wheel(house))
+    return Wheels(package=package, wheelhouse=archive, uv=uv_wheel(house), python=hosts_python)
 
 
 @contextmanager

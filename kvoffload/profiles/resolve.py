@@ -39,6 +39,17 @@ LMCACHE_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
 CADDY_PORT = 8100
 CADDY_METRICS_PORT = 8101
 NODE_EXPORTER_PORT = 9100
+# The vllm role's vllm_health_timeout (a golden test pins the two): the longest a replica may take from
+# start to /health, and so from registering its KV cache with lmcache-server to serving.
+VLLM_HEALTH_TIMEOUT_S = 900
+# lmcache-server reaps a worker that registered but never pinged after this many seconds. A worker
+# pings from its first lookup on (LMCache 0.5.6's heartbeat starts with the first request, not at
+# registration), so a shorter grace would reap a live replica still waiting for its first request and
+# its stores would be lost without a word; a longer one keeps the KV pool of a replica that died
+# before its first request mapped (its restart cannot get the GPU memory back) for that long. It
+# covers two start waves (one replica, then the rest) plus 5 minutes for Caddy and the cell's first
+# request; LMCache's default is 3600 s.
+LMCACHE_REGISTRATION_GRACE_S = 2 * VLLM_HEALTH_TIMEOUT_S + 300
 VISIBLE_DEVICES_ENV: dict[GpuVendor, str] = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
 # vLLM's default --gpu-memory-utilization.
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
@@ -299,9 +310,11 @@ def lmcache_args(dep: Deployment) -> list[str]:
         "--eviction-policy", p.eviction_policy,
         "--eviction-trigger-watermark", f"{p.eviction_trigger_watermark:g}",
         "--eviction-ratio", f"{p.eviction_ratio:g}",
-        # auto: CUDA IPC where the server finds a GPU, LMCache's engine-driven copy path where it finds
-        # none (vLLM's CPU build in the virtual lab).
+        # auto: the server offers both transfer paths and each worker (the connector in each replica)
+        # picks one: CUDA IPC where the replica runs on a GPU, the engine-driven copy path where it runs
+        # on none (vLLM's CPU build in the virtual lab).
         "--supported-transfer-mode", "auto",
+        "--worker-registration-grace-seconds", str(LMCACHE_REGISTRATION_GRACE_S),
     ]  # fmt: skip
     _check_args(args, f"lmcache profile {dep.tier}")
     return args

@@ -4,7 +4,7 @@
 Of the kvoffload.lab collection, called by its nvme_storage role. It inspects one listed device
 (/proc/partitions, /proc/self/mountinfo, /proc/swaps, blkid, and lsblk and /sys/class/block/*/holders
 where sysfs shows block devices; containers may hide them) and answers ok/refused with the exact
-reason, plus the device's facts (model, firmware, size, file system). It never writes to a device:
+reason, plus the device's facts (model, firmware, size, NUMA node, file system). It never writes to a device:
 formatting and mounting are separate tasks that run only when every listed device passed this check.
 """
 
@@ -37,7 +37,7 @@ RETURN = r"""
 ok: {description: whether the device may be used, type: bool}
 reason: {description: why it was refused (empty when ok), type: str}
 action: {description: "format, mount (ours, not mounted) or none (ours and mounted)", type: str}
-facts: {description: device, model, firmware, size_bytes, fstype, label, mountpoints, type: dict}
+facts: {description: device, model, firmware, size_bytes, numa_node, fstype, label, mountpoints, type: dict}
 """
 
 
@@ -132,6 +132,18 @@ def _sysfs(name: str, attr: str) -> str:
         return "unknown"
 
 
+def _numa_node(name: str) -> int | None:
+    """The NUMA node of the device's PCI controller (a namespace's `device` is its NVMe controller, whose
+    own `device` is the PCI function); None where sysfs does not say (-1, containers, virtual disks)."""
+    for attr in ("numa_node", "device/numa_node"):
+        try:
+            node = int(_sysfs(name, attr))
+        except ValueError:  # "unknown": not there
+            continue
+        return node if node >= 0 else None
+    return None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -148,6 +160,7 @@ def main() -> None:
     device = os.path.realpath(p["device"])
     facts = {
         "device": p["device"], "path": device, "model": "unknown", "firmware": "unknown", "size_bytes": None,
+        "numa_node": None,
         "fstype": None, "label": None, "partition_table": None, "partitions": [], "mountpoints": [],
         "holders": [], "swap": [],
     }
@@ -171,6 +184,7 @@ def main() -> None:
         model=_sysfs(name, "model"),
         firmware=_sysfs(name, "firmware_rev"),
         size_bytes=sizes.get(name),
+        numa_node=_numa_node(name),
         partitions=children,
         mountpoints=sorted({target for num, target in mounts if num in numbers}),
     )

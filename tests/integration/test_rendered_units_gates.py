@@ -71,6 +71,25 @@ def test_units_pass_systemd_analyze_verify(tier: str, engine: str, tmp_path: Pat
         assert result.returncode == 0 and result.stderr == "", f"{target}:\n{result.stderr}"
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (apt: systemd)")
+def test_the_numa_interleaved_lmcache_unit_passes_verify(tmp_path: Path) -> None:
+    """NUMAPolicy=/NUMAMask= (systemd >= 243; Debian 12 has 252) on a two-socket host's render."""
+    files = rendered_files(
+        "nvme", "vllm", venv=_stub_venv(tmp_path), ansible_local={"kvoffload_gpu": {"numa_nodes": [0, 1]}}
+    )
+    unit = tmp_path / "kvoffload-lmcache.service"
+    unit.write_text(files["kvoffload-lmcache.service"])
+    assert "NUMAPolicy=interleave\nNUMAMask=0,1\n" in unit.read_text()
+    result = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy missing (apt: caddy)")
 @pytest.mark.parametrize("tier", TIERS)
 def test_caddyfiles_pass_caddy_validate(tier: str, tmp_path: Path) -> None:

@@ -54,6 +54,16 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     # this package always goes by path; dependencies from the wheelhouse only when there is one
     assert gpu["kvoffload_package_wheel"] == nvme["kvoffload_package_wheel"] == str(wheel)
     assert gpu["kvoffload_wheelhouse"] is None
+    # preflight compares each host's Python with the one the wheelhouse was built for (none: no check)
+    assert gpu["kvoffload_wheelhouse_python"] is None and nvme["kvoffload_wheelhouse_python"] is None
+    ubuntu = cell_extravars(lab, by_tier["nvme"], tmp_path, Wheels(wheel, tmp_path / "wh", python="3.12.3"))
+    assert ubuntu["kvoffload_wheelhouse_python"] == "3.12.3"
+    assert (
+        cell_extravars(lab, by_tier["gpu"], tmp_path, Wheels(wheel, None, python="3.12.3"))[
+            "kvoffload_wheelhouse_python"
+        ]
+        is None
+    )
     # a hub id: vLLM loads the folder the vllm role downloads it into, requests carry the id
     assert nvme["vllm_model_hub_id"] == "Qwen/Qwen3-8B" and nvme["vllm_model_source"] is None
     assert nvme["kvoffload_model"] == nvme["vllm_model_dir"] == "/var/lib/kvoffload/models/Qwen--Qwen3-8B"

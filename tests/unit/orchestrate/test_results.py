@@ -50,6 +50,30 @@ def test_host_facts_from_ansible_219_fact_cache(tmp_path: Path) -> None:
     assert host["vcpus"] == 2 and host["ram_gib"] == 23.5 and host["os"] == "Debian 12.15"
     assert host["nvme"][0]["device"] == "/dev/loop0" and host["nvme"][0]["fstype"] == "xfs"
     assert host["gpus"] == []
+    assert host["python"] == "3.11.2"
+    assert host["numa_nodes"] == []  # recorded before the fact had NUMA nodes
+
+
+def test_host_facts_carry_the_numa_layout_and_each_devices_node(tmp_path: Path) -> None:
+    cache = tmp_path / "fact_cache"
+    cache.mkdir()
+    facts = json.loads(
+        json.loads((Path(__file__).parent / "fixtures" / "s1_kvlab2").read_text())["__payload__"]
+    )
+    facts["ansible_local"]["kvoffload_gpu"] = {
+        "count": 2,
+        "numa_nodes": [0, 1],
+        "devices": [
+            {"pci": "0000:18:00.0", "driver": "nvidia", "numa_node": 0},
+            {"pci": "0000:9a:00.0", "driver": "nvidia", "numa_node": 1},
+        ],
+    }
+    facts["ansible_local"]["kvoffload_nvme"]["devices"][0]["numa_node"] = 1
+    (cache / "s1_gpu1").write_text(json.dumps({"__payload__": json.dumps(facts)}))
+    host = host_facts(cache)["gpu1"]
+    assert host["numa_nodes"] == [0, 1]
+    assert [g["numa_node"] for g in host["gpus"]] == [0, 1]
+    assert host["nvme"][0]["numa_node"] == 1
 
 
 def test_host_software_reads_the_collect_roles_files(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvoffload.errors import UserError
 from kvoffload.profiles import resolve as r
@@ -115,6 +116,9 @@ def test_lmcache_workers_cover_every_replica_and_metrics_are_on_the_http_port() 
     assert args[args.index("--max-workers") + 1] == "8"  # LMCache: workers >= replicas served
     assert "--prometheus-port" not in args  # `lmcache server` ignores it
     assert args[args.index("--supported-transfer-mode") + 1] == "auto"
+    # registered but never pinged (a replica pings from its first request on): reaped after two start
+    # waves of the vllm role's health timeout and 5 minutes, not LMCache's hour
+    assert args[args.index("--worker-registration-grace-seconds") + 1] == "2100"
     lmcache = next(t for t in r.metrics_targets(dep) if t["name"] == "lmcache")
     assert lmcache["url"] == "http://10.0.0.12:8080/metrics"
     two = r.lmcache_args(deployment(tier="cpu"))
@@ -190,3 +194,10 @@ def test_a_tensor_parallel_flag_in_an_engine_profile_is_refused_naming_the_file(
     monkeypatch.setattr(r, "engine_profile", lambda vendor, tier: with_tp)
     with pytest.raises(UserError, match=r"engine/nvidia-cpu\.yaml: args\[\d+\]: '-tp': .*derived"):
         r.resolve(deployment())
+def test_the_registration_grace_follows_the_vllm_roles_health_timeout() -> None:
+    defaults = yaml.safe_load(
+        (Path(__file__).resolve().parents[3] / "roles" / "vllm" / "defaults" / "main.yml").read_text()
+    )
+    assert defaults["vllm_health_timeout"] == r.VLLM_HEALTH_TIMEOUT_S
+    # LMCache refuses a grace below its reap timeout (120 s by default)
+    assert r.LMCACHE_REGISTRATION_GRACE_S >= 120

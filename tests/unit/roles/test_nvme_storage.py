@@ -260,3 +260,21 @@ def test_the_jobs_come_from_each_timers_block_in_systemds_order() -> None:
     )
     jobs = collection_module("kvoffload_quiet_timers").jobs_of(show)
     assert jobs == {"apt-daily.timer": "apt-daily.service", "fstrim.timer": "fstrim.service"}
+
+
+@pytest.mark.parametrize(
+    ("files", "node"),
+    [
+        ({"nvme0n1/device/numa_node": "1\n"}, 1),  # the controller says
+        ({"nvme0n1/device/device/numa_node": "0\n"}, 0),  # only the PCI function says
+        ({"nvme0n1/device/numa_node": "-1\n"}, None),  # one node, or the firmware does not say
+        ({}, None),  # no sysfs view (containers, loop devices)
+    ],
+)
+def test_blockdev_reports_the_nvme_numa_node(tmp_path: Path, files: dict[str, str], node: int | None) -> None:
+    mod = blockdev()
+    mod.SYS_CLASS_BLOCK = str(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert mod._numa_node("nvme0n1") == node

@@ -211,9 +211,11 @@ def test_gpu_units_keep_device_access_and_jit(tier: str, engine: str) -> None:
             assert "MemoryDenyWriteExecute" not in d, name  # torch and Triton compile at run time
             assert "PrivateIPC" not in d, name  # the replicas and the server share CUDA IPC files
             assert d["User"] == ["kvoffload-engine"], name
-            # deny list, pidfd_getfd given back (torch's expandable-segment CUDA IPC)
-            assert d["SystemCallFilter"][0].startswith("~") and "@resources" not in d["SystemCallFilter"][0]
-            assert d["SystemCallFilter"][1:] == ["pidfd_getfd"], name
+            # a deny list, @debug (pidfd_getfd) included: vLLM refuses expandable segments with a connector
+            assert d["SystemCallFilter"] == [
+                "~@clock @cpu-emulation @debug @module @mount @obsolete @privileged @raw-io @reboot @swap"
+            ], name
+            assert "CacheDirectory" not in d, name  # the caches live under the state folder's HOME
     if tier == "nvme":
         lmcache = _directives(files["kvoffload-lmcache.service"])
         assert lmcache["ReadWritePaths"] == ["/mnt/kvoffload-nvme/lmcache-l2"]
@@ -264,3 +266,43 @@ def test_an_explicit_bind_address_and_the_opt_in_wildcard() -> None:
         "KVOFFLOAD_HOST='127.0.0.1'\n"
         in rendered_files("gpu", "sim", vllm_bind_address="127.0.0.1")["replica-0.env"]
     )
+
+
+def _cuda_prestart(unit: str) -> list[str]:
+    return [v for v in _directives(unit).get("ExecStartPre", []) if "nvidia-modprobe" in v]
+
+
+@pytest.mark.parametrize(
+    ("engine", "vendor", "build", "cuda"),
+    [
+        ("vllm", "nvidia", "auto", True),
+        ("vllm", "nvidia", "cuda", True),
+        ("vllm", "nvidia", "cpu", False),  # the real-engine lane of the virtual lab
+        ("sim", "nvidia", "auto", False),
+        ("vllm", "amd", "auto", False),
+    ],
+)
+def test_cuda_units_create_the_uvm_device_outside_their_sandbox(
+    engine: str, vendor: str, build: str, cuda: bool
+) -> None:
+    files = rendered_files("cpu", engine, kvoffload_gpu_vendor=vendor, kvoffload_engine_build=build)
+    for name in ("kvoffload-vllm@.service", "kvoffload-lmcache.service"):
+        # "+": as root, outside NoNewPrivileges and the empty capability set; "-": no tool, no failure
+        expected = ["-+/usr/bin/nvidia-modprobe -u -c=0"] if cuda else []
+        assert _cuda_prestart(files[name]) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("nodes", "mask"), [([0, 1], "0,1"), ([0, 1, 2, 3], "0,1,2,3"), ([0], None), (None, None)]
+)
+def test_lmcache_interleaves_its_memory_over_the_numa_nodes(
+    nodes: list[int] | None, mask: str | None
+) -> None:
+    local = {} if nodes is None else {"kvoffload_gpu": {"numa_nodes": nodes}}
+    d = _directives(rendered_files("cpu", "vllm", ansible_local=local)["kvoffload-lmcache.service"])
+    if mask is None:
+        assert "NUMAPolicy" not in d and "NUMAMask" not in d
+    else:
+        assert (d["NUMAPolicy"], d["NUMAMask"]) == (["interleave"], [mask])
+    # the server names GPUs as nvidia-smi and the replicas do
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in d["Environment"]
