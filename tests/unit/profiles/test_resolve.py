@@ -194,6 +194,8 @@ def test_a_tensor_parallel_flag_in_an_engine_profile_is_refused_naming_the_file(
     monkeypatch.setattr(r, "engine_profile", lambda vendor, tier: with_tp)
     with pytest.raises(UserError, match=r"engine/nvidia-cpu\.yaml: args\[\d+\]: '-tp': .*derived"):
         r.resolve(deployment())
+
+
 def test_the_registration_grace_follows_the_vllm_roles_health_timeout() -> None:
     defaults = yaml.safe_load(
         (Path(__file__).resolve().parents[3] / "roles" / "vllm" / "defaults" / "main.yml").read_text()
