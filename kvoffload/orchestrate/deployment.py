@@ -209,6 +209,8 @@ def cell_extravars(
         "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,
         "kvoffload_package_wheel": str(wheels.package),
         "kvoffload_python_uv_wheel": wheels.uv,
+        # the caddy role ships this one wheel to the load balancer's host and runs its binary
+        "caddy_wheel": str(wheels.caddy) if wheels.caddy else None,
         # the replay role builds `kvoffload-lab replay` from these (same argv as replay_argv(spec))
         "replay_cell_id": cell.id,
         "replay_remote_root": str(REMOTE_CELLS),
