@@ -105,6 +105,7 @@ bench: venv
 	$(BIN)/python bench/replay_fidelity.py
 	$(BIN)/python bench/ingest_speed.py
 	$(BIN)/python bench/sim_ttft.py
+	$(BIN)/python bench/caddy_body_race.py
 	@if [ -d results/demo/cells ]; then $(BIN)/python bench/campaign_overhead.py results/demo; \
 	else echo "bench/campaign_overhead.py: no results/demo yet (run make demo first)"; fi
 
