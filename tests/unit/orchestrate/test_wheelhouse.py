@@ -140,7 +140,8 @@ def _fake_sets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
         (folder / ".complete").write_text("\n".join(reqs) + "\n")
 
     monkeypatch.setattr(wh, "_download_into", download)
-    monkeypatch.setattr(wh, "build_package_wheel", lambda cache: tmp_path / "kvoffload_lab-0-py3-none-any.whl")
+    package = tmp_path / "kvoffload_lab-0-py3-none-any.whl"
+    monkeypatch.setattr(wh, "build_package_wheel", lambda cache: package)
     monkeypatch.setattr(wh, "base_requirements", lambda: ["a==1"])
     return asked
 
