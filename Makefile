@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := .make
 
-# OS packages: the virtual lab (debootstrap, nspawn), static gates and integration tests (caddy,
+# OS packages: the virtual lab (debootstrap, nspawn), static gates and integration tests (caddy: Debian's
+# 2.6.2, the distribution option, whose defects they reproduce; the default Caddy comes from its wheel;
 # node-exporter, systemd-analyze), molecule (podman), loop-device NVMe stand-ins, headless report check.
 APT_PACKAGES := debootstrap systemd-container iproute2 openssh-client rsync caddy \
 	prometheus-node-exporter systemd podman runc fuse-overlayfs slirp4netns uidmap \
@@ -105,6 +106,7 @@ bench: venv
 	$(BIN)/python bench/replay_fidelity.py
 	$(BIN)/python bench/ingest_speed.py
 	$(BIN)/python bench/sim_ttft.py
+	$(BIN)/python bench/caddy_body_race.py
 	@if [ -d results/demo/cells ]; then $(BIN)/python bench/campaign_overhead.py results/demo; \
 	else echo "bench/campaign_overhead.py: no results/demo yet (run make demo first)"; fi
 

