@@ -44,8 +44,13 @@ def _stub_venv(root: Path) -> str:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing (apt: systemd)")
 @pytest.mark.parametrize(("tier", "engine"), CASES)
 def test_units_pass_systemd_analyze_verify(tier: str, engine: str, tmp_path: Path) -> None:
-    # Same render with the venv in tmp_path, so verify finds executables there.
-    files = rendered_files(tier, engine, venv=_stub_venv(tmp_path))
+    # Same render with the venv and Caddy's fixed path in tmp_path, so verify finds executables there.
+    caddy = tmp_path / "caddy"
+    caddy.mkdir()
+    (caddy / "caddy").write_text("#!/bin/sh\nexit 0\n")
+    (caddy / "caddy").chmod(0o755)
+    files = rendered_files(tier, engine, venv=_stub_venv(tmp_path), caddy_wheel_dest=str(caddy))
+    assert f"ExecStart={caddy}/caddy run" in files["kvoffload-caddy.service"]
     units = tmp_path / "units"
     for name, text in files.items():
         (units / name).parent.mkdir(parents=True, exist_ok=True)
