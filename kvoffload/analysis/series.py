@@ -113,7 +113,12 @@ def corrected(values: np.ndarray) -> np.ndarray:
 
 
 def _series_delta(
-    name: str, target: str, g: pd.DataFrame, before_ts: float | None, has_after: bool, first_round: float | None
+    name: str,
+    target: str,
+    g: pd.DataFrame,
+    before_ts: float | None,
+    has_after: bool,
+    first_round: float | None,
 ) -> tuple[float, float, float, bool] | str:
     """(increase, start ts, end ts, from snapshots) of one series, or the reason it is unknown."""
     before = g[g["phase"] == BEFORE].sort_values("ts", kind="stable")

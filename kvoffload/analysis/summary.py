@@ -1,7 +1,11 @@
 """One summary row per cell (every figure of DESIGN.md section 7) and the per-round TTFT table.
 
 Inputs are the ingest tables as DataFrames; output DataFrames are what the report renders and what
-`report --format json|csv` prints.
+`report --format json|csv` prints. Each row's `data_notes` (JSON text: a list of {kind, message}) says
+which figures fell back or are null and why (docs/metrics.md "Null rules"); analysis/nulls.py turns them
+into warnings. A figure that only the before/after snapshots could give (`*_source` "snapshots") is
+kept for a replay shorter than two sampling intervals and null for a longer one: there the sampler's
+rounds are missing, and the whole-run snapshot figure is not the steady-state one the rounds give.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ from typing import Any
 import pandas as pd
 
 from kvoffload.analysis.capacity import configured_l1_gb, gpu_cache_figures, lmcache_capacity_figures
-from kvoffload.analysis.client import request_figures, reuse_from_records, ttft_by_round
+from kvoffload.analysis.client import replay_window, request_figures, reuse_from_records, ttft_by_round
 from kvoffload.analysis.engine import engine_figures
 from kvoffload.analysis.health import caddy_flaps, unit_restarts
-from kvoffload.analysis.hosts import disk_figures, gpu_figures, parse_targets
+from kvoffload.analysis.hosts import cpu_utilization, disk_figures, gpu_figures, parse_targets
 from kvoffload.analysis.lmcache import lmcache_figures
+from kvoffload.analysis.series import STEP_S, collect_notes, note
 from kvoffload.tiers import TIERS
 
 TIER_ORDER: dict[str, int] = {tier: i for i, tier in enumerate(TIERS)}
@@ -84,18 +89,82 @@ def scrape_health(samples: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+# Figures with a `<figure>_source` column, and the value columns that go null with them.
+SOURCED_FIGURES = {
+    "local_hit_rate": ("local_hit_rate",),
+    "external_hit_rate": ("external_hit_rate",),
+    "kv_usage": ("kv_usage_mean_pct", "kv_usage_max_pct"),
+    "lmcache_hit_rate": ("lmcache_hit_rate",),
+}
+
+
+def _null_unsampled(row: dict[str, Any], window: tuple[float, float] | None) -> None:
+    """Null the snapshot-only figures of a replay long enough to have sampler rounds (module doc);
+    without a replay window (no request record) KV usage has no window and is null too."""
+    if window is None:
+        if row.get("kv_usage_source") is not None:
+            note("window_unknown", "no request record: the replay window is unknown, so KV usage is null")
+        row.update(kv_usage_mean_pct=None, kv_usage_max_pct=None, kv_usage_source=None)
+        return
+    if window[1] - window[0] < 2 * STEP_S:
+        return
+    for figure, columns in SOURCED_FIGURES.items():
+        if row.get(f"{figure}_source") == "snapshots":
+            note(
+                "samples_missing",
+                f"{figure}: no sampler rounds in a {window[1] - window[0]:.0f} s replay, only the before/"
+                "after snapshots: null",
+            )
+            row.update({c: None for c in columns})
+            row[f"{figure}_source"] = None
+
+
+def _note_unsampled_targets(samples: pd.DataFrame, targets: dict[str, dict[str, Any]]) -> None:
+    """A note per cell.json target without a single sampler round (the sampler writes an `up` sample
+    for every target each round, reachable or not: none means metrics/<target>.jsonl is missing)."""
+    sampled = set(samples.loc[samples["phase"] == "run", "target"].unique())
+    for name in sorted(set(targets) - sampled):
+        note(
+            "target_not_sampled",
+            f"{name}: no sampler round (metrics/{name}.jsonl missing or empty); its figures come from the "
+            "snapshots where the rules allow, else they are null",
+        )
+
+
+def cpu_by_host(samples: pd.DataFrame, targets: dict[str, dict[str, Any]]) -> str | None:
+    """CPU utilization % per host over the run as JSON text ({"host": pct}); None without node samples."""
+    cpu = cpu_utilization(samples, targets)
+    if cpu.empty:
+        return None
+    return json.dumps({str(h): float(v) for h, v in zip(cpu["host"], cpu["cpu_util_pct"], strict=True)})
+
+
 def cell_summary(
     cell: pd.Series, requests: pd.DataFrame, sessions: pd.Series | None, samples: pd.DataFrame
 ) -> dict[str, Any]:
-    """Every figure of one cell as a flat dict."""
+    """Every figure of one cell as a flat dict, with `data_notes` (module doc)."""
+    with collect_notes() as notes:
+        row = _cell_figures(cell, requests, sessions, samples)
+    row["data_notes"] = json.dumps([{"kind": n.kind, "message": n.message} for n in notes]) if notes else None
+    return row
+
+
+def _cell_figures(
+    cell: pd.Series, requests: pd.DataFrame, sessions: pd.Series | None, samples: pd.DataFrame
+) -> dict[str, Any]:
     row: dict[str, Any] = {c: cell[c] for c in CONFIG_COLUMNS}
     row.update(request_figures(requests))
     for key, column in SESSION_COLUMNS.items():
         row[column] = None if sessions is None else int(sessions[key])
     row["reuse_share"] = reuse_from_records(requests)
-    row.update(engine_figures(samples))
+    window = replay_window(requests)
+    row.update(engine_figures(samples, window))
     row.update(lmcache_figures(samples))
-    row.update(disk_figures(samples, parse_targets(cell["targets"]), cell["l2_device"]))
+    _null_unsampled(row, window)
+    targets = parse_targets(cell["targets"])
+    _note_unsampled_targets(samples, targets)
+    row["cpu_util_pct_by_host"] = cpu_by_host(samples, targets)
+    row.update(disk_figures(samples, targets, cell["l2_device"]))
     row.update(gpu_figures(samples))
     row.update(scrape_health(samples))
     row.update(caddy_flaps(samples))

@@ -26,6 +26,7 @@ from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison,
 from kvoffload.analysis.engine import engine_series
 from kvoffload.analysis.findings import ROUTING_NOTE, Finding, by_group, findings
 from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, parse_targets
+from kvoffload.analysis.nulls import grouped_info, is_info, note_warnings
 from kvoffload.analysis.recommend import Recommendation, recommend
 from kvoffload.analysis.software import software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
@@ -104,7 +105,10 @@ def analyse(results_dir: Path) -> Analysis:
         tables=t,
         summary=summary,
         comparison=tier_comparison(summary, software),
-        warnings=warnings_table(summary, t.skipped, software, t.cells),
+        warnings=pd.concat(
+            [warnings_table(summary, t.skipped, software, t.cells), note_warnings(summary, t.unreadable)],
+            ignore_index=True,
+        ),
         rounds=rounds_table(t.cells, t.requests),
         software=software,
     )
@@ -335,6 +339,10 @@ def _title(a: Analysis, results_dir: Path) -> str:
 
 def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     frames = _CellFrames(a.tables)
+    warnings: list[dict[str, Any]] = [
+        {str(k): (None if isinstance(v, float) and pd.isna(v) else v) for k, v in w.items()}
+        for w in a.warnings.to_dict("records")
+    ]
     predicted, inputs = prediction_tables(c.predictions)
     return {
         "finding_groups": _finding_groups(c),
@@ -350,10 +358,8 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "campaign": _campaign_items(a.tables, results_dir),
         "hosts": hosts_table(a.tables.cells),
         "software": software_view(software_table(a.software, a.tables.cells["cell_id"].astype(str).tolist())),
-        "warnings": [
-            {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in w.items()}
-            for w in a.warnings.to_dict("records")
-        ],
+        "warnings": [w for w in warnings if not is_info(str(w["kind"]))],
+        "info_notes": grouped_info(warnings),
         "groups": _group_views(a, frames),
         "sessions": table("Sessions per cell", a.summary, SESSION_COLUMNS),
         "cpu": _cpu_table(a.tables, frames),
@@ -399,6 +405,14 @@ def render_markdown(ctx: dict[str, Any]) -> str:
     else:
         out.append("No validity warnings.")
     out.append("")
+    # -- information notes (issue 34): fallbacks that give the same figure, grouped by kind
+    if ctx["info_notes"]:
+        out += ["### Notes (information, not validity)", ""]
+        for g in ctx["info_notes"]:
+            cells = f" in {', '.join(g['cells'])}" if g["cells"] else ""
+            out.append(f"- **{g['kind']}** ({g['count']} note(s){cells}): " + "; ".join(g["messages"]))
+        out.append("")
+    # -- end information notes
     for g in ctx["groups"]:
         out += [f"## {g.title}", "", md_table(g.comparison), md_table(g.latency), md_table(g.cache)]
         out += [md_table(g.rounds), md_table(g.offload), md_table(g.hardware)]
