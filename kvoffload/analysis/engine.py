@@ -30,6 +30,7 @@ from kvoffload.analysis.series import (
     BEFORE,
     STEP_S,
     WINDOW_S,
+    cut_short,
     delta,
     final_quarter_mean,
     gauge_values,
@@ -54,11 +55,16 @@ def rate_ratio(
     den_candidates: Sequence[str],
     window_s: float = WINDOW_S,
     step_s: float = STEP_S,
+    replay: tuple[float, float] | None = None,
 ) -> Ratio:
-    """Steady-state ratio of two counters' windowed rates, with the before/after fallback."""
+    """Steady-state ratio of two counters' windowed rates, with the before/after fallback; None when
+    the sampler rounds stop well before the `replay` window (start, end) does (series.cut_short)."""
     present = samples["name"].unique()
     num, den = N.resolve(present, num_candidates), N.resolve(present, den_candidates)
     if num is None or den is None:
+        return Ratio(None, None)
+    pair = samples[samples["name"].isin([num, den])]
+    if cut_short(pair, num, replay):
         return Ratio(None, None)
     span = run_span(samples[samples["name"].isin([num, den])])
     series = pd.Series(dtype=float)
@@ -101,6 +107,8 @@ def gauge_stats(
     """
     name = N.resolve(samples["name"].unique(), candidates)
     run = gauge_values(samples, name)
+    if name is not None and cut_short(run, name, window):
+        return {"mean": None, "max": None, "source": None}
     if window is not None:
         run = run[(run["ts"] > window[0]) & (run["ts"] <= window[1])]
     if not run.empty:
@@ -122,8 +130,8 @@ def increase(samples: pd.DataFrame, candidates: Sequence[str]) -> float | None:
 def engine_figures(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> dict[str, Any]:
     """All vLLM figures of one cell as a flat dict (None where the data is absent); KV usage over the
     replay `window` (start, end) when given, else over every sampler round."""
-    local = rate_ratio(samples, N.VLLM_PREFIX_HITS, N.VLLM_PREFIX_QUERIES)
-    external = rate_ratio(samples, N.VLLM_EXT_HITS, N.VLLM_EXT_QUERIES)
+    local = rate_ratio(samples, N.VLLM_PREFIX_HITS, N.VLLM_PREFIX_QUERIES, replay=window)
+    external = rate_ratio(samples, N.VLLM_EXT_HITS, N.VLLM_EXT_QUERIES, replay=window)
     kv = gauge_stats(samples, N.VLLM_KV_USAGE, scale=100.0, window=window)
     queries, local_hits = increase(samples, N.VLLM_PREFIX_QUERIES), increase(samples, N.VLLM_PREFIX_HITS)
     external_hits = increase(samples, N.VLLM_EXT_HITS)

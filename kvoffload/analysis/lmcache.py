@@ -9,8 +9,8 @@ server exports is one LMCache 0.5.6 exports (`N.LMC_KNOWN_NAMES`): a name outsid
 server renamed its metrics, and then an absent counter is None with a note naming the unknown names.
 The other exceptions stay None: counters only LMCache's GPU transfer path emits (chunks loaded; L0-L1
 throughput), which a CPU-mode server never shows whatever it moved (`N.LMC_GPU_PATH_ONLY`). Total
-evictions (L1 + L2) are None when either part is. Usage: L1 + L2 bytes at the
-last sample (what the server retains at the end) and L1 usage ratio mean/max. Throughputs: mean GB/s
+evictions (L1 + L2) are None when either part is. Usage: L1 + L2 bytes at the last sample (what the
+server retains at the end) and L1 usage ratio mean/max over the replay window. Throughputs: mean GB/s
 per transfer from the histograms (increase of _sum / increase of _count). Every figure is None when
 its metric is absent (gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
 """
@@ -61,8 +61,9 @@ def _events(
     return 0.0
 
 
-def lmcache_figures(samples: pd.DataFrame) -> dict[str, Any]:
-    """All LMCache figures as a flat dict (None where absent)."""
+def lmcache_figures(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> dict[str, Any]:
+    """All LMCache figures as a flat dict (None where absent); the hit rate and L1 usage over the
+    replay `window` (start, end) when given, as the vLLM figures (analysis/engine.py)."""
     scraped = _scraped(samples)
     unknown = N.lmcache_unknown_names(samples["name"].unique())
     nulled: list[str] = []
@@ -70,12 +71,12 @@ def lmcache_figures(samples: pd.DataFrame) -> dict[str, Any]:
     def events(candidates: tuple[str, ...]) -> float | None:
         return _events(samples, candidates, scraped, unknown, nulled)
 
-    hit = rate_ratio(samples, N.LMC_LOOKUP_HIT, N.LMC_LOOKUP_REQUESTED)
+    hit = rate_ratio(samples, N.LMC_LOOKUP_HIT, N.LMC_LOOKUP_REQUESTED, replay=window)
     l1_evicted = events(N.LMC_L1_EVICTED)
     l2_evicted = events(N.LMC_L2_EVICTED)
     l1_bytes = _last_total(samples, N.LMC_L1_USAGE_BYTES)
     l2_bytes = _last_total(samples, N.LMC_L2_USAGE_BYTES)
-    ratio = gauge_stats(samples, N.LMC_L1_USAGE_RATIO, scale=100.0)
+    ratio = gauge_stats(samples, N.LMC_L1_USAGE_RATIO, scale=100.0, window=window)
     evicted = None if l1_evicted is None or l2_evicted is None else l1_evicted + l2_evicted
     used = None if l1_bytes is None and l2_bytes is None else (l1_bytes or 0.0) + (l2_bytes or 0.0)
     out = {

@@ -126,11 +126,10 @@ def _series_delta(
     run = g[(g["phase"] == RUN) & g["value"].notna()].sort_values("ts", kind="stable")
     ts: list[float] = []
     values: list[float] = []
-    snapshots = False
+    snapshots = True  # both ends from the snapshots (a series born during the run starts at one)
     if not before.empty:
         ts.append(float(before["ts"].iloc[-1]))
         values.append(float(before["value"].iloc[-1]))
-        snapshots = True
     elif before_ts is not None and (
         run.empty or first_round is None or float(run["ts"].iloc[0]) - first_round > _SAME_ROUND_S
     ):
@@ -138,6 +137,7 @@ def _series_delta(
         ts.append(before_ts)
         values.append(0.0)
     elif not run.empty:
+        snapshots = False
         if before_ts is not None:
             note(
                 "snapshot_incomplete",
@@ -156,10 +156,10 @@ def _series_delta(
     if not after.empty:
         ts.append(float(after["ts"].iloc[-1]))
         values.append(float(after["value"].iloc[-1]))
-        snapshots = True
     elif has_after and not run.empty:
-        pass  # the series vanished from the after snapshot: its last sampler round is its end
+        snapshots = False  # the series vanished from the after snapshot: its last round is its end
     elif not run.empty:
+        snapshots = False
         note(
             "after_snapshot_missing",
             f"{target}: no after snapshot; its counters count to its last sampler round",
@@ -215,6 +215,25 @@ def delta(samples: pd.DataFrame, name: str | None) -> Delta | None:
     if not math.isfinite(t0) or t1 < t0:
         return None
     return Delta(total, t1 - t0, "snapshots" if all_snapshots else "samples")
+
+
+def cut_short(rows: pd.DataFrame, name: str, window: tuple[float, float] | None) -> bool:
+    """Whether some target's sampler rounds of `rows` stop more than two sampling intervals before the
+    replay `window` ends (its metrics file was cut short): then a figure over the rounds would cover
+    another span than the replay's, and it is None; notes the target. False without a window."""
+    if window is None or window[1] - window[0] < 2 * STEP_S:
+        return False
+    run = rows[(rows["phase"] == RUN) & rows["value"].notna()]
+    last = run.groupby("target")["ts"].max()
+    for target, ts in last.items():
+        if float(ts) < window[1] - 2 * STEP_S:
+            note(
+                "samples_cut",
+                f"{target}: its sampler rounds of {name} stop {window[1] - float(ts):.0f} s before the "
+                f"replay ends (metrics/{target}.jsonl cut short?): figures over the rounds are null",
+            )
+            return True
+    return False
 
 
 def make_grid(t0: float, t1: float, step_s: float = STEP_S) -> np.ndarray:

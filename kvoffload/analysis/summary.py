@@ -53,6 +53,19 @@ SESSION_COLUMNS = {
 }
 
 
+# Request counts that read 0 from no records: null when the records are missing (not a cell that sent
+# nothing, which sessions.json says with `requests: 0`).
+REQUEST_COUNTS = (
+    "requests",
+    "requests_ok",
+    "requests_error",
+    "requests_timeout",
+    "requests_late",
+    "requests_read_stamped",
+    "sessions_replayed",
+)
+
+
 # Metric families any figure reads; everything else (most of node-exporter, histogram buckets, process
 # and http metrics) is dropped before per-cell analysis so filters scan small frames.
 RELEVANT_PREFIXES = (
@@ -98,13 +111,26 @@ SOURCED_FIGURES = {
 }
 
 
+# Gauge figures averaged over the replay window (null without one).
+WINDOWED_GAUGES = (
+    "kv_usage_mean_pct",
+    "kv_usage_max_pct",
+    "kv_usage_source",
+    "lmcache_l1_usage_mean_pct",
+    "lmcache_l1_usage_max_pct",
+)
+
+
 def _null_unsampled(row: dict[str, Any], window: tuple[float, float] | None) -> None:
     """Null the snapshot-only figures of a replay long enough to have sampler rounds (module doc);
     without a replay window (no request record) KV usage has no window and is null too."""
     if window is None:
-        if row.get("kv_usage_source") is not None:
-            note("window_unknown", "no request record: the replay window is unknown, so KV usage is null")
-        row.update(kv_usage_mean_pct=None, kv_usage_max_pct=None, kv_usage_source=None)
+        if row.get("kv_usage_source") is not None or row.get("lmcache_l1_usage_mean_pct") is not None:
+            note(
+                "window_unknown",
+                "no request record: the replay window is unknown, so KV and L1 usage are null",
+            )
+        row.update(dict.fromkeys(WINDOWED_GAUGES))
         return
     if window[1] - window[0] < 2 * STEP_S:
         return
@@ -156,10 +182,20 @@ def _cell_figures(
     row.update(request_figures(requests))
     for key, column in SESSION_COLUMNS.items():
         row[column] = None if sessions is None else int(sessions[key])
+    if requests.empty and (
+        sessions is None or int(sessions["achieved_sessions"]) > 0 or int(sessions["requests"]) > 0
+    ):
+        note(
+            "no_requests",
+            "requests.jsonl is missing, empty or unreadable"
+            + ("" if sessions is None else f" though {int(sessions['achieved_sessions'])} sessions ran")
+            + ": the client figures are null",
+        )
+        row.update(dict.fromkeys(REQUEST_COUNTS))
     row["reuse_share"] = reuse_from_records(requests)
     window = replay_window(requests)
     row.update(engine_figures(samples, window))
-    row.update(lmcache_figures(samples))
+    row.update(lmcache_figures(samples, window))
     _null_unsampled(row, window)
     targets = parse_targets(cell["targets"])
     _note_unsampled_targets(samples, targets)
