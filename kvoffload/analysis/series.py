@@ -112,31 +112,44 @@ def corrected(values: np.ndarray) -> np.ndarray:
     return np.concatenate([[values[0]], values[0] + np.cumsum(inc)])
 
 
+@dataclass(frozen=True)
+class _Series:
+    """One series of one counter as arrays sorted by time: phase, ts, value (NaN values dropped)."""
+
+    phase: np.ndarray
+    ts: np.ndarray
+    value: np.ndarray
+
+    def part(self, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        mask = self.phase == phase
+        return self.ts[mask], self.value[mask]
+
+
 def _series_delta(
     name: str,
     target: str,
-    g: pd.DataFrame,
+    series: _Series,
     before_ts: float | None,
     has_after: bool,
     first_round: float | None,
 ) -> tuple[float, float, float, bool] | str:
-    """(increase, start ts, end ts, from snapshots) of one series, or the reason it is unknown."""
-    before = g[g["phase"] == BEFORE].sort_values("ts", kind="stable")
-    after = g[g["phase"] == AFTER].sort_values("ts", kind="stable")
-    run = g[(g["phase"] == RUN) & g["value"].notna()].sort_values("ts", kind="stable")
+    """(increase, start ts, end ts, both ends from snapshots) of one series, or why it is unknown."""
+    b_ts, b_val = series.part(BEFORE)
+    a_ts, a_val = series.part(AFTER)
+    r_ts, r_val = series.part(RUN)
     ts: list[float] = []
     values: list[float] = []
     snapshots = True  # both ends from the snapshots (a series born during the run starts at one)
-    if not before.empty:
-        ts.append(float(before["ts"].iloc[-1]))
-        values.append(float(before["value"].iloc[-1]))
+    if len(b_ts):
+        ts.append(float(b_ts[-1]))
+        values.append(float(b_val[-1]))
     elif before_ts is not None and (
-        run.empty or first_round is None or float(run["ts"].iloc[0]) - first_round > _SAME_ROUND_S
+        not len(r_ts) or first_round is None or float(r_ts[0]) - first_round > _SAME_ROUND_S
     ):
         # born during the run: labelled counters appear at their first increment
         ts.append(before_ts)
         values.append(0.0)
-    elif not run.empty:
+    elif len(r_ts):
         snapshots = False
         if before_ts is not None:
             note(
@@ -151,20 +164,20 @@ def _series_delta(
             )
     else:
         return f"{target}: no before snapshot and no sampler rounds, so {name} has no start"
-    ts += run["ts"].astype(float).tolist()
-    values += run["value"].astype(float).tolist()
-    if not after.empty:
-        ts.append(float(after["ts"].iloc[-1]))
-        values.append(float(after["value"].iloc[-1]))
-    elif has_after and not run.empty:
+    ts += r_ts.tolist()
+    values += r_val.tolist()
+    if len(a_ts):
+        ts.append(float(a_ts[-1]))
+        values.append(float(a_val[-1]))
+    elif has_after and len(r_ts):
         snapshots = False  # the series vanished from the after snapshot: its last round is its end
-    elif not run.empty:
+    elif len(r_ts):
         snapshots = False
         note(
             "after_snapshot_missing",
             f"{target}: no after snapshot; its counters count to its last sampler round",
         )
-    elif before.empty:
+    elif not len(b_ts):
         return f"{target}: {name} has neither samples nor an after snapshot"
     else:
         return f"{target}: no after snapshot and no sampler rounds, so {name} has no end"
@@ -172,7 +185,7 @@ def _series_delta(
     if len(arr) < 2:
         return f"{target}: {name} was seen once only"
     if bool((np.diff(arr) < 0).any()):
-        if run.empty:
+        if not len(r_ts):
             return (
                 f"{target}: {name} went down between the before and after snapshots (a restart) and "
                 "no sampler round can correct it"
@@ -191,20 +204,31 @@ def delta(samples: pd.DataFrame, name: str | None) -> Delta | None:
     some series of it cannot be counted (with a note naming the target)."""
     if name is None:
         return None
-    rows = samples[samples["name"] == name]
+    rows = samples[(samples["name"] == name) & samples["value"].notna()]
     if rows.empty:
         return None
-    before_ts = samples[samples["phase"] == BEFORE].groupby("target")["ts"].min()
-    with_after = set(samples.loc[samples["phase"] == AFTER, "target"].unique())
-    run_all = samples[samples["phase"] == RUN]
-    first_round = run_all.groupby("target")["ts"].min()
+    # per target and phase: the first time (which targets have a before/after snapshot, first round)
+    firsts = samples.groupby(["target", "phase"], sort=False)["ts"].min()
+    firsts_map = {
+        (str(t), str(p)): float(v)
+        for (t, p), v in zip(firsts.index.tolist(), firsts.to_numpy(dtype=float), strict=True)
+    }
+    rows = rows.sort_values("ts", kind="stable")
     total, t0, t1 = 0.0, math.inf, -math.inf
     all_snapshots = True
     for (target, _), g in rows.groupby(["target", "labels"], sort=False):
         tgt = str(target)
-        first = float(first_round[tgt]) if tgt in first_round.index else None
-        start = float(before_ts[tgt]) if tgt in before_ts.index else None
-        got = _series_delta(name, tgt, g, start, tgt in with_after, first)
+        series = _Series(
+            g["phase"].to_numpy(dtype=object), g["ts"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float)
+        )
+        got = _series_delta(
+            name,
+            tgt,
+            series,
+            firsts_map.get((tgt, BEFORE)),
+            (tgt, AFTER) in firsts_map,
+            firsts_map.get((tgt, RUN)),
+        )
         if isinstance(got, str):
             note("counter_unknown", f"{got}: figures from {name} are null")
             return None

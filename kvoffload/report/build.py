@@ -25,7 +25,7 @@ from kvoffload.analysis.client import ttft_by_round, ttft_cdf
 from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
 from kvoffload.analysis.engine import engine_series
 from kvoffload.analysis.findings import ROUTING_NOTE, Finding, by_group, findings
-from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, parse_targets
+from kvoffload.analysis.hosts import disk_series, gpu_table, parse_targets
 from kvoffload.analysis.nulls import grouped_info, is_info, note_warnings
 from kvoffload.analysis.recommend import Recommendation, recommend
 from kvoffload.analysis.software import software_frame, software_table
@@ -309,16 +309,15 @@ def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
     return items
 
 
-def _cpu_table(t: Tables, split: _CellFrames) -> Table:
-    frames = []
-    for _, cell in t.cells.iterrows():
-        _, smp = split(str(cell["cell_id"]))
-        cpu = cpu_utilization(smp, parse_targets(cell["targets"]))
-        if not cpu.empty:
-            cpu.insert(0, "cell", cell["cell_id"])
-            cpu.insert(1, "tier", cell["tier"])
-            frames.append(cpu)
-    return frame_table("CPU utilization per host (%)", pd.concat(frames) if frames else pd.DataFrame(), 1)
+def _cpu_table(summary: pd.DataFrame) -> Table:
+    """The summary's `cpu_util_pct_by_host`, one row per cell and host."""
+    rows = []
+    for _, row in summary.iterrows():
+        text = row.get("cpu_util_pct_by_host")
+        if isinstance(text, str) and text:
+            for host, pct in json.loads(text).items():
+                rows.append({"cell": row["cell_id"], "tier": row["tier"], "host": host, "cpu_util_pct": pct})
+    return frame_table("CPU utilization per host (%)", pd.DataFrame(rows), 1)
 
 
 def _gpu_table(t: Tables, split: _CellFrames) -> Table:
@@ -362,7 +361,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "info_notes": grouped_info(warnings),
         "groups": _group_views(a, frames),
         "sessions": table("Sessions per cell", a.summary, SESSION_COLUMNS),
-        "cpu": _cpu_table(a.tables, frames),
+        "cpu": _cpu_table(a.summary),
         "gpus": _gpu_table(a.tables, frames),
     }
 

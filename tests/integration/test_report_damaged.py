@@ -98,25 +98,31 @@ def _rename_l1_evictions(cell: Path) -> None:
 
 
 T_MID = 1_800_000_060.0
-# damage name -> (source cell, damage, words the warnings must name)
-CORPUS: dict[str, tuple[str, Damage, tuple[str, ...]]] = {
-    "nosessions": ("a2cpu", lambda c: (c / "sessions.json").unlink(), ("sessions.json",)),
-    "cutsessions": ("a2cpu", lambda c: _cut(c / "sessions.json"), ("sessions.json",)),
-    "nocelljson": ("a2cpu", lambda c: (c / "cell.json").unlink(), ("cell.json",)),
-    "cutcelljson": ("a2cpu", lambda c: _cut(c / "cell.json"), ("cell.json",)),
-    "nobefore": ("a3nvme", lambda c: (c / "metrics" / "snapshot-before.jsonl").unlink(), ("vllm-0",)),
-    "nobeforetarget": (
-        "a3nvme",
-        lambda c: _drop_target(c / "metrics" / "snapshot-before.jsonl", "vllm-0"),
-        ("vllm-0",),
+# name -> (source cell, damages, words its warnings must name). Independent damages share a cell (each
+# cell costs an ingest of its files).
+CORPUS: dict[str, tuple[str, tuple[Damage, ...], tuple[str, ...]]] = {
+    "nosessions-cutsampler": (
+        "a2cpu",
+        (lambda c: (c / "sessions.json").unlink(), lambda c: _cut(c / "metrics" / "lmcache.jsonl", 0.5)),
+        ("sessions.json", "lmcache.jsonl"),
     ),
-    "cutbefore": ("a3nvme", lambda c: _cut(c / "metrics" / "snapshot-before.jsonl"), ()),
-    "noafter": ("a3nvme", lambda c: (c / "metrics" / "snapshot-after.jsonl").unlink(), ("lmcache",)),
-    "nosampler": ("a3nvme", lambda c: (c / "metrics" / "vllm-0.jsonl").unlink(), ("vllm-0.jsonl",)),
-    "cutsampler": ("a2cpu", lambda c: _cut(c / "metrics" / "lmcache.jsonl", 0.5), ()),
-    "reset": ("a2cpu", lambda c: _reset(c, "vllm-0", T_MID), ("vllm-0", "reset")),
-    "renamed": ("a3nvme", lambda c: _rename_l1_evictions(c), ("lmcache_mp_l1_evictions_total",)),
-    "norequests": ("a2cpu", lambda c: (c / "requests.jsonl").write_text(""), ("requests.jsonl",)),
+    "cutsessions-reset": (
+        "a2cpu",
+        (lambda c: _cut(c / "sessions.json"), lambda c: _reset(c, "vllm-0", T_MID)),
+        ("sessions.json", "reset"),
+    ),
+    "nocelljson": ("a2cpu", (lambda c: (c / "cell.json").unlink(),), ("cell.json",)),
+    "cutcelljson": ("a2cpu", (lambda c: _cut(c / "cell.json"),), ("cell.json",)),
+    "nobefore": ("a3nvme", (lambda c: (c / "metrics" / "snapshot-before.jsonl").unlink(),), ("vllm-0",)),
+    "nobeforetarget-renamed": (
+        "a3nvme",
+        (lambda c: _drop_target(c / "metrics" / "snapshot-before.jsonl", "vllm-0"), _rename_l1_evictions),
+        ("vllm-0", "lmcache_mp_l1_evictions_total"),
+    ),
+    "cutbefore": ("a3nvme", (lambda c: _cut(c / "metrics" / "snapshot-before.jsonl"),), ("before snapshot",)),
+    "noafter": ("a3nvme", (lambda c: (c / "metrics" / "snapshot-after.jsonl").unlink(),), ("lmcache",)),
+    "nosampler": ("a3nvme", (lambda c: (c / "metrics" / "vllm-0.jsonl").unlink(),), ("vllm-0.jsonl",)),
+    "norequests": ("a2cpu", (lambda c: (c / "requests.jsonl").write_text(""),), ("requests.jsonl",)),
 }
 # Counts of what was read, not figures of the cell: fewer with fewer files, by design.
 BOOKKEEPING = {"scrapes", "scrape_failures", "gpus"}
@@ -135,14 +141,19 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path
     root = tmp_path_factory.mktemp("corpus")
     intact, damaged = root / "intact", root / "damaged"
     shutil.copytree(FIXTURE, intact, ignore=shutil.ignore_patterns("tables", "report", "*.py"))
-    for cell in (intact / "cells").iterdir():
-        _lift_counters(cell)
+    sources = {source for source, _, _ in CORPUS.values()}
+    for cell in list((intact / "cells").iterdir()):
+        if cell.name in sources:
+            _lift_counters(cell)
+        else:
+            shutil.rmtree(cell)
     (damaged / "cells").mkdir(parents=True)
     shutil.copy(intact / "campaign.json", damaged / "campaign.json")
-    for name, (source, damage, _) in CORPUS.items():
+    for name, (source, damages, _) in CORPUS.items():
         cell_id = f"{source}-{name}"
         _copy_cell(intact / "cells" / source, damaged / "cells" / cell_id, cell_id)
-        damage(damaged / "cells" / cell_id)
+        for damage in damages:
+            damage(damaged / "cells" / cell_id)
     return analyse(intact).summary.set_index("cell_id"), damaged
 
 
