@@ -197,3 +197,7 @@ def test_report_on_the_damaged_corpus_never_raises_never_invents_and_names_what_
             assert word in text, f"{name}: no warning names {word!r}: {text}"
         if words:
             assert f"{source}-{name}" in markdown
+    # the fallbacks that keep a figure are grouped apart from the validity warnings
+    validity = markdown.split("## Validity warnings")[1].split("### Notes (information, not validity)")
+    assert len(validity) == 2 and "**before_snapshot_missing**" in validity[1]
+    assert "**before_snapshot_missing**" not in validity[0] and "**counter_renamed**" in validity[0]
