@@ -31,12 +31,14 @@ def test_notes_and_unreadable_files_become_cell_warnings() -> None:
         ]
     )
     w = note_warnings(summary, [{"cell_id": "c2", "file": "sessions.json", "reason": "not valid JSON"}])
-    assert w[["cell_id", "kind"]].values.tolist() == [["c2", "file_unreadable"], ["c1", "counter_unknown"]]
+    assert w[["cell_id", "kind"]].to_numpy().tolist() == [["c2", "file_unreadable"], ["c1", "counter_unknown"]]
     assert "sessions.json" in w.loc[0, "message"] and "m c=2" in w.loc[1, "group"]
 
 
 def test_informational_warnings_are_grouped_by_kind_and_validity_ones_left_out() -> None:
-    fallback = "kv_usage comes from the before/after snapshots: the run was shorter than one sampling interval"
+    fallback = (
+        "kv_usage comes from the before/after snapshots: the run was shorter than one sampling interval"
+    )
     warnings = [
         {"kind": "fallback_before_after", "cell_id": c, "message": fallback} for c in ("c3", "c1", "c2")
     ]
