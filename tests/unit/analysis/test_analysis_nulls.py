@@ -31,7 +31,10 @@ def test_notes_and_unreadable_files_become_cell_warnings() -> None:
         ]
     )
     w = note_warnings(summary, [{"cell_id": "c2", "file": "sessions.json", "reason": "not valid JSON"}])
-    assert w[["cell_id", "kind"]].to_numpy().tolist() == [["c2", "file_unreadable"], ["c1", "counter_unknown"]]
+    assert w[["cell_id", "kind"]].to_numpy().tolist() == [
+        ["c2", "file_unreadable"],
+        ["c1", "counter_unknown"],
+    ]
     assert "sessions.json" in w.loc[0, "message"] and "m c=2" in w.loc[1, "group"]
 
 
