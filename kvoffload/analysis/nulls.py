@@ -27,6 +27,7 @@ INFO_KINDS = frozenset(
         "after_snapshot_missing",
         "snapshot_incomplete",
         "counter_reset",
+        "prefix_reuse_unknown",
     }
 )
 

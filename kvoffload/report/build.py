@@ -34,6 +34,7 @@ from kvoffload.atomic import atomic_path, write_text_atomic
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.ingest import Tables, ensure_tables
 from kvoffload.report import plots
+from kvoffload.report.prompts import shared_prefix_reuse
 from kvoffload.report.views import (
     CACHE_COLUMNS,
     COMPARISON_COLUMNS,
@@ -96,10 +97,32 @@ class GroupView:
     plots: list[tuple[str, str]]
 
 
+def with_prefix_reuse(summary: pd.DataFrame, t: Tables) -> pd.DataFrame:
+    """The summary with `shared_prefix_reuse_share` after `reuse_share` (report/prompts.py); a cell
+    whose figure is null gets an informational `prefix_reuse_unknown` data note saying why."""
+    if summary.empty:
+        return summary
+    reuse = shared_prefix_reuse(t.cells, t.requests)
+    out = summary.copy()
+    values = [reuse.get(str(c), (None, None)) for c in out["cell_id"]]
+    at = list(out.columns).index("reuse_share") + 1
+    figures = [float("nan") if v is None else float(v) for v, _ in values]
+    out.insert(at, "shared_prefix_reuse_share", pd.Series(figures, index=out.index, dtype=float))
+    notes = []
+    for text, (_, why) in zip(out["data_notes"], values, strict=True):
+        listed = json.loads(text) if isinstance(text, str) and text else []
+        if why is not None:
+            message = f"shared-prefix reuse is null: {why}"
+            listed.append({"kind": "prefix_reuse_unknown", "message": message})
+        notes.append(json.dumps(listed) if listed else None)
+    out["data_notes"] = notes
+    return out
+
+
 def analyse(results_dir: Path) -> Analysis:
     """Ingest when needed, then compute summary, comparison, warnings and per-round tables."""
     t = ensure_tables(results_dir)
-    summary = summarize(t.cells, t.requests, t.sessions, t.samples)
+    summary = with_prefix_reuse(summarize(t.cells, t.requests, t.sessions, t.samples), t)
     software = software_frame(t.cells)
     return Analysis(
         tables=t,
