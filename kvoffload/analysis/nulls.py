@@ -28,12 +28,18 @@ INFO_KINDS = frozenset(
         "snapshot_incomplete",
         "counter_reset",
         "prefix_reuse_unknown",
+        "file_cut_off",
     }
 )
 
 
-def note_warnings(summary: pd.DataFrame, unreadable: Sequence[dict[str, str]] = ()) -> pd.DataFrame:
-    """One warning row per data note of each summary row, plus one per unreadable raw file."""
+def note_warnings(
+    summary: pd.DataFrame,
+    unreadable: Sequence[dict[str, str]] = (),
+    cut_off: Sequence[dict[str, str]] = (),
+) -> pd.DataFrame:
+    """One warning row per data note of each summary row, plus one per unreadable raw file and per
+    metrics file whose last line was cut off (ingest's `unreadable` and `cut_off`)."""
     rows: list[dict[str, Any]] = [
         {
             "scope": "cell",
@@ -43,6 +49,16 @@ def note_warnings(summary: pd.DataFrame, unreadable: Sequence[dict[str, str]] = 
             "message": f"{u['file']} not read: {u['reason']}; the figures from it are null",
         }
         for u in unreadable
+    ]
+    rows += [
+        {
+            "scope": "cell",
+            "cell_id": c["cell_id"],
+            "group": "",
+            "kind": "file_cut_off",
+            "message": f"{c['file']}: last line cut off (the writer stopped mid-line); read up to it",
+        }
+        for c in cut_off
     ]
     if "data_notes" in summary.columns:
         for _, row in summary.iterrows():

@@ -10,9 +10,9 @@ Conventions used by every figure:
   before snapshot starts at its first sampler round, one with no after snapshot ends at its last; a
   target with neither a snapshot nor samples on one side makes the figure None (never a sum without
   it), and so does a reset seen in the snapshots with no samples to correct it. A series absent from its
-  target's before snapshot started at 0 (labelled counters appear at their first increment), unless it
-  is already there at the target's first sampler round: then the snapshot was cut short and that round
-  is its start.
+  target's before snapshot started at 0 (labelled counters appear at their first increment), unless
+  the snapshot file was cut short (`collect_notes(before_cut=True)`) and the series is already there at
+  the target's first sampler round: then that round is its start.
 - Every such fallback or None leaves a note (kind, message naming the metric and target) in the
   collector opened by `collect_notes()`; the summary turns them into warnings (docs/metrics.md "Null
   rules"). Without an open collector the notes are dropped.
@@ -48,17 +48,23 @@ class Note:
 
 
 _NOTES: ContextVar[list[Note] | None] = ContextVar("kvoffload_analysis_notes", default=None)
+_BEFORE_CUT: ContextVar[bool] = ContextVar("kvoffload_before_snapshot_cut", default=False)
 
 
 @contextmanager
-def collect_notes() -> Iterator[list[Note]]:
-    """Collect the notes of the figures computed inside the block (deduplicated, in order)."""
+def collect_notes(before_cut: bool = False) -> Iterator[list[Note]]:
+    """Collect the notes of the figures computed inside the block (deduplicated, in order).
+
+    `before_cut`: the cell's before-snapshot file ends mid-line (ingest kept the lines before it), so a
+    series absent from it may have been cut off rather than born during the run (module doc).
+    """
     notes: list[Note] = []
-    token = _NOTES.set(notes)
+    token, cut = _NOTES.set(notes), _BEFORE_CUT.set(before_cut)
     try:
         yield notes
     finally:
         _NOTES.reset(token)
+        _BEFORE_CUT.reset(cut)
 
 
 def note(kind: str, message: str) -> None:
@@ -144,7 +150,10 @@ def _series_delta(
         ts.append(float(b_ts[-1]))
         values.append(float(b_val[-1]))
     elif before_ts is not None and (
-        not len(r_ts) or first_round is None or float(r_ts[0]) - first_round > _SAME_ROUND_S
+        not _BEFORE_CUT.get()
+        or not len(r_ts)
+        or first_round is None
+        or float(r_ts[0]) - first_round > _SAME_ROUND_S
     ):
         # born during the run: labelled counters appear at their first increment
         ts.append(before_ts)

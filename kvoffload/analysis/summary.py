@@ -11,6 +11,7 @@ rounds are missing, and the whole-run snapshot figure is not the steady-state on
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 import pandas as pd
@@ -166,10 +167,15 @@ def cpu_by_host(samples: pd.DataFrame, targets: dict[str, dict[str, Any]]) -> st
 
 
 def cell_summary(
-    cell: pd.Series, requests: pd.DataFrame, sessions: pd.Series | None, samples: pd.DataFrame
+    cell: pd.Series,
+    requests: pd.DataFrame,
+    sessions: pd.Series | None,
+    samples: pd.DataFrame,
+    before_cut: bool = False,
 ) -> dict[str, Any]:
-    """Every figure of one cell as a flat dict, with `data_notes` (module doc)."""
-    with collect_notes() as notes:
+    """Every figure of one cell as a flat dict, with `data_notes` (module doc); `before_cut`: its
+    before-snapshot file ends mid-line (series.collect_notes)."""
+    with collect_notes(before_cut) as notes:
         row = _cell_figures(cell, requests, sessions, samples)
     row["data_notes"] = json.dumps([{"kind": n.kind, "message": n.message} for n in notes]) if notes else None
     return row
@@ -225,9 +231,14 @@ def _empty_like(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(
-    cells: pd.DataFrame, requests: pd.DataFrame, sessions: pd.DataFrame, samples: pd.DataFrame
+    cells: pd.DataFrame,
+    requests: pd.DataFrame,
+    sessions: pd.DataFrame,
+    samples: pd.DataFrame,
+    before_cut: Collection[str] = (),
 ) -> pd.DataFrame:
-    """One row per cell, ordered by configuration and then tier (gpu, cpu, nvme)."""
+    """One row per cell, ordered by configuration and then tier (gpu, cpu, nvme); `before_cut`: the
+    cells whose before-snapshot file ends mid-line (ingest's `cut_off`)."""
     req, smp = _by_cell(requests), _by_cell(relevant(samples))
     ses = {str(r["cell_id"]): r for _, r in sessions.iterrows()}
     rows = [
@@ -236,6 +247,7 @@ def summarize(
             req.get(str(cell["cell_id"]), _empty_like(requests)),
             ses.get(str(cell["cell_id"])),
             smp.get(str(cell["cell_id"]), _empty_like(samples)),
+            str(cell["cell_id"]) in before_cut,
         )
         for _, cell in cells.iterrows()
     ]

@@ -13,6 +13,8 @@ A cell folder whose cell.json is missing or invalid is skipped and listed in the
 Any other raw file of a cell that cannot be read (sessions.json not valid JSON or not the model, a
 requests or metrics file with a broken line) is left out and listed in the manifest's `unreadable`
 ({cell_id, file, reason}), so one damaged file nulls the figures it feeds, never the whole report.
+A metrics file whose last line is cut off (a writer stopped mid-line) is read up to it and listed in the
+manifest's `cut_off` ({cell_id, file}).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from kvoffload.contracts.layout import CampaignPaths, CellPaths
 from kvoffload.contracts.records import SessionCounts
 from kvoffload.errors import UserError
 from kvoffload.ingest.cellmeta import load_cell_meta, load_session_counts
-from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, read_requests, read_samples
+from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, ends_mid_line, read_requests, read_samples
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class Tables:
     campaign: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     unreadable: list[dict[str, str]] = field(default_factory=list)
+    cut_off: list[dict[str, str]] = field(default_factory=list)
 
 
 def _with_columns(table: pa.Table, **constants: str) -> pa.Table:
@@ -85,13 +88,17 @@ def _unreadable(cell: CellPaths, path: Path, exc: UserError) -> dict[str, str]:
     return {"cell_id": cell.cell_id, "file": str(path.relative_to(cell.root)), "reason": str(exc)}
 
 
-def _cell_samples(cell: CellPaths, unreadable: list[dict[str, str]]) -> list[pa.Table]:
+def _cell_samples(
+    cell: CellPaths, unreadable: list[dict[str, str]], cut_off: list[dict[str, str]]
+) -> list[pa.Table]:
     out = []
     files = [("run", p) for p in cell.sample_files()]
     files += [(phase, p) for phase, p in (("before", cell.snapshot_before), ("after", cell.snapshot_after))]
     for phase, path in files:
         if not path.is_file():
             continue
+        if path.stat().st_size and ends_mid_line(path):
+            cut_off.append({"cell_id": cell.cell_id, "file": str(path.relative_to(cell.root))})
         try:
             out.append(_with_columns(read_samples(path), cell_id=cell.cell_id, phase=phase))
         except UserError as exc:
@@ -127,6 +134,7 @@ def ingest_campaign(results_dir: Path) -> Path:
     samples: list[pa.Table] = []
     skipped: list[dict[str, str]] = []
     unreadable: list[dict[str, str]] = []
+    cut_off: list[dict[str, str]] = []
     for cell in paths.cells():
         if not cell.cell_json.is_file():
             skipped.append({"cell_id": cell.cell_id, "reason": f"{cell.cell_json} is missing"})
@@ -147,7 +155,7 @@ def ingest_campaign(results_dir: Path) -> Path:
                 requests.append(_with_columns(read_requests(cell.requests), cell_id=cell.cell_id))
         except UserError as exc:
             unreadable.append(_unreadable(cell, cell.requests, exc))
-        samples.extend(_cell_samples(cell, unreadable))
+        samples.extend(_cell_samples(cell, unreadable, cut_off))
     for s in skipped:
         log.warning("ingest: skipped cell %s: %s", s["cell_id"], s["reason"])
     for u in unreadable:
@@ -169,6 +177,7 @@ def ingest_campaign(results_dir: Path) -> Path:
         "tables": {name: t.num_rows for name, t in out.items()},
         "skipped": skipped,
         "unreadable": unreadable,
+        "cut_off": cut_off,
         "inputs": _fingerprint(paths),
     }
     write_text_atomic(paths.manifest, json.dumps(manifest, indent=1, sort_keys=True))
@@ -205,6 +214,7 @@ def load_tables(results_dir: Path) -> Tables:
         campaign=campaign,
         skipped=list(manifest.get("skipped", [])),
         unreadable=list(manifest.get("unreadable", [])),
+        cut_off=list(manifest.get("cut_off", [])),
     )
 
 

@@ -122,14 +122,18 @@ def with_prefix_reuse(summary: pd.DataFrame, t: Tables) -> pd.DataFrame:
 def analyse(results_dir: Path) -> Analysis:
     """Ingest when needed, then compute summary, comparison, warnings and per-round tables."""
     t = ensure_tables(results_dir)
-    summary = with_prefix_reuse(summarize(t.cells, t.requests, t.sessions, t.samples), t)
+    cut = {c["cell_id"] for c in t.cut_off if c["file"].endswith("snapshot-before.jsonl")}
+    summary = with_prefix_reuse(summarize(t.cells, t.requests, t.sessions, t.samples, cut), t)
     software = software_frame(t.cells)
     return Analysis(
         tables=t,
         summary=summary,
         comparison=tier_comparison(summary, software),
         warnings=pd.concat(
-            [warnings_table(summary, t.skipped, software, t.cells), note_warnings(summary, t.unreadable)],
+            [
+                warnings_table(summary, t.skipped, software, t.cells),
+                note_warnings(summary, t.unreadable, t.cut_off),
+            ],
             ignore_index=True,
         ),
         rounds=rounds_table(t.cells, t.requests),

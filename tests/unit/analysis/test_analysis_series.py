@@ -137,7 +137,7 @@ def test_delta_corrects_a_reset_inside_the_cell_from_the_samples() -> None:
 
 
 def test_delta_reads_a_series_cut_from_the_before_snapshot_from_the_first_round() -> None:
-    # The before snapshot of vllm-0 was cut short: c_total is missing there but present from the first
+    # The before-snapshot file was cut short: c_total is missing there but present from the first
     # sampler round (lifetime 5000): the start is that round, not 0.
     rows = [
         ("before", 0, "vllm-0", "other_total", {}, 1.0),
@@ -145,7 +145,11 @@ def test_delta_reads_a_series_cut_from_the_before_snapshot_from_the_first_round(
         ("run", 1, "vllm-0", "other_total", {}, 1.0),
         ("after", 100, "vllm-0", "c_total", {}, 5040.0),
     ]
-    with collect_notes() as notes:
+    with collect_notes(before_cut=True) as notes:
         d = delta(samples_frame(rows), "c_total")
     assert d is not None and d.increase == 40.0
     assert [n.kind for n in notes] == ["snapshot_incomplete"]
+    # an intact snapshot without the series: it was created during the run and started at 0
+    with collect_notes() as notes:
+        d = delta(samples_frame(rows), "c_total")
+    assert d is not None and d.increase == 5040.0 and notes == []
