@@ -2,7 +2,9 @@
 
 Latency figures use requests with status `ok` only; percentiles interpolate linearly between order
 statistics (numpy's default). The run's wall time is from the first `t_start` to the last
-`t_start + latency_s` of any request, and throughput figures divide ok tokens/requests by it.
+`t_start + latency_s` of any request, and throughput figures divide ok tokens/requests by it; a token
+throughput is None (with a note) when any ok request lacks that usage field, since a sum without them
+would be too low.
 The cached-token share is sum(cached_tokens) / sum(prompt_tokens) over ok requests that report
 cached_tokens (the server's `usage.prompt_tokens_details`; local and connector hits together).
 TTFT degradation = 100 * (stat(TTFT of rounds >= 2) - stat(TTFT of round 1)) / stat(TTFT of round 1),
@@ -24,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvoffload.analysis.series import note
+
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -43,13 +47,21 @@ def _change_pct(new: float | None, base: float | None) -> float | None:
     return 100.0 * (new - base) / base
 
 
-def run_seconds(requests: pd.DataFrame) -> float | None:
-    """Wall time of the replay from its request records; None when it cannot be known."""
+def replay_window(requests: pd.DataFrame) -> tuple[float, float] | None:
+    """(first t_start, last t_start + latency_s) of the records; None without records."""
     if requests.empty:
         return None
-    start = requests["t_start"].min()
-    end = (requests["t_start"] + requests["latency_s"].fillna(0.0)).max()
-    span = float(end - start)
+    start = float(requests["t_start"].min())
+    end = float((requests["t_start"] + requests["latency_s"].fillna(0.0)).max())
+    return start, end
+
+
+def run_seconds(requests: pd.DataFrame) -> float | None:
+    """Wall time of the replay from its request records; None when it cannot be known."""
+    window = replay_window(requests)
+    if window is None:
+        return None
+    span = window[1] - window[0]
     return span if span > 0 else None
 
 
@@ -79,8 +91,8 @@ def request_figures(requests: pd.DataFrame) -> dict[str, Any]:
     seconds = run_seconds(requests)
     out["run_s"] = seconds
     if seconds:
-        out["input_tokens_per_s"] = float(ok["prompt_tokens"].fillna(0).sum()) / seconds
-        out["output_tokens_per_s"] = float(ok["completion_tokens"].fillna(0).sum()) / seconds
+        out["input_tokens_per_s"] = _tokens_per_s(ok, "prompt_tokens", seconds)
+        out["output_tokens_per_s"] = _tokens_per_s(ok, "completion_tokens", seconds)
         out["requests_per_s"] = len(ok) / seconds
     else:
         out["input_tokens_per_s"] = out["output_tokens_per_s"] = out["requests_per_s"] = None
@@ -98,6 +110,19 @@ def request_figures(requests: pd.DataFrame) -> dict[str, Any]:
     out["ttft_degradation_p50_pct"] = _change_pct(_pct(later, 50), _pct(first, 50))
     out["ttft_degradation_p95_pct"] = _change_pct(_pct(later, 95), _pct(first, 95))
     return out
+
+
+def _tokens_per_s(ok: pd.DataFrame, column: str, seconds: float) -> float | None:
+    """Sum of `column` over ok requests per second; None (with a note) when some lack the field."""
+    missing = int(ok[column].isna().sum())
+    if missing:
+        note(
+            "usage_missing",
+            f"{missing} of {len(ok)} ok requests carry no usage.{column}: "
+            f"{column.split('_')[0]} tokens per second is null",
+        )
+        return None
+    return float(ok[column].sum()) / seconds
 
 
 def live_context(requests: pd.DataFrame) -> dict[str, Any]:

@@ -5,8 +5,11 @@
   too few samples for any window (shorter than one sampling interval), the before/after increase ratio.
 - Mean prefill / queue / inter-token time: increase of `_sum` over increase of `_count` of the vLLM
   histogram (before/after snapshots); None, never 0, when the histogram is absent or saw no request.
-- KV usage: mean (and max) of the gauge samples over the run in percent (the gauge is a 0..1 fraction);
-  without run samples, the mean of the before and after snapshot values.
+- KV usage: mean (and max) of the gauge samples in the replay window in percent (the gauge is a 0..1
+  fraction): sampler rounds after the first request was sent and up to the end of the last one, so
+  rounds before traffic do not pull the mean down; without a sampler round in the window (a run shorter
+  than one sample), the mean of the before and after snapshot values. No replay window (no request
+  record): None.
 - Where prompt tokens came from (increase over the run, summed over replicas): GPU prefix cache share =
   local hits / prefix-cache queries (queries = every prompt token vLLM scheduled), LMCache share =
   external hits / the same queries; the rest was computed.
@@ -27,6 +30,7 @@ from kvoffload.analysis.series import (
     BEFORE,
     STEP_S,
     WINDOW_S,
+    cut_short,
     delta,
     final_quarter_mean,
     gauge_values,
@@ -51,11 +55,16 @@ def rate_ratio(
     den_candidates: Sequence[str],
     window_s: float = WINDOW_S,
     step_s: float = STEP_S,
+    replay: tuple[float, float] | None = None,
 ) -> Ratio:
-    """Steady-state ratio of two counters' windowed rates, with the before/after fallback."""
+    """Steady-state ratio of two counters' windowed rates, with the before/after fallback; None when
+    the sampler rounds stop well before the `replay` window (start, end) does (series.cut_short)."""
     present = samples["name"].unique()
     num, den = N.resolve(present, num_candidates), N.resolve(present, den_candidates)
     if num is None or den is None:
+        return Ratio(None, None)
+    pair = samples[samples["name"].isin([num, den])]
+    if cut_short(pair, num, replay):
         return Ratio(None, None)
     span = run_span(samples[samples["name"].isin([num, den])])
     series = pd.Series(dtype=float)
@@ -86,10 +95,22 @@ def histogram_mean(samples: pd.DataFrame, bases: Sequence[str]) -> float | None:
     return d_sum.increase / d_count.increase
 
 
-def gauge_stats(samples: pd.DataFrame, candidates: Sequence[str], scale: float = 1.0) -> dict[str, Any]:
-    """Mean and max of a gauge over the run (scaled), with the snapshot fallback; keys mean/max/source."""
+def gauge_stats(
+    samples: pd.DataFrame,
+    candidates: Sequence[str],
+    scale: float = 1.0,
+    window: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """Mean and max of a gauge over the run (scaled), with the snapshot fallback; keys mean/max/source.
+
+    With `window` (start, end), only the samples in (start, end]: the replay window.
+    """
     name = N.resolve(samples["name"].unique(), candidates)
     run = gauge_values(samples, name)
+    if name is not None and cut_short(run, name, window):
+        return {"mean": None, "max": None, "source": None}
+    if window is not None:
+        run = run[(run["ts"] > window[0]) & (run["ts"] <= window[1])]
     if not run.empty:
         v = run["value"].to_numpy(dtype=float) * scale
         return {"mean": float(v.mean()), "max": float(v.max()), "source": "samples"}
@@ -106,11 +127,12 @@ def increase(samples: pd.DataFrame, candidates: Sequence[str]) -> float | None:
     return d.increase if d is not None else None
 
 
-def engine_figures(samples: pd.DataFrame) -> dict[str, Any]:
-    """All vLLM figures of one cell as a flat dict (None where the data is absent)."""
-    local = rate_ratio(samples, N.VLLM_PREFIX_HITS, N.VLLM_PREFIX_QUERIES)
-    external = rate_ratio(samples, N.VLLM_EXT_HITS, N.VLLM_EXT_QUERIES)
-    kv = gauge_stats(samples, N.VLLM_KV_USAGE, scale=100.0)
+def engine_figures(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> dict[str, Any]:
+    """All vLLM figures of one cell as a flat dict (None where the data is absent); KV usage over the
+    replay `window` (start, end) when given, else over every sampler round."""
+    local = rate_ratio(samples, N.VLLM_PREFIX_HITS, N.VLLM_PREFIX_QUERIES, replay=window)
+    external = rate_ratio(samples, N.VLLM_EXT_HITS, N.VLLM_EXT_QUERIES, replay=window)
+    kv = gauge_stats(samples, N.VLLM_KV_USAGE, scale=100.0, window=window)
     queries, local_hits = increase(samples, N.VLLM_PREFIX_QUERIES), increase(samples, N.VLLM_PREFIX_HITS)
     external_hits = increase(samples, N.VLLM_EXT_HITS)
 

@@ -4,7 +4,8 @@ Disk figures are for the kernel device behind the L2 path only (`l2_device` of c
 the node-exporter target on the lmcache host (the alphabetically first node target that has the
 device when the host is unknown, so a device is never counted twice). Over the run (before/after
 snapshots, else first/last sample): read/write GB/s (10^9 B/s), IOPS, mean latency in ms
-(time / ops), utilization % (io_time rate), queue depth (io_time_weighted rate), total GB.
+(time / ops), utilization % (io_time rate), queue depth (io_time_weighted rate), total GB (from the
+snapshots only: None when one is missing).
 CPU utilization = 100 * (1 - increase(idle) / increase(all modes)) per node target.
 GPU: mean power (W), utilization (%) and memory used (GiB) per GPU over the run samples; no rows, never
 zeros, when no GPU telemetry was sampled.
@@ -27,6 +28,7 @@ from kvoffload.analysis.series import (
     label_filter,
     labels_of,
     make_grid,
+    note,
     run_span,
     windowed_rate,
 )
@@ -62,6 +64,20 @@ def l2_disk_target(samples: pd.DataFrame, targets: Targets, device: str) -> str 
 def _device_delta(samples: pd.DataFrame, name: str, target: str, device: str) -> Delta | None:
     rows = label_filter(samples[(samples["name"] == name) & (samples["target"] == target)], device=device)
     return delta(rows, name)
+
+
+def _total(d: Delta | None, what: str) -> float | None:
+    """GB over the cell from the before/after snapshots; None (with a note) when a sampler round stood
+    in for a snapshot: the host's background I/O between snapshot and round would be left out."""
+    if d is None:
+        return None
+    if d.source != "snapshots":
+        note(
+            "disk_total_unknown",
+            f"L2 disk GB {what}: a snapshot is missing, so the total over the cell is null",
+        )
+        return None
+    return d.increase / GB
 
 
 def disk_figures(
@@ -120,8 +136,8 @@ def disk_figures(
             "disk_write_latency_ms": per_op_ms("wt", "w"),
             "disk_util_pct": None if util is None else 100.0 * util,
             "disk_queue_depth": rate("iow"),
-            "disk_read_total_gb": rb.increase / GB if rb else None,
-            "disk_write_total_gb": wb.increase / GB if wb else None,
+            "disk_read_total_gb": _total(rb, "read"),
+            "disk_write_total_gb": _total(wb, "written"),
         }
     )
     return out

@@ -4,13 +4,17 @@ Hit rate: lookup hit tokens over requested tokens, as a windowed rate ratio (sam
 rates). Counters: increase over the run, summed over label sets (per-tier hit tokens, evicted, stored,
 loaded and failed chunks). LMCache's OpenTelemetry counters appear at their first update, so on a
 server that was scraped (its always-present gauges are there) an absent event counter means the event
-never happened: 0 (no L2 eviction because L2 never filled). The exception is the counter only
-LMCache's GPU transfer path emits (chunks loaded, `N.LMC_GPU_PATH_ONLY`), which a CPU-mode server never
-shows whatever it moved: None there, and 0 only where the GPU path is proven present (the server shows
-another of its families, the L0-L1 store throughput that every store through it records). Usage: L1 +
-L2 bytes at the last sample (what the server retains at the end) and L1 usage ratio mean/max.
-Throughputs: mean GB/s per transfer from the histograms (increase of _sum / increase of _count). Every
-figure is None when its metric is absent (gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
+never happened: 0 (no L2 eviction because L2 never filled), but only while every `lmcache_mp_` name the
+server exports is one LMCache 0.5.6 exports (`N.LMC_KNOWN_NAMES`): a name outside that set means the
+server renamed its metrics, and then an absent counter is None with a note naming the unknown names.
+The exception is the counter only LMCache's GPU transfer path emits (chunks loaded,
+`N.LMC_GPU_PATH_ONLY`), which a CPU-mode server never shows whatever it moved: None there, and 0 only
+where the GPU path is proven present (the server shows another of its families, the L0-L1 store
+throughput that every store through it records). Total evictions (L1 + L2) are None when either part
+is. Usage: L1 + L2 bytes at the last sample (what the server retains at the end) and L1 usage ratio
+mean/max over the replay window. Throughputs: mean GB/s per transfer from the histograms (increase of
+_sum / increase of _count). Every figure is None when its metric is absent (gpu tier: no
+lmcache-server). Pure: DataFrame in, dict out, no IO.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pandas as pd
 
 from kvoffload.analysis import names as N
 from kvoffload.analysis.engine import gauge_stats, histogram_mean, increase, rate_ratio
-from kvoffload.analysis.series import AFTER, RUN
+from kvoffload.analysis.series import AFTER, RUN, note
 
 
 def _last_total(samples: pd.DataFrame, candidates: tuple[str, ...]) -> float | None:
@@ -50,52 +54,78 @@ def _gpu_path(samples: pd.DataFrame) -> bool:
 
 
 def _events(
-    samples: pd.DataFrame, candidates: tuple[str, ...], scraped: bool, gpu_path: bool = False
+    samples: pd.DataFrame,
+    candidates: tuple[str, ...],
+    scraped: bool,
+    unknown: list[str],
+    nulled: list[str],
+    gpu_path: bool = False,
 ) -> float | None:
-    """Increase of a lazily created event counter: 0 when absent on a scraped server.
-
-    A GPU-path-only counter is 0 when absent only where `gpu_path` proves that path ran (on CUDA a cell
-    without a single load shows no counter yet, as a CPU-mode server never does).
-    """
+    """Increase of a lazily created event counter: 0 when absent on a scraped server whose names are
+    all known (`unknown`: the names it exports that LMCache 0.5.6 does not); an absent name made null
+    that way is added to `nulled`. A GPU-path-only counter is 0 when absent only where `gpu_path`
+    proves that path ran (on CUDA a cell without a single load shows no counter yet, as a CPU-mode
+    server never does)."""
     value = increase(samples, candidates)
-    if value is None and scraped and (gpu_path or not set(candidates) & N.LMC_GPU_PATH_ONLY):
-        return 0.0
-    return value
+    if value is not None or not scraped:
+        return value
+    if set(candidates) & N.LMC_GPU_PATH_ONLY and not gpu_path:
+        return None
+    if unknown:
+        nulled.append(candidates[0])
+        return None
+    return 0.0
 
 
-def lmcache_figures(samples: pd.DataFrame) -> dict[str, Any]:
-    """All LMCache figures as a flat dict (None where absent)."""
+def lmcache_figures(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> dict[str, Any]:
+    """All LMCache figures as a flat dict (None where absent); the hit rate and L1 usage over the
+    replay `window` (start, end) when given, as the vLLM figures (analysis/engine.py)."""
     scraped = _scraped(samples)
-    hit = rate_ratio(samples, N.LMC_LOOKUP_HIT, N.LMC_LOOKUP_REQUESTED)
-    l1_evicted = _events(samples, N.LMC_L1_EVICTED, scraped)
-    l2_evicted = _events(samples, N.LMC_L2_EVICTED, scraped)
+    unknown = N.lmcache_unknown_names(samples["name"].unique())
+    nulled: list[str] = []
+
+    def events(candidates: tuple[str, ...]) -> float | None:
+        return _events(samples, candidates, scraped, unknown, nulled)
+
+    hit = rate_ratio(samples, N.LMC_LOOKUP_HIT, N.LMC_LOOKUP_REQUESTED, replay=window)
+    l1_evicted = events(N.LMC_L1_EVICTED)
+    l2_evicted = events(N.LMC_L2_EVICTED)
     l1_bytes = _last_total(samples, N.LMC_L1_USAGE_BYTES)
     l2_bytes = _last_total(samples, N.LMC_L2_USAGE_BYTES)
-    ratio = gauge_stats(samples, N.LMC_L1_USAGE_RATIO, scale=100.0)
-    evicted = None if l1_evicted is None and l2_evicted is None else (l1_evicted or 0.0) + (l2_evicted or 0.0)
+    ratio = gauge_stats(samples, N.LMC_L1_USAGE_RATIO, scale=100.0, window=window)
+    evicted = None if l1_evicted is None or l2_evicted is None else l1_evicted + l2_evicted
     used = None if l1_bytes is None and l2_bytes is None else (l1_bytes or 0.0) + (l2_bytes or 0.0)
-    return {
+    out = {
         "lmcache_hit_rate": hit.value,
         "lmcache_hit_rate_source": hit.source,
-        "lmcache_lookup_hit_tokens": _events(samples, N.LMC_LOOKUP_HIT, scraped),
-        "lmcache_lookup_requested_tokens": _events(samples, N.LMC_LOOKUP_REQUESTED, scraped),
-        "lmcache_l1_hit_tokens": _events(samples, N.LMC_LOOKUP_HIT_L1, scraped),
-        "lmcache_l2_hit_tokens": _events(samples, N.LMC_LOOKUP_HIT_L2, scraped),
-        "lmcache_l2_stored_chunks": _events(samples, N.LMC_L2_STORED, scraped),
-        "lmcache_l2_loaded_chunks": _events(samples, N.LMC_L2_LOADED, scraped),
-        "lmcache_l2_prefetch_failed_chunks": _events(samples, N.LMC_L2_PREFETCH_FAILED, scraped),
-        "lmcache_l1_allocation_failed_chunks": _events(samples, N.LMC_L1_ALLOCATION_FAILED, scraped),
+        "lmcache_lookup_hit_tokens": events(N.LMC_LOOKUP_HIT),
+        "lmcache_lookup_requested_tokens": events(N.LMC_LOOKUP_REQUESTED),
+        "lmcache_l1_hit_tokens": events(N.LMC_LOOKUP_HIT_L1),
+        "lmcache_l2_hit_tokens": events(N.LMC_LOOKUP_HIT_L2),
+        "lmcache_l2_stored_chunks": events(N.LMC_L2_STORED),
+        "lmcache_l2_loaded_chunks": events(N.LMC_L2_LOADED),
+        "lmcache_l2_prefetch_failed_chunks": events(N.LMC_L2_PREFETCH_FAILED),
+        "lmcache_l1_allocation_failed_chunks": events(N.LMC_L1_ALLOCATION_FAILED),
         "lmcache_l1_evicted_chunks": l1_evicted,
         "lmcache_l2_evicted_chunks": l2_evicted,
         "lmcache_evicted_chunks": evicted,
         "lmcache_usage_bytes_last": used,
         "lmcache_l1_usage_mean_pct": ratio["mean"],
         "lmcache_l1_usage_max_pct": ratio["max"],
-        "lmcache_eviction_loop_ticks": _events(samples, N.LMC_LOOP_TICKS, scraped),
-        "lmcache_eviction_loop_triggered": _events(samples, N.LMC_LOOP_TRIGGERED, scraped),
-        "lmcache_chunks_loaded": _events(samples, N.LMC_CHUNKS_LOADED, scraped, _gpu_path(samples)),
+        "lmcache_eviction_loop_ticks": events(N.LMC_LOOP_TICKS),
+        "lmcache_eviction_loop_triggered": events(N.LMC_LOOP_TRIGGERED),
+        "lmcache_chunks_loaded": _events(
+            samples, N.LMC_CHUNKS_LOADED, scraped, unknown, nulled, _gpu_path(samples)
+        ),
         "lmcache_l0_l1_store_gbps": histogram_mean(samples, N.LMC_L0_L1_STORE_TPUT),
         "lmcache_l0_l1_load_gbps": histogram_mean(samples, N.LMC_L0_L1_LOAD_TPUT),
         "lmcache_l2_store_gbps": histogram_mean(samples, N.LMC_L2_STORE_TPUT),
         "lmcache_l2_load_gbps": histogram_mean(samples, N.LMC_L2_LOAD_TPUT),
     }
+    if nulled:
+        note(
+            "counter_renamed",
+            f"lmcache-server exports {', '.join(unknown)}, which LMCache 0.5.6 does not: its names may have "
+            f"changed, so the absent {', '.join(nulled)} are null, not 0",
+        )
+    return out

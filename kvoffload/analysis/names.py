@@ -66,6 +66,76 @@ LMC_GPU_PATH_ONLY = frozenset(
 # chunks-loaded counter means none was loaded (0), not "not measured".
 LMC_GPU_PATH_HISTOGRAMS = (LMC_L0_L1_STORE_TPUT[0], LMC_L0_L1_LOAD_TPUT[0])
 
+# Every `lmcache_mp_` family LMCache 0.5.6 exports (the capture's metric-names-types.txt, counters with
+# `_total`, histograms without suffix) plus those the capture cannot show. LMCache creates its counters
+# at their first update, so an absent one of these names on a scraped server means "never happened";
+# a scraped server that exports a name outside this set is not the version these names describe (a
+# rename), and then an absent counter is unknown, not 0 (kvoffload/analysis/lmcache.py).
+LMC_KNOWN_NAMES = frozenset(
+    {
+        "lmcache_mp_active_p2p_lookup_jobs",
+        "lmcache_mp_active_prefetch_jobs",
+        "lmcache_mp_event_bus_drain_lag_seconds",
+        "lmcache_mp_event_bus_dropped_events_total",
+        "lmcache_mp_event_bus_queue_depth",
+        "lmcache_mp_kv_events_log_depth",
+        "lmcache_mp_l1_allocation_failure_chunks_total",
+        "lmcache_mp_l1_chunk_evict_reuse_gap_seconds",
+        "lmcache_mp_l1_chunk_idle_before_evict_seconds",
+        "lmcache_mp_l1_chunk_lifetime_seconds",
+        "lmcache_mp_l1_chunk_reuse_gap_seconds",
+        "lmcache_mp_l1_evicted_chunks_total",
+        "lmcache_mp_l1_eviction_loop_ticks_total",
+        "lmcache_mp_l1_eviction_loop_triggered_total",
+        "lmcache_mp_l1_memory_usage_bytes",
+        "lmcache_mp_l1_read_chunks_total",
+        "lmcache_mp_l1_staging_bytes",
+        "lmcache_mp_l1_usage_ratio",
+        "lmcache_mp_l1_write_chunks_total",
+        "lmcache_mp_l2_load_completed_requests_total",
+        "lmcache_mp_l2_load_throughput_GB_per_second",
+        "lmcache_mp_l2_prefetch_adapters",
+        "lmcache_mp_l2_prefetch_failure_chunks_total",
+        "lmcache_mp_l2_prefetch_load_completed_chunks_total",
+        "lmcache_mp_l2_prefetch_load_submitted_objects_chunks_total",
+        "lmcache_mp_l2_prefetch_load_submitted_requests_total",
+        "lmcache_mp_l2_prefetch_lookup_objects_chunks_total",
+        "lmcache_mp_l2_prefetch_lookup_requests_total",
+        "lmcache_mp_l2_store_adapters",
+        "lmcache_mp_l2_store_completed_objects_chunks_total",
+        "lmcache_mp_l2_store_completed_requests_total",
+        "lmcache_mp_l2_store_submitted_objects_chunks_total",
+        "lmcache_mp_l2_store_submitted_requests_total",
+        "lmcache_mp_l2_store_throughput_GB_per_second",
+        "lmcache_mp_l2_usage_bytes",
+        "lmcache_mp_lookup_early_exit_requests_total",
+        "lmcache_mp_lookup_hit_l1_keys_total",
+        "lmcache_mp_lookup_hit_l1_tokens_total",
+        "lmcache_mp_lookup_hit_l2_keys_total",
+        "lmcache_mp_lookup_hit_l2_tokens_total",
+        "lmcache_mp_lookup_hit_tokens_total",
+        "lmcache_mp_lookup_requested_tokens_total",
+        "lmcache_mp_lookups_requests_total",
+    }
+) | frozenset(LMC_NOT_IN_CPU_CAPTURE)
+_HISTOGRAM_SUFFIXES = ("_sum", "_count", "_bucket")
+
+
+def lmcache_unknown_names(present: Iterable[str]) -> list[str]:
+    """`lmcache_mp_` names present that are no family of LMC_KNOWN_NAMES (histogram parts by base)."""
+    out = []
+    for name in sorted(set(present)):
+        if not name.startswith("lmcache_mp_"):
+            continue
+        base = next((name.removesuffix(s) for s in _HISTOGRAM_SUFFIXES if name.endswith(s)), name)
+        if name in LMC_KNOWN_NAMES or base in LMC_KNOWN_NAMES:
+            continue
+        if any(re.fullmatch(k, base) for k in LMC_KNOWN_NAMES if re.escape(k) != k):
+            continue
+        out.append(name)
+    return out
+
+
 # node-exporter.
 NODE_CPU = ("node_cpu_seconds_total",)
 NODE_DISK_READ_BYTES = ("node_disk_read_bytes_total",)

@@ -4,8 +4,18 @@ Conventions used by every figure:
 - A series is one (target, labels) pair of one metric name.
 - Counter resets (a value lower than the previous one: a restarted process) are corrected the way
   Prometheus does: the new value counts as the increase since the reset.
-- `delta()` (totals and means over the whole run) uses the before/after snapshots when both exist and
-  otherwise the first and last sampler rounds; a series present only after is taken to start at 0.
+- `delta()` (totals and means over the whole run) takes each series from its start (the before
+  snapshot) through its sampler rounds to its end (the after snapshot), correcting resets on the way, so
+  a replica restarted inside the cell counts what it did before and after the restart. A target with no
+  before snapshot starts at its first sampler round, one with no after snapshot ends at its last; a
+  target with neither a snapshot nor samples on one side makes the figure None (never a sum without
+  it), and so does a reset seen in the snapshots with no samples to correct it. A series absent from its
+  target's before snapshot started at 0 (labelled counters appear at their first increment), unless
+  the snapshot file was cut short (`collect_notes(before_cut=True)`) and the series is already there at
+  the target's first sampler round: then that round is its start.
+- Every such fallback or None leaves a note (kind, message naming the metric and target) in the
+  collector opened by `collect_notes()`; the summary turns them into warnings (docs/metrics.md "Null
+  rules"). Without an open collector the notes are dropped.
 - `windowed_rate()` is Prometheus `rate()` without extrapolation: at each grid time t the increase of
   each series over its samples in (t - window, t] divided by their time span, summed over series.
 """
@@ -14,6 +24,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +35,43 @@ import pandas as pd
 RUN, BEFORE, AFTER = "run", "before", "after"
 WINDOW_S = 300.0
 STEP_S = 15.0
+# Sampler rounds of one target closer than this are one round (the sampler scrapes targets in turn).
+_SAME_ROUND_S = STEP_S / 2
+
+
+@dataclass(frozen=True)
+class Note:
+    """Why a figure fell back or is None: `kind` (a warning kind) and a message naming metric and target."""
+
+    kind: str
+    message: str
+
+
+_NOTES: ContextVar[list[Note] | None] = ContextVar("kvoffload_analysis_notes", default=None)
+_BEFORE_CUT: ContextVar[bool] = ContextVar("kvoffload_before_snapshot_cut", default=False)
+
+
+@contextmanager
+def collect_notes(before_cut: bool = False) -> Iterator[list[Note]]:
+    """Collect the notes of the figures computed inside the block (deduplicated, in order).
+
+    `before_cut`: the cell's before-snapshot file ends mid-line (ingest kept the lines before it), so a
+    series absent from it may have been cut off rather than born during the run (module doc).
+    """
+    notes: list[Note] = []
+    token, cut = _NOTES.set(notes), _BEFORE_CUT.set(before_cut)
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)
+        _BEFORE_CUT.reset(cut)
+
+
+def note(kind: str, message: str) -> None:
+    """Add a note to the open collector (once); no-op without one."""
+    notes = _NOTES.get()
+    if notes is not None and Note(kind, message) not in notes:
+        notes.append(Note(kind, message))
 
 
 @dataclass(frozen=True)
@@ -68,50 +118,155 @@ def corrected(values: np.ndarray) -> np.ndarray:
     return np.concatenate([[values[0]], values[0] + np.cumsum(inc)])
 
 
-def _snapshot_delta(rows: pd.DataFrame, snapshot_starts: pd.Series) -> Delta | None:
-    """Before/after difference; a series absent from a target's before snapshot started at 0 (labelled
-    counters appear at their first increment), provided that target's before snapshot exists."""
-    before = rows[rows["phase"] == BEFORE]
-    after = rows[rows["phase"] == AFTER]
-    after = after[after["target"].isin(snapshot_starts.index) | after["target"].isin(before["target"])]
-    if after.empty:
-        return None
-    keys = ["target", "labels"]
-    b = before.groupby(keys)["value"].sum()
-    a = after.groupby(keys)["value"].sum()
-    b = b.reindex(a.index).fillna(0.0)
-    inc = np.where(a.to_numpy() >= b.to_numpy(), a.to_numpy() - b.to_numpy(), a.to_numpy())
-    start = before["ts"].min() if not before.empty else snapshot_starts[after["target"].unique()].min()
-    seconds = float(after["ts"].max() - start)
-    return Delta(float(inc.sum()), seconds, "snapshots")
+@dataclass(frozen=True)
+class _Series:
+    """One series of one counter as arrays sorted by time: phase, ts, value (NaN values dropped)."""
+
+    phase: np.ndarray
+    ts: np.ndarray
+    value: np.ndarray
+
+    def part(self, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        mask = self.phase == phase
+        return self.ts[mask], self.value[mask]
 
 
-def _run_delta(rows: pd.DataFrame) -> Delta | None:
-    run = rows[(rows["phase"] == RUN) & rows["value"].notna()]
-    total = 0.0
-    t0, t1 = math.inf, -math.inf
-    found = False
-    for _, g in run.groupby(["target", "labels"], sort=False):
-        if len(g) < 2:
-            continue
-        g = g.sort_values("ts", kind="stable")
-        c = corrected(g["value"].to_numpy(dtype=float))
-        total += float(c[-1] - c[0])
-        t0, t1 = min(t0, float(g["ts"].iloc[0])), max(t1, float(g["ts"].iloc[-1]))
-        found = True
-    return Delta(total, t1 - t0, "samples") if found else None
+def _series_delta(
+    name: str,
+    target: str,
+    series: _Series,
+    before_ts: float | None,
+    has_after: bool,
+    first_round: float | None,
+) -> tuple[float, float, float, bool] | str:
+    """(increase, start ts, end ts, both ends from snapshots) of one series, or why it is unknown."""
+    b_ts, b_val = series.part(BEFORE)
+    a_ts, a_val = series.part(AFTER)
+    r_ts, r_val = series.part(RUN)
+    ts: list[float] = []
+    values: list[float] = []
+    snapshots = True  # both ends from the snapshots (a series born during the run starts at one)
+    if len(b_ts):
+        ts.append(float(b_ts[-1]))
+        values.append(float(b_val[-1]))
+    elif before_ts is not None and (
+        not _BEFORE_CUT.get()
+        or not len(r_ts)
+        or first_round is None
+        or float(r_ts[0]) - first_round > _SAME_ROUND_S
+    ):
+        # born during the run: labelled counters appear at their first increment
+        ts.append(before_ts)
+        values.append(0.0)
+    elif len(r_ts):
+        snapshots = False
+        if before_ts is not None:
+            note(
+                "snapshot_incomplete",
+                f"{name} on {target}: absent from the before snapshot but sampled from the first round "
+                "(snapshot cut short): counted from that round",
+            )
+        else:
+            note(
+                "before_snapshot_missing",
+                f"{target}: no before snapshot; its counters count from its first sampler round",
+            )
+    else:
+        return f"{target}: no before snapshot and no sampler rounds, so {name} has no start"
+    ts += r_ts.tolist()
+    values += r_val.tolist()
+    if len(a_ts):
+        ts.append(float(a_ts[-1]))
+        values.append(float(a_val[-1]))
+    elif has_after and len(r_ts):
+        snapshots = False  # the series vanished from the after snapshot: its last round is its end
+    elif len(r_ts):
+        snapshots = False
+        note(
+            "after_snapshot_missing",
+            f"{target}: no after snapshot; its counters count to its last sampler round",
+        )
+    elif not len(b_ts):
+        return f"{target}: {name} has neither samples nor an after snapshot"
+    else:
+        return f"{target}: no after snapshot and no sampler rounds, so {name} has no end"
+    arr = np.asarray(values, dtype=float)
+    if len(arr) < 2:
+        return f"{target}: {name} was seen once only"
+    if bool((np.diff(arr) < 0).any()):
+        if not len(r_ts):
+            return (
+                f"{target}: {name} went down between the before and after snapshots (a restart) and "
+                "no sampler round can correct it"
+            )
+        note(
+            "counter_reset",
+            f"{target}: {name} was reset inside the cell (a restart); increase corrected from the "
+            f"{STEP_S:.0f} s sampler rounds",
+        )
+    c = corrected(arr)
+    return float(c[-1] - c[0]), min(ts), max(ts), snapshots
 
 
 def delta(samples: pd.DataFrame, name: str | None) -> Delta | None:
-    """Increase of counter `name` over the run (see module doc); None when there is no data."""
+    """Increase of counter `name` over the run (see module doc); None when there is no data, or when
+    some series of it cannot be counted (with a note naming the target)."""
     if name is None:
         return None
-    rows = samples[samples["name"] == name]
+    rows = samples[(samples["name"] == name) & samples["value"].notna()]
     if rows.empty:
         return None
-    before = samples[samples["phase"] == BEFORE]
-    starts = before.groupby("target")["ts"].min()
-    return _snapshot_delta(rows, starts) or _run_delta(rows)
+    # per target and phase: the first time (which targets have a before/after snapshot, first round)
+    firsts = samples.groupby(["target", "phase"], sort=False)["ts"].min()
+    firsts_map = {
+        (str(t), str(p)): float(v)
+        for (t, p), v in zip(firsts.index.tolist(), firsts.to_numpy(dtype=float), strict=True)
+    }
+    rows = rows.sort_values("ts", kind="stable")
+    total, t0, t1 = 0.0, math.inf, -math.inf
+    all_snapshots = True
+    for (target, _), g in rows.groupby(["target", "labels"], sort=False):
+        tgt = str(target)
+        series = _Series(
+            g["phase"].to_numpy(dtype=object), g["ts"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float)
+        )
+        got = _series_delta(
+            name,
+            tgt,
+            series,
+            firsts_map.get((tgt, BEFORE)),
+            (tgt, AFTER) in firsts_map,
+            firsts_map.get((tgt, RUN)),
+        )
+        if isinstance(got, str):
+            note("counter_unknown", f"{got}: figures from {name} are null")
+            return None
+        inc, start, end, snapshots = got
+        total += inc
+        t0, t1 = min(t0, start), max(t1, end)
+        all_snapshots &= snapshots
+    if not math.isfinite(t0) or t1 < t0:
+        return None
+    return Delta(total, t1 - t0, "snapshots" if all_snapshots else "samples")
+
+
+def cut_short(rows: pd.DataFrame, name: str, window: tuple[float, float] | None) -> bool:
+    """Whether some target's sampler rounds of `rows` stop more than two sampling intervals before the
+    replay `window` ends (its metrics file was cut short): then a figure over the rounds would cover
+    another span than the replay's, and it is None; notes the target. False without a window."""
+    if window is None or window[1] - window[0] < 2 * STEP_S:
+        return False
+    run = rows[(rows["phase"] == RUN) & rows["value"].notna()]
+    last = run.groupby("target")["ts"].max()
+    for target, ts in last.items():
+        if float(ts) < window[1] - 2 * STEP_S:
+            note(
+                "samples_cut",
+                f"{target}: its sampler rounds of {name} stop {window[1] - float(ts):.0f} s before the "
+                f"replay ends (metrics/{target}.jsonl cut short?): figures over the rounds are null",
+            )
+            return True
+    return False
 
 
 def make_grid(t0: float, t1: float, step_s: float = STEP_S) -> np.ndarray:

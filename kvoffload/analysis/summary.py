@@ -1,23 +1,29 @@
 """One summary row per cell (every figure of DESIGN.md section 7) and the per-round TTFT table.
 
 Inputs are the ingest tables as DataFrames; output DataFrames are what the report renders and what
-`report --format json|csv` prints.
+`report --format json|csv` prints. Each row's `data_notes` (JSON text: a list of {kind, message}) says
+which figures fell back or are null and why (docs/metrics.md "Null rules"); analysis/nulls.py turns them
+into warnings. A figure that only the before/after snapshots could give (`*_source` "snapshots") is
+kept for a replay shorter than two sampling intervals and null for a longer one: there the sampler's
+rounds are missing, and the whole-run snapshot figure is not the steady-state one the rounds give.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 import pandas as pd
 
 from kvoffload.analysis.capacity import configured_l1_gb, gpu_cache_figures, lmcache_capacity_figures
-from kvoffload.analysis.client import request_figures, reuse_from_records, ttft_by_round
+from kvoffload.analysis.client import replay_window, request_figures, reuse_from_records, ttft_by_round
 from kvoffload.analysis.engine import engine_figures
 from kvoffload.analysis.health import caddy_flaps, unit_restarts
-from kvoffload.analysis.hosts import disk_figures, gpu_figures, parse_targets
+from kvoffload.analysis.hosts import cpu_utilization, disk_figures, gpu_figures, parse_targets
 from kvoffload.analysis.lmcache import lmcache_figures
 from kvoffload.analysis.routing import routing_figures
+from kvoffload.analysis.series import STEP_S, collect_notes, note
 from kvoffload.tiers import TIERS
 
 TIER_ORDER: dict[str, int] = {tier: i for i, tier in enumerate(TIERS)}
@@ -48,6 +54,19 @@ SESSION_COLUMNS = {
     "error": "sessions_error",
     "failed_requests": "failed_requests",
 }
+
+
+# Request counts that read 0 from no records: null when the records are missing (not a cell that sent
+# nothing, which sessions.json says with `requests: 0`).
+REQUEST_COUNTS = (
+    "requests",
+    "requests_ok",
+    "requests_error",
+    "requests_timeout",
+    "requests_late",
+    "requests_read_stamped",
+    "sessions_replayed",
+)
 
 
 # Metric families any figure reads; everything else (most of node-exporter, histogram buckets, process
@@ -86,18 +105,110 @@ def scrape_health(samples: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+# Figures with a `<figure>_source` column, and the value columns that go null with them.
+SOURCED_FIGURES = {
+    "local_hit_rate": ("local_hit_rate",),
+    "external_hit_rate": ("external_hit_rate",),
+    "kv_usage": ("kv_usage_mean_pct", "kv_usage_max_pct"),
+    "lmcache_hit_rate": ("lmcache_hit_rate",),
+}
+
+
+# Gauge figures averaged over the replay window (null without one).
+WINDOWED_GAUGES = (
+    "kv_usage_mean_pct",
+    "kv_usage_max_pct",
+    "kv_usage_source",
+    "lmcache_l1_usage_mean_pct",
+    "lmcache_l1_usage_max_pct",
+)
+
+
+def _null_unsampled(row: dict[str, Any], window: tuple[float, float] | None) -> None:
+    """Null the snapshot-only figures of a replay long enough to have sampler rounds (module doc);
+    without a replay window (no request record) KV usage has no window and is null too."""
+    if window is None:
+        if row.get("kv_usage_source") is not None or row.get("lmcache_l1_usage_mean_pct") is not None:
+            note(
+                "window_unknown",
+                "no request record: the replay window is unknown, so KV and L1 usage are null",
+            )
+        row.update(dict.fromkeys(WINDOWED_GAUGES))
+        return
+    if window[1] - window[0] < 2 * STEP_S:
+        return
+    for figure, columns in SOURCED_FIGURES.items():
+        if row.get(f"{figure}_source") == "snapshots":
+            note(
+                "samples_missing",
+                f"{figure}: no sampler rounds in a {window[1] - window[0]:.0f} s replay, only the before/"
+                "after snapshots: null",
+            )
+            row.update({c: None for c in columns})
+            row[f"{figure}_source"] = None
+
+
+def _note_unsampled_targets(samples: pd.DataFrame, targets: dict[str, dict[str, Any]]) -> None:
+    """A note per cell.json target without a single sampler round (the sampler writes an `up` sample
+    for every target each round, reachable or not: none means metrics/<target>.jsonl is missing)."""
+    sampled = set(samples.loc[samples["phase"] == "run", "target"].unique())
+    for name in sorted(set(targets) - sampled):
+        note(
+            "target_not_sampled",
+            f"{name}: no sampler round (metrics/{name}.jsonl missing or empty); its figures come from the "
+            "snapshots where the rules allow, else they are null",
+        )
+
+
+def cpu_by_host(samples: pd.DataFrame, targets: dict[str, dict[str, Any]]) -> str | None:
+    """CPU utilization % per host over the run as JSON text ({"host": pct}); None without node samples."""
+    cpu = cpu_utilization(samples, targets)
+    if cpu.empty:
+        return None
+    return json.dumps({str(h): float(v) for h, v in zip(cpu["host"], cpu["cpu_util_pct"], strict=True)})
+
+
 def cell_summary(
+    cell: pd.Series,
+    requests: pd.DataFrame,
+    sessions: pd.Series | None,
+    samples: pd.DataFrame,
+    before_cut: bool = False,
+) -> dict[str, Any]:
+    """Every figure of one cell as a flat dict, with `data_notes` (module doc); `before_cut`: its
+    before-snapshot file ends mid-line (series.collect_notes)."""
+    with collect_notes(before_cut) as notes:
+        row = _cell_figures(cell, requests, sessions, samples)
+    row["data_notes"] = json.dumps([{"kind": n.kind, "message": n.message} for n in notes]) if notes else None
+    return row
+
+
+def _cell_figures(
     cell: pd.Series, requests: pd.DataFrame, sessions: pd.Series | None, samples: pd.DataFrame
 ) -> dict[str, Any]:
-    """Every figure of one cell as a flat dict."""
     row: dict[str, Any] = {c: cell[c] for c in CONFIG_COLUMNS}
     row.update(request_figures(requests))
     for key, column in SESSION_COLUMNS.items():
         row[column] = None if sessions is None else int(sessions[key])
+    if requests.empty and (
+        sessions is None or int(sessions["achieved_sessions"]) > 0 or int(sessions["requests"]) > 0
+    ):
+        note(
+            "no_requests",
+            "requests.jsonl is missing, empty or unreadable"
+            + ("" if sessions is None else f" though {int(sessions['achieved_sessions'])} sessions ran")
+            + ": the client figures are null",
+        )
+        row.update(dict.fromkeys(REQUEST_COUNTS))
     row["reuse_share"] = reuse_from_records(requests)
-    row.update(engine_figures(samples))
-    row.update(lmcache_figures(samples))
-    row.update(disk_figures(samples, parse_targets(cell["targets"]), cell["l2_device"]))
+    window = replay_window(requests)
+    row.update(engine_figures(samples, window))
+    row.update(lmcache_figures(samples, window))
+    _null_unsampled(row, window)
+    targets = parse_targets(cell["targets"])
+    _note_unsampled_targets(samples, targets)
+    row["cpu_util_pct_by_host"] = cpu_by_host(samples, targets)
+    row.update(disk_figures(samples, targets, cell["l2_device"]))
     row.update(gpu_figures(samples))
     row.update(scrape_health(samples))
     row.update(caddy_flaps(samples))
@@ -123,9 +234,14 @@ def _empty_like(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(
-    cells: pd.DataFrame, requests: pd.DataFrame, sessions: pd.DataFrame, samples: pd.DataFrame
+    cells: pd.DataFrame,
+    requests: pd.DataFrame,
+    sessions: pd.DataFrame,
+    samples: pd.DataFrame,
+    before_cut: Collection[str] = (),
 ) -> pd.DataFrame:
-    """One row per cell, ordered by configuration and then tier (gpu, cpu, nvme)."""
+    """One row per cell, ordered by configuration and then tier (gpu, cpu, nvme); `before_cut`: the
+    cells whose before-snapshot file ends mid-line (ingest's `cut_off`)."""
     req, smp = _by_cell(requests), _by_cell(relevant(samples))
     ses = {str(r["cell_id"]): r for _, r in sessions.iterrows()}
     rows = [
@@ -134,6 +250,7 @@ def summarize(
             req.get(str(cell["cell_id"]), _empty_like(requests)),
             ses.get(str(cell["cell_id"])),
             smp.get(str(cell["cell_id"]), _empty_like(samples)),
+            str(cell["cell_id"]) in before_cut,
         )
         for _, cell in cells.iterrows()
     ]

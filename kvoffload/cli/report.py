@@ -76,11 +76,18 @@ def _check_dir(path: Path) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from kvoffload.ingest import ingest_campaign
+    from kvoffload.errors import UserError
+    from kvoffload.ingest import ingest_campaign, load_tables
     from kvoffload.report.build import analyse, write_derived_tables
 
     _check_dir(args.results_dir)
     out = ingest_campaign(args.results_dir)
+    # `ingest` is the command that checks raw files: one it could not read is an error here (exit 2,
+    # naming file and line), while `report` goes on without it and says so (docs/metrics.md "Null rules").
+    unreadable = load_tables(args.results_dir).unreadable
+    if unreadable:
+        reasons = "\n".join(u["reason"] for u in unreadable)
+        raise UserError(f"{reasons}\n(tables written without these files; `report` leaves them out)")
     analysis = analyse(args.results_dir)
     write_derived_tables(analysis, args.results_dir)
     names = sorted(p.stem for p in out.glob("*.parquet"))

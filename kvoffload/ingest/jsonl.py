@@ -48,7 +48,8 @@ def _columns_sql(schema: pa.Schema, overrides: dict[str, str] | None = None) -> 
     return "{" + ", ".join(f"{json.dumps(name)}: '{typ}'" for name, typ in cols.items()) + "}"
 
 
-def _ends_mid_line(path: Path) -> bool:
+def ends_mid_line(path: Path) -> bool:
+    """Whether a non-empty file's last byte is not a newline (a writer stopped mid-line)."""
     with path.open("rb") as f:
         f.seek(-1, 2)
         return f.read(1) != b"\n"
@@ -85,7 +86,7 @@ def _read(path: Path, select: str, columns: str, what: str) -> pa.Table:
             table: pa.Table = con.sql(query.replace("@OPTIONS@", ""), params=[str(path)]).to_arrow_table()
         except duckdb.Error as exc:
             bad = _first_bad_line(path)
-            cut_off = _ends_mid_line(path)
+            cut_off = ends_mid_line(path)
             if bad is not None and not (cut_off and bad[0] == bad[1]):
                 line, _, problem = bad
                 msg = f"{path}: line {line}: not a {what} ({problem}); fix or remove the broken line"

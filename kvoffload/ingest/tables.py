@@ -10,6 +10,11 @@ Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCH
 - sessions: sessions.json, one row per cell that has one.
 - samples: metric samples with `phase` = run (metrics/<target>.jsonl) | before | after (snapshots).
 A cell folder whose cell.json is missing or invalid is skipped and listed in the manifest's `skipped`.
+Any other raw file of a cell that cannot be read (sessions.json not valid JSON or not the model, a
+requests or metrics file with a broken line) is left out and listed in the manifest's `unreadable`
+({cell_id, file, reason}), so one damaged file nulls the figures it feeds, never the whole report.
+A metrics file whose last line is cut off (a writer stopped mid-line) is read up to it and listed in the
+manifest's `cut_off` ({cell_id, file}).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from kvoffload.contracts.layout import CampaignPaths, CellPaths
 from kvoffload.contracts.records import SessionCounts
 from kvoffload.errors import UserError
 from kvoffload.ingest.cellmeta import load_cell_meta, load_session_counts
-from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, read_requests, read_samples
+from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, ends_mid_line, read_requests, read_samples
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,8 @@ class Tables:
     samples: pd.DataFrame
     campaign: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    unreadable: list[dict[str, str]] = field(default_factory=list)
+    cut_off: list[dict[str, str]] = field(default_factory=list)
 
 
 def _with_columns(table: pa.Table, **constants: str) -> pa.Table:
@@ -77,13 +84,25 @@ def _cell_row(cell: CellPaths) -> dict[str, Any]:
     return cell_row(meta, done=cell.done.is_file())
 
 
-def _cell_samples(cell: CellPaths) -> list[pa.Table]:
+def _unreadable(cell: CellPaths, path: Path, exc: UserError) -> dict[str, str]:
+    return {"cell_id": cell.cell_id, "file": str(path.relative_to(cell.root)), "reason": str(exc)}
+
+
+def _cell_samples(
+    cell: CellPaths, unreadable: list[dict[str, str]], cut_off: list[dict[str, str]]
+) -> list[pa.Table]:
     out = []
-    for path in cell.sample_files():
-        out.append(_with_columns(read_samples(path), cell_id=cell.cell_id, phase="run"))
-    for phase, path in (("before", cell.snapshot_before), ("after", cell.snapshot_after)):
-        if path.is_file():
+    files = [("run", p) for p in cell.sample_files()]
+    files += [(phase, p) for phase, p in (("before", cell.snapshot_before), ("after", cell.snapshot_after))]
+    for phase, path in files:
+        if not path.is_file():
+            continue
+        if path.stat().st_size and ends_mid_line(path):
+            cut_off.append({"cell_id": cell.cell_id, "file": str(path.relative_to(cell.root))})
+        try:
             out.append(_with_columns(read_samples(path), cell_id=cell.cell_id, phase=phase))
+        except UserError as exc:
+            unreadable.append(_unreadable(cell, path, exc))
     return out
 
 
@@ -114,6 +133,8 @@ def ingest_campaign(results_dir: Path) -> Path:
     requests: list[pa.Table] = []
     samples: list[pa.Table] = []
     skipped: list[dict[str, str]] = []
+    unreadable: list[dict[str, str]] = []
+    cut_off: list[dict[str, str]] = []
     for cell in paths.cells():
         if not cell.cell_json.is_file():
             skipped.append({"cell_id": cell.cell_id, "reason": f"{cell.cell_json} is missing"})
@@ -123,14 +144,22 @@ def ingest_campaign(results_dir: Path) -> Path:
         except UserError as exc:
             skipped.append({"cell_id": cell.cell_id, "reason": str(exc)})
             continue
-        if cell.sessions.is_file():
-            counts = load_session_counts(cell.sessions)
-            session_rows.append({"cell_id": cell.cell_id, **counts.model_dump(exclude={"schema_"})})
-        if cell.requests.is_file():
-            requests.append(_with_columns(read_requests(cell.requests), cell_id=cell.cell_id))
-        samples.extend(_cell_samples(cell))
+        try:
+            if cell.sessions.is_file():
+                counts = load_session_counts(cell.sessions)
+                session_rows.append({"cell_id": cell.cell_id, **counts.model_dump(exclude={"schema_"})})
+        except UserError as exc:
+            unreadable.append(_unreadable(cell, cell.sessions, exc))
+        try:
+            if cell.requests.is_file():
+                requests.append(_with_columns(read_requests(cell.requests), cell_id=cell.cell_id))
+        except UserError as exc:
+            unreadable.append(_unreadable(cell, cell.requests, exc))
+        samples.extend(_cell_samples(cell, unreadable, cut_off))
     for s in skipped:
         log.warning("ingest: skipped cell %s: %s", s["cell_id"], s["reason"])
+    for u in unreadable:
+        log.warning("ingest: cell %s: %s not read: %s", u["cell_id"], u["file"], u["reason"])
     out = {
         "cells": pa.Table.from_pylist(cell_rows, schema=CELLS_SCHEMA),
         "sessions": pa.Table.from_pylist(session_rows, schema=SESSIONS_SCHEMA),
@@ -147,6 +176,8 @@ def ingest_campaign(results_dir: Path) -> Path:
         "schema": TABLES_SCHEMA_VERSION,
         "tables": {name: t.num_rows for name, t in out.items()},
         "skipped": skipped,
+        "unreadable": unreadable,
+        "cut_off": cut_off,
         "inputs": _fingerprint(paths),
     }
     write_text_atomic(paths.manifest, json.dumps(manifest, indent=1, sort_keys=True))
@@ -178,7 +209,13 @@ def load_tables(results_dir: Path) -> Tables:
             campaign = json.loads(paths.campaign_json.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise UserError(f"{paths.campaign_json}: not valid JSON ({exc})") from exc
-    return Tables(**frames, campaign=campaign, skipped=list(manifest.get("skipped", [])))
+    return Tables(
+        **frames,
+        campaign=campaign,
+        skipped=list(manifest.get("skipped", [])),
+        unreadable=list(manifest.get("unreadable", [])),
+        cut_off=list(manifest.get("cut_off", [])),
+    )
 
 
 def ensure_tables(results_dir: Path) -> Tables:

@@ -26,7 +26,8 @@ from kvoffload.analysis.client import ttft_by_round, ttft_cdf
 from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
 from kvoffload.analysis.engine import engine_series
 from kvoffload.analysis.findings import ROUTING_NOTE, Finding, by_group, findings
-from kvoffload.analysis.hosts import cpu_utilization, disk_series, gpu_table, parse_targets
+from kvoffload.analysis.hosts import disk_series, gpu_table, parse_targets
+from kvoffload.analysis.nulls import grouped_info, is_info, note_warnings
 from kvoffload.analysis.recommend import Recommendation, recommend
 from kvoffload.analysis.software import software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
@@ -34,6 +35,7 @@ from kvoffload.atomic import atomic_path, write_text_atomic
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.ingest import Tables, ensure_tables
 from kvoffload.report import plots
+from kvoffload.report.prompts import shared_prefix_reuse
 from kvoffload.report.views import (
     CACHE_COLUMNS,
     COMPARISON_COLUMNS,
@@ -97,16 +99,45 @@ class GroupView:
     plots: list[tuple[str, str]]
 
 
+def with_prefix_reuse(summary: pd.DataFrame, t: Tables) -> pd.DataFrame:
+    """The summary with `shared_prefix_reuse_share` after `reuse_share` (report/prompts.py); a cell
+    whose figure is null gets an informational `prefix_reuse_unknown` data note saying why."""
+    if summary.empty:
+        return summary
+    reuse = shared_prefix_reuse(t.cells, t.requests)
+    out = summary.copy()
+    values = [reuse.get(str(c), (None, None)) for c in out["cell_id"]]
+    at = list(out.columns).index("reuse_share") + 1
+    figures = [float("nan") if v is None else float(v) for v, _ in values]
+    out.insert(at, "shared_prefix_reuse_share", pd.Series(figures, index=out.index, dtype=float))
+    notes = []
+    for text, (_, why) in zip(out["data_notes"], values, strict=True):
+        listed = json.loads(text) if isinstance(text, str) and text else []
+        if why is not None:
+            message = f"shared-prefix reuse is null: {why}"
+            listed.append({"kind": "prefix_reuse_unknown", "message": message})
+        notes.append(json.dumps(listed) if listed else None)
+    out["data_notes"] = notes
+    return out
+
+
 def analyse(results_dir: Path) -> Analysis:
     """Ingest when needed, then compute summary, comparison, warnings and per-round tables."""
     t = ensure_tables(results_dir)
-    summary = summarize(t.cells, t.requests, t.sessions, t.samples)
+    cut = {c["cell_id"] for c in t.cut_off if c["file"].endswith("snapshot-before.jsonl")}
+    summary = with_prefix_reuse(summarize(t.cells, t.requests, t.sessions, t.samples, cut), t)
     software = software_frame(t.cells)
     return Analysis(
         tables=t,
         summary=summary,
         comparison=tier_comparison(summary, software),
-        warnings=warnings_table(summary, t.skipped, software, t.cells),
+        warnings=pd.concat(
+            [
+                warnings_table(summary, t.skipped, software, t.cells),
+                note_warnings(summary, t.unreadable, t.cut_off),
+            ],
+            ignore_index=True,
+        ),
         rounds=rounds_table(t.cells, t.requests),
         software=software,
     )
@@ -334,16 +365,15 @@ def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
     return items
 
 
-def _cpu_table(t: Tables, split: _CellFrames) -> Table:
-    frames = []
-    for _, cell in t.cells.iterrows():
-        _, smp = split(str(cell["cell_id"]))
-        cpu = cpu_utilization(smp, parse_targets(cell["targets"]))
-        if not cpu.empty:
-            cpu.insert(0, "cell", cell["cell_id"])
-            cpu.insert(1, "tier", cell["tier"])
-            frames.append(cpu)
-    return frame_table("CPU utilization per host (%)", pd.concat(frames) if frames else pd.DataFrame(), 1)
+def _cpu_table(summary: pd.DataFrame) -> Table:
+    """The summary's `cpu_util_pct_by_host`, one row per cell and host."""
+    rows = []
+    for _, row in summary.iterrows():
+        text = row.get("cpu_util_pct_by_host")
+        if isinstance(text, str) and text:
+            for host, pct in json.loads(text).items():
+                rows.append({"cell": row["cell_id"], "tier": row["tier"], "host": host, "cpu_util_pct": pct})
+    return frame_table("CPU utilization per host (%)", pd.DataFrame(rows), 1)
 
 
 def _gpu_table(t: Tables, split: _CellFrames) -> Table:
@@ -364,6 +394,10 @@ def _title(a: Analysis, results_dir: Path) -> str:
 
 def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     frames = _CellFrames(a.tables)
+    warnings: list[dict[str, Any]] = [
+        {str(k): (None if isinstance(v, float) and pd.isna(v) else v) for k, v in w.items()}
+        for w in a.warnings.to_dict("records")
+    ]
     predicted, inputs = prediction_tables(c.predictions)
     return {
         "finding_groups": _finding_groups(c),
@@ -379,13 +413,11 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "campaign": _campaign_items(a.tables, results_dir),
         "hosts": hosts_table(a.tables.cells),
         "software": software_view(software_table(a.software, a.tables.cells["cell_id"].astype(str).tolist())),
-        "warnings": [
-            {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in w.items()}
-            for w in a.warnings.to_dict("records")
-        ],
+        "warnings": [w for w in warnings if not is_info(str(w["kind"]))],
+        "info_notes": grouped_info(warnings),
         "groups": _group_views(a, frames),
         "sessions": table("Sessions per cell", a.summary, SESSION_COLUMNS),
-        "cpu": _cpu_table(a.tables, frames),
+        "cpu": _cpu_table(a.summary),
         "gpus": _gpu_table(a.tables, frames),
     }
 
@@ -428,6 +460,14 @@ def render_markdown(ctx: dict[str, Any]) -> str:
     else:
         out.append("No validity warnings.")
     out.append("")
+    # -- information notes (issue 34): fallbacks that give the same figure, grouped by kind
+    if ctx["info_notes"]:
+        out += ["### Notes (information, not validity)", ""]
+        for g in ctx["info_notes"]:
+            cells = f" in {', '.join(g['cells'])}" if g["cells"] else ""
+            out.append(f"- **{g['kind']}** ({g['count']} note(s){cells}): " + "; ".join(g["messages"]))
+        out.append("")
+    # -- end information notes
     for g in ctx["groups"]:
         out += [f"## {g.title}", "", md_table(g.comparison), md_table(g.latency), md_table(g.cache)]
         out += [md_table(g.rounds), md_table(g.offload), md_table(g.hardware)]

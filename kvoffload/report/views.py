@@ -163,6 +163,7 @@ OFFLOAD_COLUMNS: list[Column] = [
     ("preemptions", _int("preemptions")),
     ("cached token share (%)", _col("cached_token_share", 1, 100.0)),
     ("reusable token share (%)", _col("reuse_share", 1, 100.0)),
+    ("shared-prefix reusable share (%)", _col("shared_prefix_reuse_share", 1, 100.0)),
 ]
 
 DISK_COLUMNS: list[Column] = [

@@ -9,6 +9,7 @@ import pytest
 
 from kvoffload.analysis.client import request_figures, reuse_from_records, ttft_by_round, ttft_cdf
 from kvoffload.analysis.reuse import prefix_reuse
+from kvoffload.analysis.series import collect_notes
 
 
 def _req(
@@ -123,3 +124,15 @@ def test_late_and_read_stamped_requests_are_counted_among_ok_ones() -> None:
     # Records from before these fields count as neither.
     old = request_figures(REQUESTS)
     assert (old["requests_late"], old["requests_read_stamped"]) == (0, 0)
+
+
+def test_tokens_per_second_is_null_when_a_request_has_no_usage() -> None:
+    # One ok request without usage (a server that does not send it): summing the others as if it had
+    # 0 tokens would print a throughput too low; the figure is null and a note says why.
+    no_usage = REQUESTS.copy()
+    no_usage.loc[0, "prompt_tokens"] = None
+    with collect_notes() as notes:
+        f = request_figures(no_usage)
+    assert f["input_tokens_per_s"] is None
+    assert f["output_tokens_per_s"] == pytest.approx(60 / 9)  # completion tokens are all there
+    assert [n.kind for n in notes] == ["usage_missing"] and "1 of 6" in notes[0].message

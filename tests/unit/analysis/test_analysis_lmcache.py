@@ -7,7 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kvoffload.analysis import names as N
 from kvoffload.analysis.lmcache import lmcache_figures
+from kvoffload.analysis.series import collect_notes
 from kvoffload.analysis.summary import relevant
 from kvoffload.metrics.samples import parse_exposition, up_sample
 from tests.unit.analysis.analysis_frames import Row, counter, samples_frame
@@ -163,3 +165,43 @@ def test_chunks_loaded_is_zero_where_the_gpu_path_is_proven_and_none_elsewhere()
     # The same server without any GPU-path family: a CPU-mode server, so not measured.
     cpu = lmcache_figures(samples_frame(_gpu_server_rows(with_store_histogram=False)))
     assert cpu["lmcache_chunks_loaded"] is None
+
+
+def _scraped_server(*extra: str) -> pd.DataFrame:
+    """A scraped lmcache-server (usage gauge present) with L1 evictions and the given extra counters."""
+    rows: list[Row] = [("run", t, "lmcache", "lmcache_mp_l1_memory_usage_bytes", {}, 1e9) for t in TIMES]
+    rows += counter("lmcache_mp_l1_evicted_chunks_total", lambda t: 2 * t, TIMES, "lmcache")
+    for name in extra:
+        rows += counter(name, lambda t: 0.0, TIMES, "lmcache")
+    return samples_frame(rows)
+
+
+def test_an_absent_counter_is_0_only_on_a_server_with_known_names() -> None:
+    # LMCache 0.5.6 creates lmcache_mp_l2_evicted_objects_chunks_total at the first L2 eviction: absent
+    # on a server whose names are all 0.5.6's means none happened.
+    with collect_notes() as notes:
+        f = lmcache_figures(_scraped_server())
+    assert f["lmcache_l2_evicted_chunks"] == 0.0 and f["lmcache_evicted_chunks"] == pytest.approx(120.0)
+    assert "counter_renamed" not in [n.kind for n in notes]
+    # A server exporting a name 0.5.6 does not (a stale or renamed L2 eviction counter): the absent
+    # 0.5.6 name is unknown, not 0, and so is the total; one note names the unknown name.
+    with collect_notes() as notes:
+        f = lmcache_figures(_scraped_server("lmcache_mp_l2_evicted_chunks_total"))
+    assert f["lmcache_l2_evicted_chunks"] is None and f["lmcache_evicted_chunks"] is None
+    assert f["lmcache_l1_evicted_chunks"] == pytest.approx(120.0)  # present: counted as ever
+    renamed = [n for n in notes if n.kind == "counter_renamed"]
+    assert len(renamed) == 1 and "lmcache_mp_l2_evicted_chunks_total" in renamed[0].message
+
+
+def test_the_known_names_are_the_capture_plus_the_names_it_cannot_show() -> None:
+    listed = {line.split()[0] for line in (LMCACHE / "metric-names-types.txt").read_text().splitlines()}
+    assert listed | set(N.LMC_NOT_IN_CPU_CAPTURE) == N.LMC_KNOWN_NAMES
+    assert (
+        N.lmcache_unknown_names(
+            [
+                "lmcache_mp_l2_store_throughput_GB_per_second_sum",
+                "lmcache_mp_l0_l1_load_throughput_GB_per_second_count",
+            ]
+        )
+        == []
+    )

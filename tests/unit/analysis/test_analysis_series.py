@@ -6,7 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvoffload.analysis.series import corrected, delta, final_quarter_mean, make_grid, windowed_rate
+from kvoffload.analysis.series import (
+    collect_notes,
+    corrected,
+    delta,
+    final_quarter_mean,
+    make_grid,
+    windowed_rate,
+)
 from tests.unit.analysis.analysis_frames import counter, samples_frame
 
 
@@ -85,3 +92,64 @@ def test_delta_counts_a_labelled_counter_born_during_the_run() -> None:
     # without any before snapshot of that target there is no baseline: no snapshot figure
     only_after = samples[samples["phase"] == "after"]
     assert delta(only_after, "lmcache_mp_lookup_hit_tokens_total") is None
+
+
+def test_delta_without_a_targets_before_snapshot_starts_at_its_first_sample() -> None:
+    # Two replicas with lifetime totals; vllm-1's before snapshot is missing. Counting vllm-1 from 0
+    # would add its lifetime (1000); its first sampler round (1000 at t=10) is the start instead.
+    rows = [
+        ("before", 0, "vllm-0", "c_total", {}, 500.0),
+        ("run", 10, "vllm-0", "c_total", {}, 500.0),
+        ("run", 10, "vllm-1", "c_total", {}, 1000.0),
+        ("run", 90, "vllm-0", "c_total", {}, 580.0),
+        ("run", 90, "vllm-1", "c_total", {}, 1080.0),
+        ("after", 100, "vllm-0", "c_total", {}, 590.0),
+        ("after", 100, "vllm-1", "c_total", {}, 1090.0),
+    ]
+    with collect_notes() as notes:
+        d = delta(samples_frame(rows), "c_total")
+    assert d is not None and d.increase == 180.0 and d.seconds == 100.0
+    assert [n.kind for n in notes] == ["before_snapshot_missing"] and "vllm-1" in notes[0].message
+    # Without sampler rounds there is no start for vllm-1: null and a warning naming it, not 90 or 1180.
+    with collect_notes() as notes:
+        assert delta(samples_frame([r for r in rows if r[0] != "run"]), "c_total") is None
+    assert [n.kind for n in notes] == ["counter_unknown"] and "vllm-1" in notes[0].message
+
+
+def test_delta_corrects_a_reset_inside_the_cell_from_the_samples() -> None:
+    # 0 -> 600 by t=60, the replica restarts, 0 -> 200 by the after snapshot: 800, not 200 - 0.
+    rows = [
+        ("before", 0, "vllm-0", "c_total", {}, 0.0),
+        ("run", 30, "vllm-0", "c_total", {}, 300.0),
+        ("run", 60, "vllm-0", "c_total", {}, 600.0),
+        ("run", 75, "vllm-0", "c_total", {}, 50.0),
+        ("after", 100, "vllm-0", "c_total", {}, 200.0),
+    ]
+    with collect_notes() as notes:
+        d = delta(samples_frame(rows), "c_total")
+    assert d is not None and d.increase == 800.0
+    assert [n.kind for n in notes] == ["counter_reset"]
+    # seen only in the snapshots (after < before), a reset cannot be corrected: null
+    snaps = [("before", 0, "vllm-0", "c_total", {}, 500.0), ("after", 100, "vllm-0", "c_total", {}, 200.0)]
+    with collect_notes() as notes:
+        assert delta(samples_frame(snaps), "c_total") is None
+    assert [n.kind for n in notes] == ["counter_unknown"]
+
+
+def test_delta_reads_a_series_cut_from_the_before_snapshot_from_the_first_round() -> None:
+    # The before-snapshot file was cut short: c_total is missing there but present from the first
+    # sampler round (lifetime 5000): the start is that round, not 0.
+    rows = [
+        ("before", 0, "vllm-0", "other_total", {}, 1.0),
+        ("run", 1, "vllm-0", "c_total", {}, 5000.0),
+        ("run", 1, "vllm-0", "other_total", {}, 1.0),
+        ("after", 100, "vllm-0", "c_total", {}, 5040.0),
+    ]
+    with collect_notes(before_cut=True) as notes:
+        d = delta(samples_frame(rows), "c_total")
+    assert d is not None and d.increase == 40.0
+    assert [n.kind for n in notes] == ["snapshot_incomplete"]
+    # an intact snapshot without the series: it was created during the run and started at 0
+    with collect_notes() as notes:
+        d = delta(samples_frame(rows), "c_total")
+    assert d is not None and d.increase == 5040.0 and notes == []
