@@ -36,10 +36,11 @@ def routing_figures(requests: pd.DataFrame, targets: Mapping[str, Mapping[str, A
 
     `replicas_answering`: distinct replicas named by the records; `routed_users`: users with at least
     one record naming a replica; `users_on_several_replicas`: those whose records name more than one;
-    `requests_without_replica`: records naming none. Counts are None when the records lack the column.
+    `requests_without_replica`: records naming none. Counts are None when the records lack the column
+    or there are none (an empty requests.jsonl says nothing about routing: docs/metrics.md, Null rules).
     """
     out: dict[str, Any] = {"replicas_configured": replicas_configured(targets)}
-    if "replica" not in requests.columns or "user_id" not in requests.columns:
+    if requests.empty or "replica" not in requests.columns or "user_id" not in requests.columns:
         return out | {k: None for k in ROUTING_COLUMNS[1:]}
     named = requests[requests["replica"].notna()]
     per_user = named.groupby("user_id", sort=False)["replica"].nunique()

@@ -36,3 +36,10 @@ def test_records_without_the_replica_field_leave_the_counts_unknown() -> None:
             "requests_without_replica",
         )
     )
+
+
+def test_no_records_say_nothing_about_routing() -> None:
+    # an empty requests.jsonl: not "no replica answered" (0) but unknown
+    out = routing_figures(pd.DataFrame({"user_id": [], "replica": []}), TARGETS)
+    assert out["replicas_configured"] == 2
+    assert out["replicas_answering"] is None and out["routed_users"] is None
