@@ -4,8 +4,10 @@ Writes to stdout, as YAML, exactly the extravars `run` passes to that cell's dep
 and teardown playbooks: the same function (`kvoffload.orchestrate.deployment.cell_extravars`), the same
 node (the schedule `plan` shows), the same cell folder under `--results` and the same wheels (this
 package's wheel and, unless `--no-wheelhouse`, the wheelhouse, both built in `--wheel-cache` as `run`
-builds them). So `ansible-playbook -i INVENTORY playbooks/site.yml -e @cell.yml` runs the cell `run`
-would run. It touches no host and creates no results folder; stdout holds the YAML only.
+builds them, for the Python the hosts report unless `--hosts-python` is given: asking them is the one
+read-only playbook it runs). So `ansible-playbook -i INVENTORY playbooks/site.yml -e @cell.yml` runs
+the cell `run` would run. It changes nothing on any host and creates no results folder; stdout holds
+the YAML only.
 
 `plan INVENTORY --finish-cell CELL_ID` then completes the folder the playbooks wrote (cell.json, DONE;
 kvoffload/orchestrate/plain.py), so that `report` reads the cell and `plan` counts it DONE.
@@ -83,12 +85,28 @@ def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
     from kvoffload.orchestrate import wheelhouse
 
     check_folder_flag(args.wheel_cache, "--wheel-cache")
+    hosts_python = _hosts_python(args.hosts_python)
+    if hosts_python is None and not args.no_wheelhouse:
+        hosts_python = _learn_hosts_python(lab)
     return wheelhouse.build_wheels(
         args.wheel_cache,
         offline=not args.no_wheelhouse,
         engine_builds=lab.engine_builds,
-        hosts_python=_hosts_python(args.hosts_python),
+        hosts_python=hosts_python or wheelhouse.DEFAULT_HOSTS_PYTHON,  # unread without a wheelhouse
     )
+
+
+def _learn_hosts_python(lab: LabConfig) -> str:
+    """The Python the hosts report, as `run` asks them; the playbook's artifacts go to a scratch folder
+    (no results folder is created)."""
+    import tempfile
+
+    from kvoffload.orchestrate import host_python
+    from kvoffload.playbook import PlaybookRunner
+
+    with tempfile.TemporaryDirectory(prefix="kvoffload-host-python-") as scratch:
+        runner = PlaybookRunner(Path(lab.inventory.file), Path(scratch))
+        return host_python.learn_hosts_python(runner)
 
 
 def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any]) -> int:

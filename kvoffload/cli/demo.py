@@ -97,7 +97,7 @@ def demo(args: argparse.Namespace) -> int:
             results=args.results,
             wheel_cache=DEFAULT_WHEEL_CACHE,
             no_wheelhouse=False,
-            hosts_python=None,  # the default: the virtual lab runs Debian 12
+            hosts_python=None,  # learned from the virtual lab's hosts (Debian 12: 3.11.2)
             cells=None,
             fresh=not args.resume,
             skip_provision=False,

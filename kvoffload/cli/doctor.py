@@ -40,9 +40,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--hosts-python",
-        default="3.11.2",
+        default=None,
         metavar="X.Y.Z",
-        help="the Python the wheelhouse is built for, as `run` takes it (default 3.11.2)",
+        help=(
+            "the Python the wheelhouse is built for, as `run` takes it (default: as `run`, the one the "
+            "hosts report; hosts that report different ones fail)"
+        ),
     )
     p.add_argument("--no-wheelhouse", action="store_true", help="as `run`: hosts install from their index")
     p.add_argument("--json", action="store_true", help="print doctor.json instead of the tables")
@@ -56,7 +59,7 @@ def doctor(args: argparse.Namespace) -> int:
     from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
     from kvoffload.playbook import PlaybookRunner
 
-    if not re.fullmatch(r"3\.[0-9]+\.[0-9]+", args.hosts_python):
+    if args.hosts_python is not None and not re.fullmatch(r"3\.[0-9]+\.[0-9]+", args.hosts_python):
         raise UserError(f"--hosts-python {args.hosts_python!r}: give X.Y.Z, e.g. 3.11.2")
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
@@ -64,7 +67,11 @@ def doctor(args: argparse.Namespace) -> int:
     inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
     runner = PlaybookRunner(inventory, root / "ansible")
     reports = run_doctor(
-        lab, runner, root / DOCTOR_DIR, hosts_python=None if args.no_wheelhouse else args.hosts_python
+        lab,
+        runner,
+        root / DOCTOR_DIR,
+        hosts_python=None if args.no_wheelhouse else args.hosts_python,
+        learn_python=not args.no_wheelhouse,
     )
     record = doctor_json(reports, lab.campaign.name)
     (root / DOCTOR_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

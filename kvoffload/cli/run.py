@@ -40,8 +40,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="X.Y.Z",
         help=(
-            "the hosts' python3 version the wheelhouse is built for (default: Debian 12's; Ubuntu 24.04: "
-            "3.12.3); preflight refuses a host whose python3 differs, naming its version"
+            "the hosts' python3 version the wheelhouse is built for (default: the version the hosts "
+            "report, asked before the wheelhouse is built; every host must report the same); provision "
+            "refuses a host whose python3 differs, naming its version"
         ),
     )
 
@@ -275,14 +276,13 @@ def _only(args: argparse.Namespace, lab: LabConfig) -> list[str] | None:
     return only
 
 
-def _hosts_python(value: str | None) -> str:
-    """The `--hosts-python` value, checked; None: the default (Debian 12's, DEFAULT_HOSTS_PYTHON)."""
+def _hosts_python(value: str | None) -> str | None:
+    """The `--hosts-python` value, checked; None when not given: the hosts are asked before the
+    wheelhouse is built (kvoffload/orchestrate/host_python.py)."""
     from kvoffload.errors import UserError
 
     if value is None:
-        from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON
-
-        return DEFAULT_HOSTS_PYTHON
+        return None
     if not re.fullmatch(r"3\.[0-9]+\.[0-9]+", value):
         raise UserError(f"--hosts-python {value!r}: give the hosts' python3 version as X.Y.Z, e.g. 3.11.2")
     return value

@@ -101,10 +101,23 @@ def _facts(checks: Iterable[Check], name: str) -> Mapping[str, Any]:
     return next((c.facts for c in checks if c.name == name), {})
 
 
-def wheelhouse_python(host_python: str | None, hosts_python: str | None) -> Check:
+def wheelhouse_python(
+    host_python: str | None, hosts_python: str | None, lab_pythons: Mapping[str, str] | None = None
+) -> Check:
     """The wheelhouse holds wheels of one Python (X.Y): lmcache, torch and vLLM ship per-Python wheels,
-    so a host whose python3 is another X.Y cannot install from it."""
+    so a host whose python3 is another X.Y cannot install from it. `lab_pythons` (host -> X.Y.Z, when the
+    wheelhouse's Python is learned from the hosts, as `run` does without --hosts-python): hosts that
+    differ fail, since a lab has one wheelhouse."""
     name = "wheelhouse_python"
+    if lab_pythons and len(set(lab_pythons.values())) > 1:
+        listing = ", ".join(f"{h} {v}" for h, v in sorted(lab_pythons.items()))
+        return Check(
+            name,
+            Status.FAIL,
+            f"the lab's hosts run different Pythons ({listing}); the wheelhouse is one per lab, built for "
+            "the Python they all report",
+            "bring every host of the lab to the same release (README, supported hosts)",
+        )
     if hosts_python is None:
         return Check(name, Status.SKIP, "no wheelhouse (--no-wheelhouse): hosts install from their index")
     if not host_python:

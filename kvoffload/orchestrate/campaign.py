@@ -228,13 +228,14 @@ class CampaignRunner:
         probe_payload: Callable[[Cell], dict[str, Any] | None] | None = None,
         *,
         offline: bool = True,
-        hosts_python: str = DEFAULT_HOSTS_PYTHON,
+        hosts_python: str | None = None,
     ) -> None:
         self.lab = lab
         self.results = results
         self.progress = progress
         self.wheel_cache = wheel_cache
         self.offline = offline
+        # the Python the wheelhouse is built for; None: learned from the hosts when it is built
         self.hosts_python = hosts_python
         self.expected_requests = expected_requests
         self.probe_payload = probe_payload
@@ -291,13 +292,20 @@ class CampaignRunner:
         return self.wheels
 
     def prepare_wheelhouse(self) -> None:
-        """This package's wheel, and (offline) the wheelhouse of everything the hosts install."""
+        """This package's wheel, and (offline) the wheelhouse of everything the hosts install, for the
+        Python the hosts report unless `hosts_python` was given (orchestrate/host_python.py)."""
+        if self.offline and self.hosts_python is None:
+            from kvoffload.orchestrate.host_python import learn_hosts_python
+
+            self.progress.phase(None, 0, len(self.lab.cells), "hosts' python")
+            self.hosts_python = learn_hosts_python(self.playbooks)
         self.progress.phase(None, 0, len(self.lab.cells), "wheelhouse")
         self.wheels = build_wheels(
             self.wheel_cache,
             offline=self.offline,
             engine_builds=self.lab.engine_builds,
-            hosts_python=self.hosts_python,
+            # without a wheelhouse (not offline) no Python is learned, and build_wheels reads none
+            hosts_python=self.hosts_python or DEFAULT_HOSTS_PYTHON,
         )
 
     def provision(self, check: bool = False) -> PlaybookResult:

@@ -103,16 +103,23 @@ def judge(
     engine: str,
     hosts_python: str | None,
     expected: Mapping[str, str],
+    lab_pythons: Mapping[str, str] | None = None,
 ) -> dc.NodeReport:
     """A host's report: the probe's checks and the controller's."""
     found = dc.probe_checks(probe)
-    host_python = next((c.facts.get("version") for c in found if c.name == "python"), None)
+    host_python = _probe_python(probe)
     engine_facts = next((c.facts for c in found if c.name == "engine"), {})
-    extra = [dc.wheelhouse_python(str(host_python) if host_python else None, hosts_python)]
+    extra = [dc.wheelhouse_python(host_python, hosts_python, lab_pythons)]
     if ask.engine_build is not None:
         extra.append(dc.engine_set(engine_facts, expected))
     extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None))
     return dc.NodeReport(host, (*found, *extra), probe)
+
+
+def _probe_python(probe: Mapping[str, Any]) -> str | None:
+    """The host's python3 version as its probe reported it."""
+    version = next((c.facts.get("version") for c in dc.probe_checks(probe) if c.name == "python"), None)
+    return str(version) if version else None
 
 
 def run_doctor(
@@ -123,9 +130,12 @@ def run_doctor(
     hosts_python: str | None,
     cheap: bool = False,
     venv: str = "/opt/kvoffload/venv",
+    learn_python: bool = False,
 ) -> list[dc.NodeReport]:
     """Probe every host of the inventory; a host that failed or was unreachable gets a `reach` failure.
-    The probes' JSON land in `out/<host>.json` (emptied first)."""
+    The probes' JSON land in `out/<host>.json` (emptied first). `learn_python` (with `hosts_python`
+    None): the wheelhouse's Python is the one the hosts report, as `run` learns it without
+    --hosts-python (orchestrate/host_python.py); hosts that report different ones fail that check."""
     from kvoffload.orchestrate.wheelhouse import engine_requirements
 
     asks = host_asks(lab)
@@ -147,13 +157,23 @@ def run_doctor(
         if not exc.result.failures:
             raise
     pins = {b: dc.pinned(engine_requirements(b)) for b in {a.engine_build for a in asks.values()} if b}
+    probes: dict[str, dict[str, Any] | str] = {}  # host -> its answer, or why there is none
+    for host in asks:
+        try:
+            probes[host] = json.loads((out / f"{host}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            probes[host] = failures.get(host, f"no probe answer ({exc})")
+    lab_pythons: dict[str, str] | None = None
+    if learn_python and hosts_python is None:
+        answered = {h: p for h, p in probes.items() if isinstance(p, dict)}
+        lab_pythons = {h: v for h, p in answered.items() if (v := _probe_python(p))}
+        if len(set(lab_pythons.values())) == 1:
+            hosts_python = next(iter(lab_pythons.values()))
     reports = []
     for host, ask in asks.items():
-        path = out / f"{host}.json"
-        try:
-            probe = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            reports.append(dc.unreachable(host, failures.get(host, f"no probe answer ({exc})")))
+        probe = probes[host]
+        if isinstance(probe, str):
+            reports.append(dc.unreachable(host, probe))
             continue
         reports.append(
             judge(
@@ -163,6 +183,7 @@ def run_doctor(
                 engine=lab.campaign.engine,
                 hosts_python=hosts_python,
                 expected=pins.get(ask.engine_build or "", {}),
+                lab_pythons=lab_pythons,
             )
         )
     return reports

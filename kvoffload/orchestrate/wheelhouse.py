@@ -51,8 +51,8 @@ from kvoffload.playbook import ansible_dir
 log = logging.getLogger(__name__)
 DIST = "kvoffload-lab"
 REPRODUCIBLE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip file can hold
-# Debian 12's python3, the interpreter of the lab hosts and of the example lab (Ubuntu 24.04: 3.12.3,
-# passed as `run --hosts-python`; preflight compares every host's python3 with the wheelhouse's).
+# Debian 12's python3, build_wheels' default: `run` passes the version the hosts report
+# (orchestrate/host_python.py) or `--hosts-python`; provision compares every host's python3 with it.
 DEFAULT_HOSTS_PYTHON = "3.11.2"
 # glibc 2.36 (Debian 12) runs every manylinux wheel up to 2.36.
 _GLIBC_MINORS = range(17, 37)

@@ -11,7 +11,7 @@ import yaml
 from kvoffload.cli.main import build_parser, main
 from kvoffload.cli.run import _runner
 from kvoffload.orchestrate import campaign as campaign_module
-from kvoffload.orchestrate import wheelhouse
+from kvoffload.orchestrate import host_python, wheelhouse
 from kvoffload.orchestrate.deployment import cell_extravars
 from kvoffload.orchestrate.wheelhouse import Wheels
 from tests.support.datasets import generic_lines
@@ -56,6 +56,8 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, ob
     monkeypatch.setattr(wheelhouse, "build_wheels", fake)
     # run's runner holds its own reference (imported by name), bound whenever campaign.py was first imported
     monkeypatch.setattr(campaign_module, "build_wheels", fake)
+    # the hosts' Python, asked before the wheelhouse is built (orchestrate/host_python.py): Ubuntu 24.04's
+    monkeypatch.setattr(host_python, "learn_hosts_python", lambda _runner: "3.12.3")
     return calls
 
 
@@ -100,7 +102,7 @@ def test_emitted_extravars_are_those_run_passes_to_each_cell(
         "cache": cache,
         "offline": True,
         "engine_builds": lab.engine_builds,
-        "hosts_python": "3.11.2",
+        "hosts_python": "3.12.3",  # the hosts' (run and emit both ask them)
     }
     assert all(w == wheels[0] for w in wheels)
 

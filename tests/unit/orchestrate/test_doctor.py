@@ -191,6 +191,35 @@ def test_doctor_command(
     assert printed == json.loads((results / "doc" / "doctor.json").read_text())
 
 
+def test_without_hosts_python_the_doctor_compares_the_hosts_with_each_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `run` builds the wheelhouse for the Python every host reports, `doctor` without --hosts-python
+    passes hosts that agree (Ubuntu 24.04's 3.12.3 here) and fails each host of a lab that does not."""
+    inv, camp = _lab_files(tmp_path)
+    answers = {
+        GPU1: _answer(python="3.12.3"),
+        GPU2: _answer(python="3.12.3"),
+        CLIENT: _answer("3.12.3", gpu=False),
+    }
+    monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: FakeRunner(answers))
+    argv = ["doctor", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "r"), "--json"]
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    checks = {h["host"]: {c["name"]: c for c in h["checks"]} for h in record["hosts"]}
+    assert checks[GPU1]["wheelhouse_python"]["status"] == "ok"
+    assert "(3.12.3)" in checks[GPU1]["wheelhouse_python"]["detail"]
+    answers[CLIENT] = _answer(python="3.11.2", gpu=False)
+    assert main(argv) == 1
+    record = json.loads(capsys.readouterr().out)
+    for host in record["hosts"]:
+        [wheelhouse] = [c for c in host["checks"] if c["name"] == "wheelhouse_python"]
+        assert wheelhouse["status"] == "fail", host["host"]
+        assert f"{CLIENT} 3.11.2" in wheelhouse["detail"] and f"{GPU1} 3.12.3" in wheelhouse["detail"]
+    # --no-wheelhouse: no wheelhouse, nothing to compare
+    assert main([*argv, "--no-wheelhouse"]) == 0
+
+
 class _Progress:
     def phase(self, *a: Any) -> None: ...
     def task(self, name: str) -> None: ...
