@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvoffload.cli.args import add_lab_arguments
+
 if TYPE_CHECKING:
     from kvoffload.doctor.checks import NodeReport
 
@@ -33,11 +35,7 @@ def register(sub: Any) -> None:
             "hosts."
         ),
     )
-    p.add_argument("inventory", type=Path, help="Ansible YAML inventory (file, or folder holding hosts.yml)")
-    p.add_argument("--campaign", type=Path, help="campaign YAML (default: all.vars.kvoffload_campaign)")
-    p.add_argument(
-        "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
-    )
+    add_lab_arguments(p)
     p.add_argument(
         "--hosts-python",
         default=None,

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvoffload.cli.args import add_lab_arguments
+
 if TYPE_CHECKING:
     from kvoffload.config import Cell, LabConfig
 
@@ -19,11 +21,7 @@ DEFAULT_WHEEL_CACHE = Path.home() / ".cache" / "kvoffload-lab" / "wheels"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inventory", type=Path, help="Ansible YAML inventory (file, or folder holding hosts.yml)")
-    p.add_argument("--campaign", type=Path, help="campaign YAML (default: all.vars.kvoffload_campaign)")
-    p.add_argument(
-        "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
-    )
+    add_lab_arguments(p)
     p.add_argument(
         "--wheel-cache",
         type=Path,
@@ -84,8 +82,7 @@ def register(sub: Any) -> None:
             "builds no wheelhouse: stopping units installs nothing."
         ),
     )
-    t.add_argument("inventory", type=Path, help="Ansible YAML inventory (file, or folder holding hosts.yml)")
-    t.add_argument("--campaign", type=Path, help="campaign YAML (default: all.vars.kvoffload_campaign)")
+    add_lab_arguments(t, results=False)
     t.set_defaults(func=teardown)
 
 
