@@ -71,53 +71,67 @@ LMC_GPU_PATH_HISTOGRAMS = (LMC_L0_L1_STORE_TPUT[0], LMC_L0_L1_LOAD_TPUT[0])
 # at their first update, so an absent one of these names on a scraped server means "never happened";
 # a scraped server that exports a name outside this set is not the version these names describe (a
 # rename), and then an absent counter is unknown, not 0 (kvoffload/analysis/lmcache.py).
-LMC_KNOWN_NAMES = frozenset(
-    {
-        "lmcache_mp_active_p2p_lookup_jobs",
-        "lmcache_mp_active_prefetch_jobs",
-        "lmcache_mp_event_bus_drain_lag_seconds",
-        "lmcache_mp_event_bus_dropped_events_total",
-        "lmcache_mp_event_bus_queue_depth",
-        "lmcache_mp_kv_events_log_depth",
-        "lmcache_mp_l1_allocation_failure_chunks_total",
-        "lmcache_mp_l1_chunk_evict_reuse_gap_seconds",
-        "lmcache_mp_l1_chunk_idle_before_evict_seconds",
-        "lmcache_mp_l1_chunk_lifetime_seconds",
-        "lmcache_mp_l1_chunk_reuse_gap_seconds",
-        "lmcache_mp_l1_evicted_chunks_total",
-        "lmcache_mp_l1_eviction_loop_ticks_total",
-        "lmcache_mp_l1_eviction_loop_triggered_total",
-        "lmcache_mp_l1_memory_usage_bytes",
-        "lmcache_mp_l1_read_chunks_total",
-        "lmcache_mp_l1_staging_bytes",
-        "lmcache_mp_l1_usage_ratio",
-        "lmcache_mp_l1_write_chunks_total",
-        "lmcache_mp_l2_load_completed_requests_total",
-        "lmcache_mp_l2_load_throughput_GB_per_second",
-        "lmcache_mp_l2_prefetch_adapters",
-        "lmcache_mp_l2_prefetch_failure_chunks_total",
-        "lmcache_mp_l2_prefetch_load_completed_chunks_total",
-        "lmcache_mp_l2_prefetch_load_submitted_objects_chunks_total",
-        "lmcache_mp_l2_prefetch_load_submitted_requests_total",
-        "lmcache_mp_l2_prefetch_lookup_objects_chunks_total",
-        "lmcache_mp_l2_prefetch_lookup_requests_total",
-        "lmcache_mp_l2_store_adapters",
-        "lmcache_mp_l2_store_completed_objects_chunks_total",
-        "lmcache_mp_l2_store_completed_requests_total",
-        "lmcache_mp_l2_store_submitted_objects_chunks_total",
-        "lmcache_mp_l2_store_submitted_requests_total",
-        "lmcache_mp_l2_store_throughput_GB_per_second",
-        "lmcache_mp_l2_usage_bytes",
-        "lmcache_mp_lookup_early_exit_requests_total",
-        "lmcache_mp_lookup_hit_l1_keys_total",
-        "lmcache_mp_lookup_hit_l1_tokens_total",
-        "lmcache_mp_lookup_hit_l2_keys_total",
-        "lmcache_mp_lookup_hit_l2_tokens_total",
-        "lmcache_mp_lookup_hit_tokens_total",
-        "lmcache_mp_lookup_requested_tokens_total",
-        "lmcache_mp_lookups_requests_total",
-    }
-) | frozenset(LMC_NOT_IN_CPU_CAPTURE)
+LMC_KNOWN_NAMES = (
+    frozenset(
+        {
+            "lmcache_mp_active_p2p_lookup_jobs",
+            "lmcache_mp_active_prefetch_jobs",
+            "lmcache_mp_event_bus_drain_lag_seconds",
+            "lmcache_mp_event_bus_dropped_events_total",
+            "lmcache_mp_event_bus_queue_depth",
+            "lmcache_mp_kv_events_log_depth",
+            "lmcache_mp_l1_allocation_failure_chunks_total",
+            "lmcache_mp_l1_chunk_evict_reuse_gap_seconds",
+            "lmcache_mp_l1_chunk_idle_before_evict_seconds",
+            "lmcache_mp_l1_chunk_lifetime_seconds",
+            "lmcache_mp_l1_chunk_reuse_gap_seconds",
+            "lmcache_mp_l1_evicted_chunks_total",
+            "lmcache_mp_l1_eviction_loop_ticks_total",
+            "lmcache_mp_l1_eviction_loop_triggered_total",
+            "lmcache_mp_l1_memory_usage_bytes",
+            "lmcache_mp_l1_read_chunks_total",
+            "lmcache_mp_l1_staging_bytes",
+            "lmcache_mp_l1_usage_ratio",
+            "lmcache_mp_l1_write_chunks_total",
+            "lmcache_mp_l2_load_completed_requests_total",
+            "lmcache_mp_l2_load_throughput_GB_per_second",
+            "lmcache_mp_l2_prefetch_adapters",
+            "lmcache_mp_l2_prefetch_failure_chunks_total",
+            "lmcache_mp_l2_prefetch_load_completed_chunks_total",
+            "lmcache_mp_l2_prefetch_load_submitted_objects_chunks_total",
+            "lmcache_mp_l2_prefetch_load_submitted_requests_total",
+            "lmcache_mp_l2_prefetch_lookup_objects_chunks_total",
+            "lmcache_mp_l2_prefetch_lookup_requests_total",
+            "lmcache_mp_l2_store_adapters",
+            "lmcache_mp_l2_store_completed_objects_chunks_total",
+            "lmcache_mp_l2_store_completed_requests_total",
+            "lmcache_mp_l2_store_submitted_objects_chunks_total",
+            "lmcache_mp_l2_store_submitted_requests_total",
+            "lmcache_mp_l2_store_throughput_GB_per_second",
+            "lmcache_mp_l2_usage_bytes",
+            "lmcache_mp_lookup_early_exit_requests_total",
+            "lmcache_mp_lookup_hit_l1_keys_total",
+            "lmcache_mp_lookup_hit_l1_tokens_total",
+            "lmcache_mp_lookup_hit_l2_keys_total",
+            "lmcache_mp_lookup_hit_l2_tokens_total",
+            "lmcache_mp_lookup_hit_tokens_total",
+            "lmcache_mp_lookup_requested_tokens_total",
+            "lmcache_mp_lookups_requests_total",
+        }
+    )
+    | frozenset(LMC_NOT_IN_CPU_CAPTURE)
+    | frozenset(
+        # Histograms the 0.5.6 server creates only once its L0 blocks age or a chunk is reused: absent from
+        # the capture above, sampled from the real server on the real-engine lane (2026-12-04; every family
+        # of that run in tests/fixtures/lmcache-0.5.6-cpu/metric-names-real-engine-lane.txt).
+        {
+            "lmcache_mp_l0_block_idle_before_evict_seconds",
+            "lmcache_mp_l0_block_lifetime_seconds",
+            "lmcache_mp_real_reuse_gap_objects",
+            "lmcache_mp_real_reuse_gap_seconds",
+        }
+    )
+)
 _HISTOGRAM_SUFFIXES = ("_sum", "_count", "_bucket")
 
 

@@ -195,7 +195,10 @@ def test_an_absent_counter_is_0_only_on_a_server_with_known_names() -> None:
 
 def test_the_known_names_are_the_capture_plus_the_names_it_cannot_show() -> None:
     listed = {line.split()[0] for line in (LMCACHE / "metric-names-types.txt").read_text().splitlines()}
-    assert listed | set(N.LMC_NOT_IN_CPU_CAPTURE) == N.LMC_KNOWN_NAMES
+    lane = set((LMCACHE / "metric-names-real-engine-lane.txt").read_text().split())
+    assert listed | lane | set(N.LMC_NOT_IN_CPU_CAPTURE) == N.LMC_KNOWN_NAMES
+    # every family the real server exported on the real-engine lane is known (none reads as renamed)
+    assert N.lmcache_unknown_names(f"{name}_count" for name in lane) == []
     assert (
         N.lmcache_unknown_names(
             [
