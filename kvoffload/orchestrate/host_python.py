@@ -3,12 +3,16 @@
 A wheelhouse holds one interpreter's wheels (LMCache and torch ship one wheel per Python minor, and
 environment markers follow the full version), so `run` builds it for the python3 the hosts report when
 `--hosts-python` is not given: one playbook run over every host, reading the `python` fact only. Every
-host of a lab must report the same X.Y.Z: a lab has one wheelhouse. An explicit `--hosts-python` skips
-this; provision's check (roles/preflight/tasks/host_python.yml) still guards it. Prints nothing.
+host of a lab must report the same X.Y.Z: a lab has one wheelhouse. A host that does not answer does not
+stop the campaign here: the others decide (a node down takes down only its own cells, in the phases
+that reach it, as `run` promises; tests/lab/test_lab_faults.py), and its name is logged; no answer
+at all is an error. An explicit `--hosts-python` skips this; provision's check
+(roles/preflight/tasks/host_python.yml) still guards it. Logs, prints nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
 
 PLAYBOOK = "host_python.yml"
 IDENT = "host-python"
+log = logging.getLogger(__name__)
 
 
 def agreed_python(versions: Mapping[str, str]) -> str:
@@ -44,21 +49,28 @@ def agreed_python(versions: Mapping[str, str]) -> str:
 
 
 def learn_hosts_python(runner: Runner) -> str:
-    """Ask every host for its python3 version (one round trip); the version they agree on.
-
-    An unreachable or failed host is a `UserError` naming the host and the reason."""
+    """Ask every host for its python3 version (one round trip); the version the hosts that answered
+    agree on. Hosts that did not answer are logged with the reason; when none answered, a `UserError`
+    names each host and its reason."""
     try:
         result = runner.run(PLAYBOOK, {}, ident=IDENT)
     except PlaybookFailed as exc:
         if not exc.result.failures:
             raise
+        result = exc.result
         lines = [
             f"  {f.host}: {'unreachable' if f.unreachable else 'failed'} at '{f.task}': {f.message}"
-            for f in exc.result.failures
+            for f in result.failures
         ]
-        raise UserError(
-            "could not read the hosts' Python, for which the wheelhouse is built (or give --hosts-python "
-            f"X.Y.Z); artifacts: {exc.result.artifacts}\n" + "\n".join(lines)
-        ) from exc
+        if not any(facts.get("python") for facts in result.facts.values()):
+            raise UserError(
+                "could not read the hosts' Python, for which the wheelhouse is built (or give "
+                f"--hosts-python X.Y.Z); artifacts: {result.artifacts}\n" + "\n".join(lines)
+            ) from exc
+        log.warning(
+            "the wheelhouse is built for the Python of the hosts that answered; these did not (their cells "
+            "fail where they are reached):\n%s",
+            "\n".join(lines),
+        )
     versions = {host: str(facts["python"]) for host, facts in result.facts.items() if facts.get("python")}
     return agreed_python(versions)

@@ -67,10 +67,18 @@ def test_hosts_that_differ_are_refused_naming_each() -> None:
         host_python.agreed_python({})
 
 
-def test_an_unreachable_host_is_named_with_its_reason() -> None:
-    fake = FakeRunner({GPU1: "3.12.3", GPU2: "3.12.3"}, unreachable={GPU2: "ssh: connect timed out"})
+def test_an_unreachable_host_is_named_and_the_others_decide(caplog: pytest.LogCaptureFixture) -> None:
+    # A node down takes down only its own cells (tests/lab/test_lab_faults.py): the others decide.
+    fake = FakeRunner({GPU1: "3.12.3", GPU2: "3.11.2"}, unreachable={GPU2: "ssh: connect timed out"})
+    with caplog.at_level("WARNING"):
+        assert host_python.learn_hosts_python(fake) == "3.12.3"
+    assert f"{GPU2}: unreachable at 'Read the host's Python': ssh: connect timed out" in caplog.text
+
+
+def test_no_host_answering_is_named_with_each_reason() -> None:
+    fake = FakeRunner({GPU1: "3.12.3"}, unreachable={GPU1: "ssh: connect timed out"})
     with pytest.raises(
-        UserError, match=rf"{GPU2}: unreachable at 'Read the host's Python': ssh: connect timed out"
+        UserError, match=rf"{GPU1}: unreachable at 'Read the host's Python': ssh: connect timed out"
     ):
         host_python.learn_hosts_python(fake)
 
