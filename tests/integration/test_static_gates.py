@@ -23,10 +23,12 @@ TEMPLATES = sorted((REPO / "roles").glob("*/templates/**/*.j2"))
 def run(*cmd: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), NO_COLOR="1")
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=300, check=False)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=840, check=False)
 
 
-@pytest.mark.timeout(300)
+# A hang guard, not a speed check: alone ansible-lint takes ~30 s, but beside the lab lanes of make test
+# on 2 cores it once ran past 300 s.
+@pytest.mark.timeout(900)
 def test_ansible_lint_production_profile_is_clean() -> None:
     result = run(
         str(BIN / "ansible-lint"),
