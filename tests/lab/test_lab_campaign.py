@@ -24,7 +24,7 @@ import yaml
 
 import kvoffload
 from kvoffload.orchestrate import wheelhouse
-from tests.support.lab import kvlab, lab_marks, small_campaign
+from tests.support.lab import free_lab_names, kvlab, lab_marks, small_campaign
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,8 +43,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
     base = tmp_path_factory.mktemp("lab")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     inventory = base / "hosts.yml"
-    up = kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabe0", "--prefix", "kve",
-                "--subnet", "10.213.7.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
+    names = free_lab_names("e", 7)
+    up = kvlab(env, "lab", "up", "--hosts", "2", *names.up_args(), "--inventory", str(inventory), timeout=900)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         _plant_canaries(inventory, env)

@@ -33,7 +33,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.lab import ROOT, kvlab, lab_marks, small_campaign
+from tests.support.lab import ROOT, free_lab_names, kvlab, lab_marks, small_campaign
 
 CLIENT_CELLS = "/var/lib/kvoffload/cells"  # replay_remote_root of a campaign (orchestrate/deployment.py)
 HEALTH_INTERVAL_S = 10.0  # Caddy profiles' health_interval
@@ -79,8 +79,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     base = tmp_path_factory.mktemp("faultlab")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     inventory = base / "hosts.yml"
-    up = kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabx0", "--prefix", "kvx",
-               "--subnet", "10.213.11.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
+    names = free_lab_names("x", 11)
+    up = kvlab(env, "lab", "up", "--hosts", "2", *names.up_args(), "--inventory", str(inventory), timeout=900)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         yield Lab(inventory, env)

@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.support.lab import kvlab, lab_marks
+from tests.support.lab import free_lab_names, kvlab, lab_marks
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
@@ -49,8 +49,8 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     campaign["max_sessions"] = SESSIONS
     (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
     inventory = base / "hosts.yml"
-    up = kvlab(env, "lab", "up", "--hosts", "2", "--bridge", "kvlabr0", "--prefix", "kvr",
-                "--subnet", "10.213.8.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
+    names = free_lab_names("r", 8)
+    up = kvlab(env, "lab", "up", "--hosts", "2", *names.up_args(), "--inventory", str(inventory), timeout=900)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         started = time.monotonic()

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.lab import kvlab, lab_marks, small_campaign
+from tests.support.lab import free_lab_names, kvlab, lab_marks, small_campaign
 
 pytestmark = lab_marks(2400)
+NAMES = free_lab_names("n", 12)
+CLIENT, NODE_A, NODE_B = NAMES.host(1), NAMES.host(2), NAMES.host(3)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +30,8 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     base = tmp_path_factory.mktemp("nodes")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     inventory = base / "hosts.yml"
-    up = kvlab(env, "lab", "up", "--hosts", "3", "--nodes", "2", "--bridge", "kvlabn0", "--prefix", "kvn",
-               "--subnet", "10.213.12.0/24", "--inventory", str(inventory), timeout=900)  # fmt: skip
+    up = kvlab(env, "lab", "up", "--hosts", "3", "--nodes", "2", *NAMES.up_args(),
+               "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         campaign = small_campaign("two-nodes", ["gpu", "cpu"], concurrency=[2, 4, 8], sample_interval_s=2)
@@ -52,11 +54,11 @@ def _records(results: Path) -> list[dict[str, Any]]:
 
 def test_plan_shows_which_node_runs_which_cells(two_nodes: tuple[Path, str]) -> None:
     plan = two_nodes[1]
-    assert "node kvn2: 2 replica(s); lmcache: kvn2; lb: kvn2" in plan
-    assert "node kvn3: 2 replica(s); lmcache: kvn3; lb: kvn3" in plan
+    for node in (NODE_A, NODE_B):
+        assert f"node {node}: 2 replica(s); lmcache: {node}; lb: {node}" in plan
     rows = [line for line in plan.splitlines() if line.startswith("│") and "to run" in line]
-    assert len(rows) == 6 and {r.split()[1] for r in rows} == {"kvn2", "kvn3"}, plan
-    assert sum("reset" in r for r in rows) == 2, plan  # the second cell of each tier on kvn2
+    assert len(rows) == 6 and {r.split()[1] for r in rows} == {NODE_A, NODE_B}, plan
+    assert sum("reset" in r for r in rows) == 2, plan  # the second cell of each tier on the first node
 
 
 def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, str]) -> None:
@@ -66,7 +68,7 @@ def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, st
     for r in records:
         by_group.setdefault(r["config"]["concurrency"], set()).add(r["node"])
     assert all(len(nodes) == 1 for nodes in by_group.values()), by_group
-    assert set().union(*by_group.values()) == {"kvn2", "kvn3"}
+    assert set().union(*by_group.values()) == {NODE_A, NODE_B}
     # the two nodes' replays overlapped in time
     spans = {}
     for r in records:
@@ -79,14 +81,15 @@ def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, st
 def test_a_cell_samples_its_own_node_and_the_client_only(two_nodes: tuple[Path, str]) -> None:
     for r in _records(two_nodes[0]):
         hosts = {t["host"] for t in r["targets"].values()}
-        assert hosts == {r["node"], "kvn1"}, r["targets"]
-        assert r["replay_argv"][r["replay_argv"].index("--base-url") + 1].startswith("http://10.213.12.")
+        assert hosts == {r["node"], CLIENT}, r["targets"]
+        base_url = r["replay_argv"][r["replay_argv"].index("--base-url") + 1]
+        assert base_url.startswith("http://" + NAMES.subnet.rsplit(".", 2)[0] + "."), base_url
         counts = json.loads((two_nodes[0] / "cells" / r["cell_id"] / "sessions.json").read_text())
         assert counts["failed_requests"] == 0 and counts["complete"] == 8, counts
         samples = (two_nodes[0] / "cells" / r["cell_id"] / "metrics").glob("*.jsonl")
         seen = {json.loads(line)["target"] for f in samples for line in f.read_text().splitlines()}
-        assert seen and all(t.startswith(("vllm-" + r["node"], "node-" + r["node"], "node-kvn1", "lmcache",
-                                          "caddy")) for t in seen), seen  # fmt: skip
+        ours = ("vllm-" + r["node"], "node-" + r["node"], "node-" + CLIENT, "lmcache", "caddy")
+        assert seen and all(t.startswith(ours) for t in seen), seen
 
 
 def test_engines_restart_per_tier_and_reset_between_a_nodes_groups(two_nodes: tuple[Path, str]) -> None:
@@ -96,9 +99,9 @@ def test_engines_restart_per_tier_and_reset_between_a_nodes_groups(two_nodes: tu
         if r["cold_start"]["method"] == "reset":
             assert r["cold_start"]["cold"] is True and r["cold_start"]["probes"], r["cold_start"]
             assert all(p["problems"] == [] for p in r["cold_start"]["probes"]), r["cold_start"]
-    two = next(n for n in ("kvn2", "kvn3") if len(methods[(n, "gpu")]) == 2)
-    one = "kvn3" if two == "kvn2" else "kvn2"
+    two = next(n for n in (NODE_A, NODE_B) if len(methods[(n, "gpu")]) == 2)
+    one = NODE_B if two == NODE_A else NODE_A
     assert methods[(two, "gpu")] == methods[(two, "cpu")] == ["restart", "reset"], methods
     assert methods[(one, "gpu")] == methods[(one, "cpu")] == ["restart"], methods
     report = (two_nodes[0] / "report" / "report.md").read_text()
-    assert "kvn2" in report and "kvn3" in report
+    assert NODE_A in report and NODE_B in report

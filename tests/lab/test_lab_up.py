@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 
 from kvoffload.config import load_inventory
-from tests.support.lab import lab_marks
+from tests.support.lab import free_lab_names, lab_marks
 
 pytestmark = lab_marks(600)
 
-BRIDGE = "kvlabt0"
-PREFIX = "kvt"
-SUBNET = "10.213.9.0/24"
+NAMES = free_lab_names("t", 9)
+BRIDGE, PREFIX, SUBNET = NAMES.bridge, NAMES.prefix, NAMES.subnet
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -47,7 +46,7 @@ def _ssh(key: Path, address: str, command: str) -> subprocess.CompletedProcess[s
 
 
 def _nspawn_pids(machine_prefix: str) -> list[int]:
-    """Live systemd-nspawn processes whose --machine name starts with `machine_prefix`."""
+    """Live systemd-nspawn processes whose --machine name is `machine_prefix` and a host number."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -58,7 +57,7 @@ def _nspawn_pids(machine_prefix: str) -> list[int]:
             continue
         if argv and argv[0].endswith(b"systemd-nspawn") and b"--machine" in argv:
             name = argv[argv.index(b"--machine") + 1].decode()
-            if name.startswith(machine_prefix):
+            if name.startswith(machine_prefix) and name[len(machine_prefix) :].isdigit():
                 pids.append(int(entry.name))
     return pids
 
@@ -82,13 +81,13 @@ def test_lab_up_reach_and_down(lab_env: dict[str, str], tmp_path: Path) -> None:
     assert up.returncode == 0, up.stderr
 
     inventory = load_inventory(inventory_path)
-    assert [h.name for h in inventory.hosts] == ["kvt1", "kvt2", "kvt3"]
-    assert [h.name for h in inventory.group("client")] == ["kvt1"]
+    assert [h.name for h in inventory.hosts] == [NAMES.host(1), NAMES.host(2), NAMES.host(3)]
+    assert [h.name for h in inventory.group("client")] == [NAMES.host(1)]
     # One node runs every service of a run; the third host is a spare node in no group.
     for group in ("vllm", "lmcache", "lb"):
-        assert [h.name for h in inventory.group(group)] == ["kvt2"], group
-    assert inventory.host("kvt3").groups == frozenset()
-    lmcache = inventory.host("kvt2")
+        assert [h.name for h in inventory.group(group)] == [NAMES.host(2)], group
+    assert inventory.host(NAMES.host(3)).groups == frozenset()
+    lmcache = inventory.host(NAMES.host(2))
     assert len(lmcache.nvme_devices) == 1
     loop_device = lmcache.nvme_devices[0].device
     assert loop_device.startswith("/dev/loop")
@@ -106,7 +105,7 @@ def test_lab_up_reach_and_down(lab_env: dict[str, str], tmp_path: Path) -> None:
             key, host.address, "systemctl --failed --no-legend --plain; journalctl -p err -b --no-pager"
         )
         assert (name, pid1, state) == (host.name, "systemd", "running"), failed.stdout
-        assert loop == ("has-loop" if host.name == "kvt2" else "no-loop")
+        assert loop == ("has-loop" if host.name == NAMES.host(2) else "no-loop")
 
     # The loop device inside the lmcache host is a real block device: it can be formatted there.
     mkfs = _ssh(key, lmcache.address, f"mkfs.xfs -q -f {loop_device} && blkid -o value -s TYPE {loop_device}")
@@ -125,7 +124,7 @@ def test_lab_up_reach_and_down(lab_env: dict[str, str], tmp_path: Path) -> None:
     )  # fmt: skip
     assert again_up.returncode == 0, again_up.stderr
     assert sorted(_nspawn_pids(PREFIX)) == pids
-    assert load_inventory(inventory_path).host("kvt2").nvme_devices[0].device == loop_device
+    assert load_inventory(inventory_path).host(NAMES.host(2)).nvme_devices[0].device == loop_device
     backing = Path(lab_env["KVOFFLOAD_LAB_STATE"]) / "nvme0.img"
 
     down = _cli(lab_env, "down", timeout=120)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,55 @@ def small_campaign(name: str, tiers: list[str], **over: Any) -> dict[str, Any]:
         "extra_engine_args": ["--max-model-len", "16384"],
         **over,
     }
+
+
+@dataclass(frozen=True)
+class LabNames:
+    """The network names of one test's lab: its bridge, host-name prefix and /24."""
+
+    bridge: str
+    prefix: str
+    subnet: str
+
+    def host(self, index: int) -> str:
+        """The name of lab host `index` (1-based), as `lab up` names it."""
+        return f"{self.prefix}{index}"
+
+    def up_args(self) -> tuple[str, ...]:
+        """The `lab up` flags that give the lab these names."""
+        return ("--bridge", self.bridge, "--prefix", self.prefix, "--subnet", self.subnet)
+
+
+def _subnet_in_use(subnet: str) -> bool:
+    net = ipaddress.IPv4Network(subnet)
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        fields = line.split()
+        if "inet" in fields and ipaddress.IPv4Interface(fields[fields.index("inet") + 1]).ip in net:
+            return True
+    return False
+
+
+def free_lab_names(stem: str, octet: int) -> LabNames:
+    """Names for a test's lab that nothing on this machine uses yet: bridge `kvlab<stem>0`, hosts
+    `kv<stem>1..`, subnet 10.213.<octet>.0/24 when they are free (each lab module has its own stem and
+    octet, so the lanes never meet); otherwise the first free alternative (bridge `kvlab<stem><i>`, hosts
+    `kv<stem><letter>1..`, octet + 20*i). A lab left behind by a run that was killed (or one still
+    running from another checkout on this machine) then costs nothing but its own resources."""
+    for i in range(10):
+        names = LabNames(
+            bridge=f"kvlab{stem}{i}",
+            prefix=f"kv{stem}" + ("" if i == 0 else "abcdefghij"[i]),
+            subnet=f"10.213.{octet + 20 * i}.0/24",
+        )
+        taken = (
+            Path("/sys/class/net", names.bridge).exists()
+            or Path("/sys/class/net", f"vb-{names.host(1)}").exists()
+            or _subnet_in_use(names.subnet)
+        )
+        if not taken:
+            return names
+    raise RuntimeError(f"no free lab names for stem {stem!r}: remove stale kvlab{stem}* links")
 
 
 def lab_marks(timeout_s: int) -> list[pytest.MarkDecorator]:
