@@ -271,8 +271,17 @@ def ensure_podman_image(base: BaseImage | None = None) -> str:
     if shutil.which("podman") is None:
         raise UserError("podman is not installed: `apt-get install --no-install-recommends podman runc`")
     image = base or ensure_base_image()
-    if _podman_image_key(PODMAN_IMAGE) == image.key:
-        return PODMAN_IMAGE
+    # Under the build lock (taken after ensure_base_image, which takes it too): two molecule lanes
+    # starting at once import once.
+    with _build_lock():
+        if _podman_image_key(PODMAN_IMAGE) == image.key:
+            return PODMAN_IMAGE
+        _podman_import(image)
+    return PODMAN_IMAGE
+
+
+def _podman_import(image: BaseImage) -> None:
+    """`podman import` of the base rootfs as PODMAN_IMAGE, labelled with its key."""
     with tempfile.TemporaryDirectory(prefix="kvoffload-podman-", dir=images_dir()) as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         subprocess.run(
@@ -299,4 +308,3 @@ def ensure_podman_image(base: BaseImage | None = None) -> str:
     if proc.returncode != 0:
         raise UserError(f"podman import of {image.rootfs} failed: {proc.stderr.strip()}")
     log.info("imported %s as %s", image.rootfs, PODMAN_IMAGE)
-    return PODMAN_IMAGE

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import lanes
 from tests.support.lanes import ROOT, Lane, run
 
 pytestmark = pytest.mark.integration
@@ -93,3 +94,15 @@ def test_lanes_beyond_the_slots_wait_for_a_free_one_in_order(
     second_started = float((tmp_path / "second.start").read_text())
     assert second_started >= first_done, "the second lane ran beside the first with one slot"
     assert "2 lanes, 1 at a time" in capsys.readouterr().out
+
+
+def test_cpu_busy_share_comes_from_proc_stat_idle_and_iowait_excluded(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 30 0\ncpu0 1 2 3 4\n")
+    before = lanes.cpu_times(stat)
+    assert before == (150, 1000)
+    stat.write_text("cpu  400 0 150 900 50 0 0 0 30 0\n")
+    assert lanes.busy_percent(before, lanes.cpu_times(stat)) == "80 %"  # 400 busy of 500
+    assert lanes.cpu_times(tmp_path / "missing") == (0, 0)
+    assert lanes.busy_percent((0, 0), (0, 0)) == "?"

@@ -159,6 +159,7 @@ def run(lanes: list[Lane], logs: Path = LOGS, slots: int = SLOTS) -> int:
     running: list[Running] = []
     ended: dict[str, tuple[int, float]] = {}
     next_beat = t0 + HEARTBEAT_S
+    cpu_start = cpu_beat = cpu_times()
     try:
         while len(ended) < len(lanes):
             while waiting and len(running) - len(ended) < slots:
@@ -172,7 +173,10 @@ def run(lanes: list[Lane], logs: Path = LOGS, slots: int = SLOTS) -> int:
                 print(f"[{_clock(t0)}] lane {r.lane.name}: {verdict}: {last_line(r.log)}", flush=True)
             if time.monotonic() >= next_beat and len(ended) < len(lanes):
                 busy = [r.lane.name for r in running if r.lane.name not in ended]
-                print(f"[{_clock(t0)}] running: {', '.join(busy)}; waiting: {len(waiting)}", flush=True)
+                cpu_now = cpu_times()
+                print(f"[{_clock(t0)}] running: {', '.join(busy)}; waiting: {len(waiting)}; "
+                      f"cpu busy {busy_percent(cpu_beat, cpu_now)}", flush=True)  # fmt: skip
+                cpu_beat = cpu_now
                 next_beat += HEARTBEAT_S
     except KeyboardInterrupt:
         print("make test: interrupted; stopping every lane (their labs are taken down)", flush=True)
@@ -189,11 +193,33 @@ def run(lanes: list[Lane], logs: Path = LOGS, slots: int = SLOTS) -> int:
             shutil.rmtree(r.basetemp, ignore_errors=True)
         else:
             print(f"(whole output: {r.log}; its temporary files: {r.basetemp})")
-    print(f"\nmake test: {len(running) - len(failed)} of {len(running)} lanes passed in {_clock(t0)}")
+    print(
+        f"\nmake test: {len(running) - len(failed)} of {len(running)} lanes passed in {_clock(t0)} "
+        f"({slots} at a time; cpu busy {busy_percent(cpu_start, cpu_times())} over the run)"
+    )
     for r in running:
         rc, seconds = ended[r.lane.name]
         print(f"  {r.lane.name:12s} {seconds / 60:5.1f} min  {last_line(r.log)}")
     return 1 if failed else 0
+
+
+def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat's first line (idle and iowait count
+    as not busy); (0, 0) where the file cannot be read."""
+    try:
+        fields = [int(f) for f in stat.read_text().splitlines()[0].split()[1:]]
+    except (OSError, IndexError, ValueError):
+        return 0, 0
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    idle = sum(fields[3:5])
+    return total - idle, total
+
+
+def busy_percent(before: tuple[int, int], after: tuple[int, int]) -> str:
+    """The machine's CPU busy share between two `cpu_times` readings, e.g. "87 %" ("?" without data):
+    near 100 % the lanes are CPU-bound and more slots would not help; well below, they wait."""
+    total = after[1] - before[1]
+    return f"{100 * (after[0] - before[0]) / total:.0f} %" if total > 0 else "?"
 
 
 def _clock(t0: float) -> str:
