@@ -176,7 +176,7 @@ def test_doctor_command(
     answers = {GPU1: _answer(), GPU2: _answer(), CLIENT: _answer(gpu=False)}
     monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: FakeRunner(answers))
     results = tmp_path / "results"
-    assert main(["doctor", str(inv), "--campaign", str(camp), "--results", str(results)]) == 0
+    assert main(["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--no-smoke"]) == 0
     out = capsys.readouterr().out
     assert f"{GPU1}: ok" in out and "wheelhouse_python" in out
     saved = json.loads((results / "doc" / "doctor.json").read_text())
@@ -185,7 +185,8 @@ def test_doctor_command(
         f"{h}.json" for h in answers
     )
     answers[GPU2] = _answer(l2_direct_io="O_DIRECT open in /mnt/kvoffload-nvme/lmcache-l2: Invalid argument")
-    assert main(["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--json"]) == 1
+    argv = ["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--json", "--no-smoke"]
+    assert main(argv) == 1
     printed = json.loads(capsys.readouterr().out)
     assert printed["status"] == "fail"
     assert printed == json.loads((results / "doc" / "doctor.json").read_text())
@@ -203,7 +204,16 @@ def test_without_hosts_python_the_doctor_compares_the_hosts_with_each_other(
         CLIENT: _answer("3.12.3", gpu=False),
     }
     monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: FakeRunner(answers))
-    argv = ["doctor", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "r"), "--json"]
+    argv = [
+        "doctor",
+        str(inv),
+        "--campaign",
+        str(camp),
+        "--results",
+        str(tmp_path / "r"),
+        "--json",
+        "--no-smoke",
+    ]
     assert main(argv) == 0
     record = json.loads(capsys.readouterr().out)
     checks = {h["host"]: {c["name"]: c for c in h["checks"]} for h in record["hosts"]}
