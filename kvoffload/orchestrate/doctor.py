@@ -197,14 +197,16 @@ def run_doctor(
             why_not=why_not,
         )
 
-    reports = {host: report(host) for host in asks}
-    if smoke is not None:
-        pairs = smoke_nodes(lab, asks)
+    # why the pair's round trip did not run where no other reason applies
+    not_run = "`run`'s cheap checks leave it out (`kvoffload-lab doctor` makes it)" if cheap else "--no-smoke"
+    reports = {host: report(host, why_not=not_run) for host in asks}
+    pairs = smoke_nodes(lab, asks) if smoke is not None else []
+    if smoke is not None and pairs:
         ready = [h for h in pairs if not reports[h].failed]
         for host in pairs:
             if host not in ready:
                 reports[host] = report(host, why_not="a check above failed; fix it, then run doctor again")
-        found = smoke(ready, hosts_python)
+        found = smoke(ready, hosts_python) if ready else {}
         (out / SMOKE_JSON).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
         for host in ready:
             reports[host] = report(host, found.get(host) or {"node": host, "error": "no answer"})

@@ -219,7 +219,8 @@ class PairSmoke:
         if hosts_python is not None:
             self.runner.hosts_python = hosts_python
         try:
-            self.runner.prepare_wheelhouse()
+            if self.runner.wheels is None:
+                self.runner.prepare_wheelhouse()
             self.runner.provision(gate=False)  # the doctor judged the hosts itself, in full
         except (PlaybookFailed, OSError, RuntimeError) as exc:
             return {n: {"node": n, "stage": "provision", "error": str(exc)} for n in nodes}

@@ -60,7 +60,10 @@ class Servers:
         status: dict[str, Any] | None = None,
         prompt_tokens: int = 1100,
         reset: tuple[int, Any] = (200, {"success": True}),
+        replica: str = REPLICA,
+        cache: str = CACHE,
     ) -> None:
+        self.replica, self.cache = replica, cache
         self.lmcache, self.vllm = lmcache, vllm
         self.status = status if status is not None else json.loads(_text(LMC / "status.json"))
         self.prompt_tokens = prompt_tokens
@@ -72,18 +75,18 @@ class Servers:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         url = str(request.url)
         self.calls.append(f"{request.method} {url}")
-        if url == f"{CACHE}/status":
+        if url == f"{self.cache}/status":
             return httpx.Response(200, json=self.status)
-        if url == f"{CACHE}/metrics":
+        if url == f"{self.cache}/metrics":
             return httpx.Response(200, text=self.lmcache[self.asked])
-        if url == f"{REPLICA}/metrics":
+        if url == f"{self.replica}/metrics":
             return httpx.Response(200, text=self.vllm[self.asked])
-        if url == f"{REPLICA}/v1/chat/completions":
+        if url == f"{self.replica}/v1/chat/completions":
             self.asked += 1
             self.bodies.append(json.loads(request.content))
             usage = {"prompt_tokens": self.prompt_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
             return httpx.Response(200, json={"choices": [], "usage": usage})
-        if url == f"{REPLICA}/reset_prefix_cache":
+        if url == f"{self.replica}/reset_prefix_cache":
             return httpx.Response(self.reset[0], json=self.reset[1])
         return httpx.Response(404, text="not found")
 
