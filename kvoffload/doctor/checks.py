@@ -36,6 +36,12 @@ CHEAP_CHECKS = frozenset(
 )
 
 
+# The failures that stop the smoke check's bring-up before it starts (provision's and the engine roles'
+# preflight refuse such a host), so the doctor does not try it there. Others do not: an L2 mount not
+# made yet is what provisioning makes, and a failing GPU check is better shown by the pair itself.
+PAIR_BLOCKERS = frozenset({"reach", "python", "wheelhouse_python", "device_files", "fabric"})
+
+
 @dataclass(frozen=True)
 class Check:
     name: str

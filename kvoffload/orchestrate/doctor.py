@@ -143,8 +143,9 @@ def run_doctor(
     None): the wheelhouse's Python is the one the hosts report, as `run` learns it without
     --hosts-python (orchestrate/host_python.py); hosts that report different ones fail that check.
     `smoke` (orchestrate/smoke.py PairSmoke): the vLLM/LMCache pair's round trip, on the nodes with a
-    pair whose every other check passed (a failing host would only fail it for the same reason);
-    its facts land in `out/smoke.json`. None: the pair check says it did not run (--no-smoke)."""
+    pair that fail none of `checks.PAIR_BLOCKERS` (the probes ran first: their record is of the hosts
+    before the smoke provisioned them); its facts land in `out/smoke.json`. None: the pair check says
+    it did not run (--no-smoke)."""
     from kvoffload.orchestrate.wheelhouse import engine_requirements
 
     asks = host_asks(lab)
@@ -202,10 +203,12 @@ def run_doctor(
     reports = {host: report(host, why_not=not_run) for host in asks}
     pairs = smoke_nodes(lab, asks) if smoke is not None else []
     if smoke is not None and pairs:
-        ready = [h for h in pairs if not reports[h].failed]
+        ready = [h for h in pairs if not {c.name for c in reports[h].failed} & dc.PAIR_BLOCKERS]
         for host in pairs:
             if host not in ready:
-                reports[host] = report(host, why_not="a check above failed; fix it, then run doctor again")
+                blockers = sorted({c.name for c in reports[host].failed} & dc.PAIR_BLOCKERS)
+                why = f"{', '.join(blockers)} failed (provisioning would refuse the host); fix it first"
+                reports[host] = report(host, why_not=why)
         found = smoke(ready, hosts_python) if ready else {}
         (out / SMOKE_JSON).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
         for host in ready:

@@ -135,7 +135,7 @@ def test_the_doctor_runs_the_smoke_on_ready_nodes_only(tmp_path: Path) -> None:
     pair = {r.host: {c.name: c for c in r.checks}["smoke_pair"] for r in reports}
     assert (pair[GPU1].status, pair[GPU1].detail) == (dc.Status.FAIL, "start: replica 0 exited")
     assert pair[GPU2].status == dc.Status.SKIP and pair[GPU2].detail.endswith(
-        "a check above failed; fix it, then run doctor again"
+        "not run: device_files failed (provisioning would refuse the host); fix it first"
     )
     assert pair[CLIENT].detail == "no vLLM/LMCache pair on this host"
     assert json.loads((out / doctor.SMOKE_JSON).read_text()) == {GPU1: stop}
