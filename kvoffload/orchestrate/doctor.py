@@ -4,7 +4,9 @@ checks and a verdict per host.
 What each host is asked follows from the inventory and the campaign: the L1 size its lmcache-server
 will pin (the largest of the campaign's cells there), its L2 folder (nvme tier), the engine venv. `run`
 calls `cheap_gate` after provisioning: the probe without its CUDA children, engine import or a long
-L2 probe, and a `UserError` naming the host, the check and the fix when one fails. Prints nothing.
+L2 probe, and a `UserError` naming the host, the check and the fix when one fails. `doctor` then hands
+the nodes with a vLLM/LMCache pair to the smoke check (orchestrate/smoke.py), whose facts the pair's
+check judges (doctor/smoke.py). Prints nothing.
 """
 
 from __future__ import annotations
