@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SENTENCE = "Explain the significance of KV cache in language models. "
 STORE_WAIT_S = 60.0  # LMCache stores after the prefill, off the request's path: its counter lags
 POLL_S = 0.5
+RESET_BOUND_S = 30.0  # as the cold-start reset's bound
 REQUEST_TIMEOUT_S = 600.0  # the first request on a fresh replica may compile kernels
 # What a cell's deploy skips once the node is installed (campaign.py CELL_SKIP_TAGS without `quiet`,
 # which the smoke never runs: the periodic disk jobs are not masked for it, so nothing to unmask).
@@ -80,6 +81,7 @@ def round_trip(
     *,
     nonce: str | None = None,
     store_wait_s: float = STORE_WAIT_S,
+    reset_bound_s: float = RESET_BOUND_S,
     poll_s: float = POLL_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
@@ -129,7 +131,7 @@ def round_trip(
         step = "store"
         wait_for(ds.L1_WRITES, "after_first", "before")
         step = "prefix-cache reset"
-        _reset_local(client, pair.replica)
+        _reset_local(client, pair.replica, reset_bound_s, poll_s, sleep)
         step = "second request"
         facts["requests"].append(_usage(client.post(f"{pair.replica}/v1/chat/completions", json=body)))
         step = "retrieve"
@@ -156,17 +158,28 @@ def _usage(resp: httpx.Response) -> dict[str, Any]:
     return {"prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": details.get("cached_tokens")}
 
 
-def _reset_local(client: httpx.Client, replica: str) -> None:
+def _reset_local(
+    client: httpx.Client, replica: str, bound_s: float, poll_s: float, sleep: Callable[[float], None]
+) -> None:
     """Empty the replica's own prefix cache, not LMCache's (no reset_external), so that the second
-    request can only find its prompt's KV through the connector."""
-    resp = client.post(f"{replica}/reset_prefix_cache")
-    if resp.status_code == 404:
-        raise SmokeError(
-            "POST /reset_prefix_cache answered 404: the replica runs without VLLM_SERVER_DEV_MODE=1"
-        )
-    body = _json(resp, "POST /reset_prefix_cache")
-    if body.get("success") is False:
-        raise SmokeError("POST /reset_prefix_cache answered {'success': false}: blocks still held")
+    request can only find its prompt's KV through the connector. vLLM answers {"success": false} while
+    blocks are still held (a store in flight): asked again within `bound_s`, as the cold-start reset
+    is (orchestrate/coldstart.py)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        resp = client.post(f"{replica}/reset_prefix_cache")
+        if resp.status_code == 404:
+            raise SmokeError(
+                "POST /reset_prefix_cache answered 404: the replica runs without VLLM_SERVER_DEV_MODE=1"
+            )
+        if _json(resp, "POST /reset_prefix_cache").get("success") is not False:
+            return
+        if time.monotonic() + poll_s > deadline:
+            raise SmokeError(
+                f"POST /reset_prefix_cache answered {{'success': false}} for {bound_s:.0f} s: blocks "
+                "still held"
+            )
+        sleep(poll_s)
 
 
 def offload_cell(lab: LabConfig) -> Cell | None:

@@ -93,7 +93,7 @@ def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Pat
     [(node, pair)] = pairs.items()
     assert pair["status"] == "ok", pair
     facts = pair["facts"]
-    assert facts["registered"] == 1, facts  # vLLM's CPU build registers as a non-CUDA instance
+    assert facts["registered"] >= 1, facts  # vLLM's CPU build registers as a non-CUDA instance
     assert facts["prompt_tokens"][0] >= facts["chunk_size"] == 256, facts
     assert facts["stored_chunks"] >= 1 and facts["lookups_first"] >= 1, facts
     assert facts["hit_tokens"] >= 256 and facts["external_hits"] >= 256, facts

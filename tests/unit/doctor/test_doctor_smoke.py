@@ -95,7 +95,8 @@ def trip(servers: Servers, **kwargs: Any) -> dict[str, Any]:
     client = httpx.Client(transport=httpx.MockTransport(servers))
     sleeps: list[float] = []
     pair = Pair("gpu01", REPLICA, CACHE, "tiny", 256)
-    return round_trip(pair, client, nonce="n0", store_wait_s=0, sleep=sleeps.append, **kwargs)
+    kwargs = {"store_wait_s": 0, "reset_bound_s": 0, **kwargs}
+    return round_trip(pair, client, nonce="n0", sleep=sleeps.append, **kwargs)
 
 
 def test_a_store_then_a_retrieve_by_the_real_counters_is_ok() -> None:
@@ -188,7 +189,7 @@ def test_a_prompt_shorter_than_a_chunk_proves_nothing() -> None:
     ("servers", "stage", "error"),
     [
         (Servers(reset=(404, {"detail": "Not Found"})), "prefix-cache reset", "VLLM_SERVER_DEV_MODE=1"),
-        (Servers(reset=(200, {"success": False})), "prefix-cache reset", "blocks still held"),
+        (Servers(reset=(200, {"success": False})), "prefix-cache reset", "{'success': false} for 0 s"),
         (Servers(status={}), "store", None),  # an empty /status is no error: the counters decide
     ],
 )
@@ -200,6 +201,24 @@ def test_a_step_that_fails_is_named(servers: Servers, stage: str, error: str | N
     assert facts["stage"] == stage and error in facts["error"]
     verdict = ds.judge(facts)
     assert verdict.status == dc.Status.FAIL and verdict.detail.startswith(f"{stage}: ")
+
+
+def test_a_reset_refused_while_blocks_are_held_is_asked_again() -> None:
+    servers = Servers()
+    answers = iter([(200, {"success": False}), (200, {"success": False}), (200, {"success": True})])
+
+    def held(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/reset_prefix_cache":
+            code, body = next(answers)
+            return httpx.Response(code, json=body)
+        return servers(request)
+
+    sleeps: list[float] = []
+    client = httpx.Client(transport=httpx.MockTransport(held))
+    pair = Pair("gpu01", REPLICA, CACHE, "tiny", 256)
+    facts = round_trip(pair, client, nonce="n0", store_wait_s=0, sleep=sleeps.append)
+    assert "error" not in facts and sleeps == [0.5, 0.5]
+    assert ds.judge(facts).status == dc.Status.OK
 
 
 def test_an_unreachable_server_and_a_failed_bring_up_fail_with_their_stage() -> None:
