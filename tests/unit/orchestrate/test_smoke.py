@@ -82,6 +82,21 @@ def test_each_node_installs_starts_one_replica_checks_and_stops(tmp_path: Path) 
     assert "LMCacheMPConnector" in " ".join(deploy["vllm_engine_args"])
     # no cheap gate after provisioning: the doctor judged the hosts itself
     assert not any(r["playbook"] == doctor.PLAYBOOK for r in playbooks.runs)
+    # what the vllm role writes for that one replica: dev mode and the connector to this node's server
+    from tests.unit.roles.render import render, role_defaults
+
+    env = render(
+        "vllm",
+        "etc/kvoffload/vllm/replica.env.j2",
+        {
+            **role_defaults("vllm"),
+            **deploy,
+            "ansible_host": "192.0.2.11",
+            "replica": deploy["vllm_replicas"][0],
+        },
+    )
+    assert "VLLM_SERVER_DEV_MODE='1'" in env.splitlines() and "KVOFFLOAD_PORT='8000'" in env.splitlines()
+    assert '\\"lmcache.mp.host\\":\\"tcp://192.0.2.11\\",\\"lmcache.mp.port\\":5555' in env
 
 
 @pytest.mark.parametrize(
