@@ -58,6 +58,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
         doctor = kvlab(env, "doctor", str(inventory), "--campaign", str(base / "campaign.yml"),
                        "--results", str(base / "results"), "--json", timeout=2400)  # fmt: skip
         (base / "doctor.json").write_text(doctor.stdout)
+        (base / "doctor.stderr").write_text(doctor.stderr)
         started = time.monotonic()
         run = kvlab(
             env,
@@ -82,7 +83,10 @@ def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Pat
     registration (LMCache's /status), a store after the first request (lmcache_mp_l1_write_chunks) and,
     after the replica's own prefix cache was emptied, a retrieve of the same prompt
     (lmcache_mp_lookup_hit_tokens and vLLM's external prefix-cache hits); then stopped them."""
-    record = json.loads((real_run[0].parent.parent / "doctor.json").read_text())
+    base = real_run[0].parent.parent
+    printed = (base / "doctor.json").read_text()
+    assert printed.strip(), (base / "doctor.stderr").read_text()[-3000:]  # doctor printed no record
+    record = json.loads(printed)
     pairs = {
         h["host"]: check
         for h in record["hosts"]
@@ -91,7 +95,7 @@ def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Pat
     }
     assert len(pairs) == 1, pairs  # the lab's one node
     [(node, pair)] = pairs.items()
-    assert pair["status"] == "ok", pair
+    assert pair["status"] == "ok", (pair, (base / "doctor.stderr").read_text()[-3000:])
     facts = pair["facts"]
     assert facts["registered"] >= 1, facts  # vLLM's CPU build registers as a non-CUDA instance
     assert facts["prompt_tokens"][0] >= facts["chunk_size"] == 256, facts
