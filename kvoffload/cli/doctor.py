@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,30 +105,11 @@ def _smoke(args: argparse.Namespace, lab: LabConfig, inventory: Path) -> Smoke |
     None for the simulator (no pair to check) or with --no-smoke."""
     if args.no_smoke or lab.campaign.engine != "vllm":
         return None
-    import logging
-
     from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
     from kvoffload.orchestrate.campaign import CampaignRunner
     from kvoffload.orchestrate.doctor import DOCTOR_DIR
     from kvoffload.orchestrate.results import CampaignResults
     from kvoffload.orchestrate.smoke import PairSmoke
-
-    log = logging.getLogger("kvoffload.doctor")
-
-    class _Progress:
-        """The campaign runner's phases as log lines (the doctor's tables come at the end)."""
-
-        def phase(self, cell: object, index: int, total: int, phase: str) -> None:
-            log.info("doctor smoke check: %s", phase)
-
-        def task(self, name: str) -> None:
-            return None
-
-        def replay(self, done: int, expected: int) -> None:
-            return None
-
-        def cell_done(self, cell: object, status: str, seconds: float) -> None:
-            return None
 
     wheel_cache = args.wheel_cache or DEFAULT_WHEEL_CACHE
     check_folder_flag(wheel_cache, "--wheel-cache")
@@ -136,12 +118,29 @@ def _smoke(args: argparse.Namespace, lab: LabConfig, inventory: Path) -> Smoke |
         lab,
         inventory,
         results,
-        _Progress(),  # cells are never reported: the smoke runs none
+        _SmokeProgress(),
         wheel_cache=wheel_cache,
         offline=not args.no_wheelhouse,
         hosts_python=args.hosts_python,
     )
     return PairSmoke(runner, results.root / DOCTOR_DIR / "smoke")
+
+
+class _SmokeProgress:
+    """The smoke check's campaign-runner phases (wheelhouse, preflight, provision) as log lines on
+    stderr; it runs no cell, so there is nothing else to show before the tables."""
+
+    def phase(self, cell: object, index: int, total: int, phase: str) -> None:
+        logging.getLogger("kvoffload.doctor").info("smoke check: %s", phase)
+
+    def task(self, name: str) -> None:
+        return None
+
+    def replay(self, done: int, expected: int) -> None:
+        return None
+
+    def cell_done(self, cell: object, status: str, seconds: float) -> None:
+        return None
 
 
 def render(reports: list[NodeReport], saved: Path) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from kvoffload.doctor import smoke as ds
+from kvoffload.errors import UserError
 from kvoffload.orchestrate.coldstart import Endpoints
 from kvoffload.orchestrate.probe import scrape
 from kvoffload.playbook import PlaybookFailed
@@ -231,12 +232,15 @@ class PairSmoke:
         self.out.mkdir(parents=True)
         if hosts_python is not None:
             self.runner.hosts_python = hosts_python
+        stage = "wheelhouse"
         try:
             if self.runner.wheels is None:
                 self.runner.prepare_wheelhouse()
+            stage = "provision"
             self.runner.provision(gate=False)  # the doctor judged the hosts itself, in full
-        except (PlaybookFailed, OSError, RuntimeError) as exc:
-            return {n: {"node": n, "stage": "provision", "error": str(exc)} for n in nodes}
+        except (PlaybookFailed, UserError, OSError, RuntimeError) as exc:
+            # every node's check says it: the doctor's other checks and its record still come out
+            return {n: {"node": n, "stage": stage, "error": str(exc)} for n in nodes}
         with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="smoke") as pool:
             return dict(zip(nodes, pool.map(self.node, nodes), strict=True))
 

@@ -128,6 +128,17 @@ def test_a_failed_stop_is_kept_and_a_failed_provision_stops_every_node(tmp_path:
     smoke, _lab = _smoke(tmp_path / "b", Playbooks({("provision.yml", ""): "Install node-exporter"}), None)
     found = smoke([GPU1, GPU2], None)
     assert {n: f["stage"] for n, f in found.items()} == {GPU1: "provision", GPU2: "provision"}
+    # a wheelhouse that cannot be built: every node's check says why, the doctor's record still comes out
+    from kvoffload.errors import UserError
+
+    def no_index() -> None:
+        raise UserError("building the wheelhouse: pip download failed: no route to pypi.org")
+
+    smoke.runner.wheels = None
+    smoke.runner.prepare_wheelhouse = no_index  # type: ignore[method-assign]
+    found = smoke([GPU1], "3.12.3")
+    assert found[GPU1]["stage"] == "wheelhouse" and "no route to pypi.org" in found[GPU1]["error"]
+    assert smoke.runner.hosts_python == "3.12.3"  # the Python the probes reported: no second asking
 
 
 def test_the_doctor_runs_the_smoke_on_ready_nodes_only(tmp_path: Path) -> None:
