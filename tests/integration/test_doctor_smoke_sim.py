@@ -26,7 +26,10 @@ def test_the_round_trip_stores_then_retrieves_through_the_simulated_pair(tmp_pat
         engine(tmp_path, "r", [], port, dev=True) as replica,
     ):
         facts = round_trip(Pair("node", replica.url, cache.url, MODEL, 256), client, nonce="a1")
-        again = round_trip(Pair("node", replica.url, cache.url, MODEL, 256), client, nonce="a1")
+        # nothing will be stored this time: wait 3 s for it, not the minute a real server may need
+        again = round_trip(
+            Pair("node", replica.url, cache.url, MODEL, 256), client, nonce="a1", store_wait_s=3
+        )
     verdict = ds.judge(facts)
     assert verdict.status == Status.OK, (verdict.detail, facts)
     summary = verdict.facts
@@ -37,17 +40,3 @@ def test_the_round_trip_stores_then_retrieves_through_the_simulated_pair(tmp_pat
     # written, and the verdict says the store did not happen (a fresh nonce per doctor run avoids it)
     failed = ds.judge(again)
     assert failed.status == Status.FAIL and "stored nothing" in failed.detail, failed.detail
-
-
-def test_a_replica_without_dev_mode_fails_at_the_reset_naming_the_variable(tmp_path: Path) -> None:
-    with (
-        httpx.Client(timeout=60, trust_env=False) as client,
-        cache_server(tmp_path, l1_gb=0.5) as (cache, port),
-        engine(tmp_path, "r", [], port, dev=False) as replica,
-    ):
-        facts = round_trip(Pair("node", replica.url, cache.url, MODEL, 256), client)
-    assert facts["stage"] == "prefix-cache reset"
-    verdict = ds.judge(facts)
-    assert verdict.status == Status.FAIL
-    assert verdict.detail.startswith("prefix-cache reset: POST /reset_prefix_cache answered 404")
-    assert "VLLM_SERVER_DEV_MODE=1" in verdict.detail
