@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.cli.args import add_lab_arguments
+from kvoffload.cli.checks import check_folder_flag
 
 if TYPE_CHECKING:
+    from kvoffload.config import LabConfig
     from kvoffload.doctor.checks import NodeReport
+    from kvoffload.orchestrate.doctor import Smoke
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -30,9 +34,14 @@ def register(sub: Any) -> None:
             "links, NUMA placement of the GPUs and the NVMe, host Python against the wheelhouse, memory "
             "for L1, the L2 mount (file system, O_DIRECT, a short throughput probe, TRIM), CUDA init in "
             "a unit-like sandbox, a pinned allocation, CUDA IPC between two processes, the engine set's "
-            "versions and LMCache's connector module. Prints a table per host, writes "
-            "RESULTS/<campaign>/doctor.json, exits 1 when a host fails a check. Changes nothing on the "
-            "hosts."
+            "versions and LMCache's connector module. Then, for a vllm campaign, the smoke check of "
+            "the vLLM/LMCache pair on each node with an lmcache-server, in parallel: it installs the "
+            "node's software and model as `run` does (idempotent), starts lmcache-server and one "
+            "replica through the cell's roles and units, checks that the replica registered, sends "
+            "one prompt twice (the replica's own prefix cache emptied in between) and reads a store "
+            "and a retrieve from the servers' counters, then stops them (--no-smoke leaves it out: "
+            "then nothing on the hosts changes). Prints a table per host, writes "
+            "RESULTS/<campaign>/doctor.json, exits 1 when a host fails a check."
         ),
     )
     add_lab_arguments(p)
@@ -46,12 +55,22 @@ def register(sub: Any) -> None:
         ),
     )
     p.add_argument("--no-wheelhouse", action="store_true", help="as `run`: hosts install from their index")
+    p.add_argument(
+        "--no-smoke",
+        action="store_true",
+        help="leave out the vLLM/LMCache pair's smoke check (it installs and loads the model: minutes)",
+    )
+    p.add_argument(
+        "--wheel-cache",
+        type=Path,
+        default=None,
+        help="as `run`: where the wheelhouse the smoke check installs from is built",
+    )
     p.add_argument("--json", action="store_true", help="print doctor.json instead of the tables")
     p.set_defaults(func=doctor)
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from kvoffload.cli.checks import check_folder_flag
     from kvoffload.config import load_lab
     from kvoffload.errors import UserError
     from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
@@ -70,6 +89,7 @@ def doctor(args: argparse.Namespace) -> int:
         root / DOCTOR_DIR,
         hosts_python=None if args.no_wheelhouse else args.hosts_python,
         learn_python=not args.no_wheelhouse,
+        smoke=_smoke(args, lab, inventory),
     )
     record = doctor_json(reports, lab.campaign.name)
     (root / DOCTOR_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -78,6 +98,49 @@ def doctor(args: argparse.Namespace) -> int:
     else:
         render(reports, root / DOCTOR_JSON)
     return 1 if any(r.failed for r in reports) else 0
+
+
+def _smoke(args: argparse.Namespace, lab: LabConfig, inventory: Path) -> Smoke | None:
+    """The pair's round trip, on a campaign runner as `run` builds it (wheelhouse, provision, roles);
+    None for the simulator (no pair to check) or with --no-smoke."""
+    if args.no_smoke or lab.campaign.engine != "vllm":
+        return None
+    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
+    from kvoffload.orchestrate.campaign import CampaignRunner
+    from kvoffload.orchestrate.doctor import DOCTOR_DIR
+    from kvoffload.orchestrate.results import CampaignResults
+    from kvoffload.orchestrate.smoke import PairSmoke
+
+    wheel_cache = args.wheel_cache or DEFAULT_WHEEL_CACHE
+    check_folder_flag(wheel_cache, "--wheel-cache")
+    results = CampaignResults.open(args.results, lab.campaign.name)
+    runner = CampaignRunner(
+        lab,
+        inventory,
+        results,
+        _SmokeProgress(),
+        wheel_cache=wheel_cache,
+        offline=not args.no_wheelhouse,
+        hosts_python=args.hosts_python,
+    )
+    return PairSmoke(runner, results.root / DOCTOR_DIR / "smoke")
+
+
+class _SmokeProgress:
+    """The smoke check's campaign-runner phases (wheelhouse, preflight, provision) as log lines on
+    stderr; it runs no cell, so there is nothing else to show before the tables."""
+
+    def phase(self, cell: object, index: int, total: int, phase: str) -> None:
+        logging.getLogger("kvoffload.doctor").info("smoke check: %s", phase)
+
+    def task(self, name: str) -> None:
+        return None
+
+    def replay(self, done: int, expected: int) -> None:
+        return None
+
+    def cell_done(self, cell: object, status: str, seconds: float) -> None:
+        return None
 
 
 def render(reports: list[NodeReport], saved: Path) -> None:

@@ -36,6 +36,12 @@ CHEAP_CHECKS = frozenset(
 )
 
 
+# The failures that stop the smoke check's bring-up before it starts (provision's and the engine roles'
+# preflight refuse such a host), so the doctor does not try it there. Others do not: an L2 mount not
+# made yet is what provisioning makes, and a failing GPU check is better shown by the pair itself.
+PAIR_BLOCKERS = frozenset({"reach", "python", "wheelhouse_python", "device_files", "fabric"})
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -169,33 +175,41 @@ def engine_set(installed: Mapping[str, Any], expected: Mapping[str, str]) -> Che
     return Check(name, Status.OK, f"as the engine set pins: {shown}")
 
 
-def smoke_pair(probe: Mapping[str, Any] | None, engine: str, lmcache_here: bool) -> Check:
-    """The vLLM/LMCache pair as LMCache recommends checking it. The connector module's resolution is the
-    probe's `engine` check; the server start, a replica's registration and one store/retrieve round
-    trip need the engines deployed, which is a cell's work: `run`'s cold-start check does them."""
+def smoke_pair(
+    probe: Mapping[str, Any] | None,
+    engine: str,
+    lmcache_here: bool,
+    smoke: Mapping[str, Any] | None = None,
+    why_not: str | None = None,
+) -> Check:
+    """The vLLM/LMCache pair as LMCache recommends checking it (kvoffload/doctor/smoke.py): with the
+    round trip's facts (`smoke`) their verdict; without them, the probe's connector-module resolution
+    and `why_not`, the reason the round trip did not run (--no-smoke, a failed check above)."""
     name = "smoke_pair"
     if engine != "vllm" or not lmcache_here:
         return Check(name, Status.SKIP, "no vLLM/LMCache pair on this host")
-    if probe is None or not probe.get("gpu"):
-        return Check(name, Status.SKIP, "no GPU")
-    engine_facts = _facts(probe_checks(probe), "engine")
-    if not engine_facts:
-        return Check(name, Status.SKIP, "no engine venv yet (provision installs it)")
+    if smoke is not None:
+        from kvoffload.doctor.smoke import judge
+
+        return judge(smoke)
+    engine_facts = _facts(probe_checks(probe or {}), "engine")
     versions = engine_facts.get("versions")
-    if not isinstance(versions, Mapping) or not versions.get("lmcache"):
-        return Check(name, Status.SKIP, "no LMCache in the engine venv (engine_set says what is missing)")
-    if not engine_facts.get("connector"):
-        return Check(
-            name,
-            Status.FAIL,
-            "LMCache's connector module does not resolve in the engine venv",
-            "`kvoffload-lab provision` reinstalls the engine set",
-        )
+    if engine_facts and isinstance(versions, Mapping) and versions.get("lmcache"):
+        if not engine_facts.get("connector"):
+            return Check(
+                name,
+                Status.FAIL,
+                "LMCache's connector module does not resolve in the engine venv",
+                "`kvoffload-lab provision` reinstalls the engine set",
+            )
+        resolved = "connector module resolves; "
+    else:
+        resolved = ""
     return Check(
         name,
         Status.SKIP,
-        "connector module resolves; the server start, registration and store/retrieve round trip run "
-        "in `run`'s first cell (cold-start check), not here",
+        f"{resolved}server start, registration and store/retrieve round trip not run: "
+        f"{why_not or '--no-smoke'}",
     )
 
 

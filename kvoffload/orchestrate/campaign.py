@@ -308,8 +308,9 @@ class CampaignRunner:
             hosts_python=self.hosts_python or DEFAULT_HOSTS_PYTHON,
         )
 
-    def provision(self, check: bool = False) -> PlaybookResult:
-        """Preflight then provision every host (idempotent: a second run reports no change)."""
+    def provision(self, check: bool = False, gate: bool = True) -> PlaybookResult:
+        """Preflight then provision every host (idempotent: a second run reports no change); then, with
+        `gate`, the doctor's cheap checks (the doctor's smoke check has made the full ones already)."""
         total = len(self.lab.cells)
         extravars = self._base_extravars()
         self.progress.phase(None, 0, total, "preflight")
@@ -318,7 +319,7 @@ class CampaignRunner:
         result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
         self.facts = host_facts(result.artifacts / "fact_cache")
         self._campaign_timings["provision"] = result.duration_s
-        if not check:
+        if gate and not check:
             self.doctor_gate()
         return result
 

@@ -4,14 +4,16 @@ checks and a verdict per host.
 What each host is asked follows from the inventory and the campaign: the L1 size its lmcache-server
 will pin (the largest of the campaign's cells there), its L2 folder (nvme tier), the engine venv. `run`
 calls `cheap_gate` after provisioning: the probe without its CUDA children, engine import or a long
-L2 probe, and a `UserError` naming the host, the check and the fix when one fails. Prints nothing.
+L2 probe, and a `UserError` naming the host, the check and the fix when one fails. `doctor` then hands
+the nodes with a vLLM/LMCache pair to the smoke check (orchestrate/smoke.py), whose facts the pair's
+check judges (doctor/smoke.py). Prints nothing.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,6 +31,8 @@ PLAYBOOK = "doctor.yml"
 DOCTOR_JSON = "doctor.json"
 DOCTOR_DIR = "doctor"
 RUN_DOCTOR_DIR = "doctor-run"
+# in DOCTOR_DIR: what the smoke check's round trip collected on each node (orchestrate/smoke.py)
+SMOKE_JSON = "smoke.json"
 PROBE = Path(__file__).resolve().parents[1] / "doctor" / "probe.py"
 # `run`'s cheap checks: no CUDA children (seconds to a minute per GPU host), no import of the engine
 # packages (tens of seconds), a 4 MiB L2 probe
@@ -104,15 +108,18 @@ def judge(
     hosts_python: str | None,
     expected: Mapping[str, str],
     lab_pythons: Mapping[str, str] | None = None,
+    smoke: Mapping[str, Any] | None = None,
+    why_not: str | None = None,
 ) -> dc.NodeReport:
-    """A host's report: the probe's checks and the controller's."""
+    """A host's report: the probe's checks and the controller's (`smoke`: the pair's round trip on this
+    host, orchestrate/smoke.py; `why_not`: why it did not run)."""
     found = dc.probe_checks(probe)
     host_python = _probe_python(probe)
     engine_facts = next((c.facts for c in found if c.name == "engine"), {})
     extra = [dc.wheelhouse_python(host_python, hosts_python, lab_pythons)]
     if ask.engine_build is not None:
         extra.append(dc.engine_set(engine_facts, expected))
-    extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None))
+    extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None, smoke, why_not))
     return dc.NodeReport(host, (*found, *extra), probe)
 
 
@@ -131,11 +138,16 @@ def run_doctor(
     cheap: bool = False,
     venv: str = "/opt/kvoffload/venv",
     learn_python: bool = False,
+    smoke: Smoke | None = None,
 ) -> list[dc.NodeReport]:
     """Probe every host of the inventory; a host that failed or was unreachable gets a `reach` failure.
     The probes' JSON land in `out/<host>.json` (emptied first). `learn_python` (with `hosts_python`
     None): the wheelhouse's Python is the one the hosts report, as `run` learns it without
-    --hosts-python (orchestrate/host_python.py); hosts that report different ones fail that check."""
+    --hosts-python (orchestrate/host_python.py); hosts that report different ones fail that check.
+    `smoke` (orchestrate/smoke.py PairSmoke): the vLLM/LMCache pair's round trip, on the nodes with a
+    pair that fail none of `checks.PAIR_BLOCKERS` (the probes ran first: their record is of the hosts
+    before the smoke provisioned them); its facts land in `out/smoke.json`. None: the pair check says
+    it did not run (--no-smoke)."""
     from kvoffload.orchestrate.wheelhouse import engine_requirements
 
     asks = host_asks(lab)
@@ -169,24 +181,59 @@ def run_doctor(
         lab_pythons = {h: v for h, p in answered.items() if (v := _probe_python(p))}
         if len(set(lab_pythons.values())) == 1:
             hosts_python = next(iter(lab_pythons.values()))
-    reports = []
-    for host, ask in asks.items():
-        probe = probes[host]
+
+    def report(
+        host: str, smoke_facts: Mapping[str, Any] | None = None, why_not: str | None = None
+    ) -> dc.NodeReport:
+        probe, ask = probes[host], asks[host]
         if isinstance(probe, str):
-            reports.append(dc.unreachable(host, probe))
-            continue
-        reports.append(
-            judge(
-                host,
-                probe,
-                ask,
-                engine=lab.campaign.engine,
-                hosts_python=hosts_python,
-                expected=pins.get(ask.engine_build or "", {}),
-                lab_pythons=lab_pythons,
-            )
+            return dc.unreachable(host, probe)
+        return judge(
+            host,
+            probe,
+            ask,
+            engine=lab.campaign.engine,
+            hosts_python=hosts_python,
+            expected=pins.get(ask.engine_build or "", {}),
+            lab_pythons=lab_pythons,
+            smoke=smoke_facts,
+            why_not=why_not,
         )
-    return reports
+
+    # why the pair's round trip did not run where no other reason applies
+    not_run = "`run`'s cheap checks leave it out (`kvoffload-lab doctor` makes it)" if cheap else "--no-smoke"
+    reports = {host: report(host, why_not=not_run) for host in asks}
+    pairs = smoke_nodes(lab, asks) if smoke is not None else []
+    if smoke is not None and pairs:
+        ready = [h for h in pairs if not {c.name for c in reports[h].failed} & dc.PAIR_BLOCKERS]
+        for host in pairs:
+            if host not in ready:
+                blockers = sorted({c.name for c in reports[host].failed} & dc.PAIR_BLOCKERS)
+                why = f"{', '.join(blockers)} failed (provisioning would refuse the host); fix it first"
+                reports[host] = report(host, why_not=why)
+        found = smoke(ready, hosts_python) if ready else {}
+        (out / SMOKE_JSON).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+        for host in ready:
+            reports[host] = report(host, found.get(host) or {"node": host, "error": "no answer"})
+    return list(reports.values())
+
+
+class Smoke(Protocol):
+    """The pair's round trip on some nodes (orchestrate/smoke.py PairSmoke; tests give a fake)."""
+
+    def __call__(self, nodes: Sequence[str], hosts_python: str | None) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+def smoke_nodes(lab: LabConfig, asks: Mapping[str, HostAsk]) -> list[str]:
+    """The nodes with a vLLM/LMCache pair to check: vllm campaigns only, nodes whose lmcache-server is
+    their own host (a run is node-local)."""
+    if lab.campaign.engine != "vllm":
+        return []
+    return [
+        n.name
+        for n in lab.nodes
+        if n.name in asks and asks[n.name].lmcache and asks[n.name].engine_build is not None
+    ]
 
 
 def doctor_json(reports: list[dc.NodeReport], campaign: str) -> dict[str, Any]:

@@ -6,7 +6,8 @@ lmcache-server and Caddy, serving a tiny random-weight Llama the project builds 
 twice (repeats: 2): the first cell of a tier starts its engines; the second reuses them, made cold in
 place (vLLM's reset_prefix_cache with reset_external, LMCache's /cache/clear, and on nvme the L2
 objects deleted through LMCache's DELETE /cache/objects by the lmcache_server role) and proven cold by
-a probe on each replica. The assertions are what only
+a probe on each replica. Before the run, `doctor` checks the pair as LMCache recommends (server up, a
+replica registered, one store and one retrieve by the real counters). The assertions are what only
 real software can show: the flags start the real servers, the metric names we read exist, external
 (LMCache) hits happen, the nvme tier's L2 loads come back from the loop device, and cells start cold
 by real counters, after a restart and after a reset. Function only: timing here means nothing.
@@ -36,7 +37,8 @@ SESSIONS = 12
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, float]]:
-    """Lab up, the shipped real-engine campaign (with a model built here), lab down; the results."""
+    """Lab up, `doctor` with its pair smoke check (its JSON kept as doctor.json beside the results), the
+    shipped real-engine campaign (with a model built here), lab down; the results."""
     base = tmp_path_factory.mktemp("real")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     model = kvlab(env, "lab", "tiny-model", str(base / "tiny-llama"), timeout=300)
@@ -53,6 +55,10 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     up = kvlab(env, "lab", "up", "--hosts", "2", *names.up_args(), "--inventory", str(inventory), timeout=900)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
+        doctor = kvlab(env, "doctor", str(inventory), "--campaign", str(base / "campaign.yml"),
+                       "--results", str(base / "results"), "--json", timeout=2400)  # fmt: skip
+        (base / "doctor.json").write_text(doctor.stdout)
+        (base / "doctor.stderr").write_text(doctor.stderr)
         started = time.monotonic()
         run = kvlab(
             env,
@@ -68,6 +74,36 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     finally:
         down = kvlab(env, "lab", "down", timeout=300)
         assert down.returncode == 0, down.stderr[-2000:]
+
+
+def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Path, float]) -> None:
+    """`doctor` ran after `lab up`, before `run`, with its smoke check (on by default for vLLM): on the
+    node it installed the engine set as `run` does, started the real lmcache-server and ONE real
+    replica through the cell's roles and units, and read, from the real servers, the replica's
+    registration (LMCache's /status), a store after the first request (lmcache_mp_l1_write_chunks) and,
+    after the replica's own prefix cache was emptied, a retrieve of the same prompt
+    (lmcache_mp_lookup_hit_tokens and vLLM's external prefix-cache hits); then stopped them."""
+    base = real_run[0].parent.parent
+    printed = (base / "doctor.json").read_text()
+    assert printed.strip(), (base / "doctor.stderr").read_text()[-3000:]  # doctor printed no record
+    record = json.loads(printed)
+    pairs = {
+        h["host"]: check
+        for h in record["hosts"]
+        for check in h["checks"]
+        if check["name"] == "smoke_pair" and check["detail"] != "no vLLM/LMCache pair on this host"
+    }
+    assert len(pairs) == 1, pairs  # the lab's one node
+    [(node, pair)] = pairs.items()
+    assert pair["status"] == "ok", (pair, (base / "doctor.stderr").read_text()[-3000:])
+    facts = pair["facts"]
+    assert facts["registered"] >= 1, facts  # vLLM's CPU build registers as a non-CUDA instance
+    assert facts["prompt_tokens"][0] >= facts["chunk_size"] == 256, facts
+    assert facts["stored_chunks"] >= 1 and facts["lookups_first"] >= 1, facts
+    assert facts["hit_tokens"] >= 256 and facts["external_hits"] >= 256, facts
+    # the facts the verdict rests on are kept, and stopping the pair (teardown.yml) succeeded
+    smoke = json.loads((real_run[0] / "doctor" / "smoke.json").read_text())
+    assert set(smoke) == {node} and "stop_error" not in smoke[node], smoke
 
 
 def _cells(results: Path, repeat: int = 1) -> dict[str, Path]:
