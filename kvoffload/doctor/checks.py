@@ -25,6 +25,13 @@ class Status(StrEnum):
 _RANK = {Status.FAIL: 0, Status.WARN: 1, Status.OK: 2, Status.SKIP: 3}
 
 
+# Where the engine venv comes from: deploy.yml's `install` tag, which `run` applies before a node's first
+# cell and the smoke check before its round trip (provision.yml does not install it).
+ENGINE_SET_FIX = (
+    "`kvoffload-lab run` (or `doctor`'s smoke check) installs the engine set before a node's first cell"
+)
+
+
 def worst(statuses: Iterable[Status]) -> Status:
     return min(statuses, key=_RANK.__getitem__, default=Status.SKIP)
 
@@ -170,7 +177,7 @@ def engine_set(installed: Mapping[str, Any], expected: Mapping[str, str]) -> Che
     }
     if wrong:
         shown = ", ".join(f"{p} {have or 'missing'} (set pins {want})" for p, (want, have) in wrong.items())
-        return Check(name, Status.FAIL, shown, "`kvoffload-lab provision` reinstalls the engine set")
+        return Check(name, Status.FAIL, shown, ENGINE_SET_FIX)
     shown = ", ".join(f"{p} {versions[p]}" for p in expected if p in versions)
     return Check(name, Status.OK, f"as the engine set pins: {shown}")
 
@@ -200,7 +207,7 @@ def smoke_pair(
                 name,
                 Status.FAIL,
                 "LMCache's connector module does not resolve in the engine venv",
-                "`kvoffload-lab provision` reinstalls the engine set",
+                ENGINE_SET_FIX,
             )
         resolved = "connector module resolves; "
     else:
