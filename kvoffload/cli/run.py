@@ -326,10 +326,12 @@ def run(args: argparse.Namespace) -> int:
     for cell_id, why in outcome.failed.items():
         print(f"  {cell_id}: {why}", file=sys.stderr)
     if not args.no_report:
-        from kvoffload.report import build_report
+        from kvoffload.report import findings_text, write_report
 
-        report = build_report(results.root)
-        print(f"report: {report}")
+        report = write_report(results.root)
+        # the report's first section, so that the end of a run answers without opening a file
+        print(findings_text(report.finding_groups))
+        print(f"report: {report.path}")
     return 0 if not outcome.failed else 1
 
 

@@ -499,8 +499,17 @@ def _write(path: Path, text: str) -> None:
     write_text_atomic(path, text)
 
 
-def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
-    """Write the report of `results_dir` (ingesting first when needed); return report/index.html.
+@dataclass(frozen=True)
+class BuiltReport:
+    """What `write_report` wrote: report/index.html, and the findings of its first section."""
+
+    path: Path
+    finding_groups: list[FindingGroup]
+
+
+def write_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> BuiltReport:
+    """Write the report of `results_dir` (ingesting first when needed): its index.html path and its
+    findings, so that the caller can show them without computing them again.
 
     `formats` picks which of report.md / index.html to write; the returned path is index.html even
     when only Markdown was asked for (it then may not exist).
@@ -513,7 +522,30 @@ def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -
         _write(report_dir / "report.md", render_markdown(ctx))
     if "html" in formats:
         _write(report_dir / "index.html", render_html(ctx))
-    return report_dir / "index.html"
+    return BuiltReport(report_dir / "index.html", ctx["finding_groups"])
+
+
+def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
+    """Write the report of `results_dir` (`write_report`); return report/index.html."""
+    return write_report(results_dir, formats).path
+
+
+def finding_groups(results_dir: Path) -> list[FindingGroup]:
+    """The findings of the report's first section, computed from the results as they are now (ingest
+    first when needed), without writing the report: the live page's finished cells."""
+    return _finding_groups(conclude(analyse(results_dir)))
+
+
+def findings_text(groups: Sequence[FindingGroup]) -> str:
+    """The report's first section as plain text, for a terminal: a title per group, a line per
+    statement."""
+    if not groups:
+        return "Findings: no comparison group has a measured cell.\n"
+    lines = ["Findings:"]
+    for g in groups:
+        mark = "" if g.comparable else " (not comparable)"
+        lines += ["", f"  {g.title}{mark}"] + [f"  - {s}" for s in g.statements]
+    return "\n".join(lines) + "\n"
 
 
 def summary_records(summary: pd.DataFrame) -> list[dict[str, Any]]:

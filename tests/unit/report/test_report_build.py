@@ -13,7 +13,7 @@ import pytest
 
 from kvoffload.cli.main import main
 from kvoffload.errors import UserError
-from kvoffload.report import build_report
+from kvoffload.report import build_report, findings_text, write_report
 from kvoffload.report.build import analyse, summary_csv, summary_json
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
@@ -253,3 +253,20 @@ def test_the_sweep_and_the_knee_search_give_one_verdict_per_tier() -> None:
     assert lines[1].endswith(
         "knee not reached in the measured range; the knee search ended not_reached: up to 32"
     )
+
+
+def test_findings_text_is_the_reports_first_section(campaign: Path) -> None:
+    built = write_report(campaign)
+    md = (campaign / "report" / "report.md").read_text()
+    text = findings_text(built.finding_groups)
+    assert built.path == campaign / "report" / "index.html"
+    lines = text.splitlines()
+    assert lines[0] == "Findings:"
+    # every statement of the Markdown's findings section, in its order, one per line
+    section = md[md.index("## Findings") : md.index("## Capacity")]
+    statements = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+    assert [line[4:] for line in lines if line.startswith("  - ")] == statements
+    # group b is not comparable (fixture README): its title says so
+    titles = [line.strip() for line in lines if line.startswith("  ") and not line.startswith("  - ")]
+    assert len(titles) == 2 and titles[1].endswith("(not comparable)") and "(not" not in titles[0]
+    assert findings_text([]) == "Findings: no comparison group has a measured cell.\n"
