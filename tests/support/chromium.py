@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,13 @@ def start_chromium(profile: Path) -> tuple[subprocess.Popen[str], int]:
 
 
 async def _watch_page(
-    port: int, url: str, ready: str, screenshot: Path, timeout: float, probe: str
+    port: int,
+    url: str,
+    ready: str,
+    screenshot: Path,
+    timeout: float,
+    probe: str,
+    give_up: Callable[[], str | None],
 ) -> tuple[list[str], str, Any]:
     """Load `url`, wait until the JavaScript expression `ready` is true, screenshot the whole page."""
     targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
@@ -118,7 +125,10 @@ async def _watch_page(
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the page never showed: {ready}")
-            await asyncio.sleep(0.5)
+            why = give_up()
+            if why is not None:
+                raise AssertionError(f"the page never showed {ready}: {why}")
+            await asyncio.sleep(0.3)
         text = (
             await page.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)
         )["result"]["value"]
@@ -129,14 +139,20 @@ async def _watch_page(
 
 
 def screenshot_when(
-    profile: Path, url: str, ready: str, screenshot: Path, timeout: float = 60, probe: str = "'null'"
+    profile: Path,
+    url: str,
+    ready: str,
+    screenshot: Path,
+    timeout: float = 60,
+    probe: str = "'null'",
+    give_up: Callable[[], str | None] = lambda: None,
 ) -> tuple[list[str], str, Any]:
-    """Open `url` in a fresh headless Chromium, wait for `ready` (a JavaScript expression), keep a
-    screenshot; the console's problems, the page's text and what `probe` (a JavaScript expression
-    giving JSON text) found in the DOM."""
+    """Open `url` in a fresh headless Chromium, wait for `ready` (a JavaScript expression; `give_up`
+    saying why not stops the wait earlier), keep a screenshot; the console's problems, the page's
+    text and what `probe` (a JavaScript expression giving JSON text) found in the DOM."""
     proc, port = start_chromium(profile)
     try:
-        return asyncio.run(_watch_page(port, url, ready, screenshot, timeout, probe))
+        return asyncio.run(_watch_page(port, url, ready, screenshot, timeout, probe, give_up))
     finally:
         proc.terminate()
         try:
