@@ -32,3 +32,19 @@ def test_the_terminal_table_shows_each_node(tmp_path: Path) -> None:
     row = next(line for line in text.splitlines() if "gpu1" in line)
     assert "b2cpu" in row and "replay" in row and "30/120, ETA 2.2 min" in row and "100/190 ms" in row
     assert "b1gpu: interrupted" in row  # 135 s of replay left: 2.2 min
+
+
+def test_run_watch_starts_the_page_beside_and_stops_it(tmp_path: Path) -> None:
+    import httpx
+
+    from kvoffload.cli.watch import start_beside
+
+    campaign = mid_run_campaign(tmp_path)
+    beside = start_beside(campaign, "127.0.0.1", 0)
+    try:
+        assert beside.url.startswith("http://127.0.0.1:")
+        state = httpx.get(beside.url + "state.json", timeout=10).json()
+        assert state["progress"] == {"done": 3, "failed": 1, "total": 7}
+    finally:
+        beside.stop()
+    assert beside.proc.returncode is not None  # gone with the run
