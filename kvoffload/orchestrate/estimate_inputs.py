@@ -1,0 +1,121 @@
+"""What the campaign-time estimate (estimate.py) is computed from, read for one lab and results folder.
+
+The schedule `run` will follow (schedule.py, and which cells restart their engines), the requests each
+cell sends (the caller's count, from the dataset), the simulator's cost profile of a `sim` campaign,
+and the earlier runs in the same results folder: every cell with DONE (its cell.json `timings`, its
+sessions.json requests and concurrency) and campaign.json's `timings.provision`. Reads files; writes
+nothing. Used by `plan` (which prints it) and `run` (which keeps it in campaign.json `estimate`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvoffload.config import Cell, LabConfig
+from kvoffload.contracts.layout import CampaignPaths
+from kvoffload.orchestrate.deployment import cold_start_methods
+from kvoffload.orchestrate.estimate import (
+    RECORDED_OSL_TOKENS,
+    CellWork,
+    Estimate,
+    Measured,
+    Priors,
+    estimate,
+    learn,
+    profile_priors,
+)
+from kvoffload.orchestrate.schedule import schedule
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _lines(path: Path) -> int:
+    try:
+        with path.open("rb") as handle:
+            return sum(1 for _ in handle)
+    except OSError:
+        return 0
+
+
+def earlier_cells(paths: CampaignPaths) -> list[Measured]:
+    """Every DONE cell of the folder with its timings, the requests it sent (sessions.json, else its
+    records) and how many were in flight; unreadable ones are left out (the estimate is a guide, not a
+    result)."""
+    out = []
+    for cell in paths.cells():
+        if not cell.done.is_file():
+            continue
+        meta, counts = _json(cell.cell_json), _json(cell.sessions)
+        if not isinstance(meta, dict) or not isinstance(meta.get("timings"), dict):
+            continue
+        counts = counts if isinstance(counts, dict) else {}
+        config = meta.get("config") or {}
+        requests = int(counts.get("requests") or 0) or _lines(cell.requests)  # older files lack it
+        in_flight = min(int(config.get("concurrency") or 1), int(counts.get("achieved_sessions") or 1) or 1)
+        out.append(Measured(meta["timings"], requests, in_flight))
+    return out
+
+
+def earlier_provisions(paths: CampaignPaths) -> list[float]:
+    """campaign.json `timings.provision` of the last run in the folder (none before a first run)."""
+    campaign = _json(paths.campaign_json)
+    timings = campaign.get("timings") if isinstance(campaign, dict) else None
+    value = timings.get("provision") if isinstance(timings, dict) else None
+    return [float(value)] if isinstance(value, int | float) else []
+
+
+def base_priors(lab: LabConfig) -> Priors:
+    """The simulator's cost profile for a `sim` campaign; the defaults otherwise. A round's prompt is
+    taken as half the campaign's largest isl (a conversation growing to it), its answer as the
+    largest fixed osl (256 tokens when the campaign replays the recorded ones)."""
+    campaign = lab.campaign
+    if campaign.engine != "sim" or not campaign.sim_profile:
+        return Priors()
+    from kvoffload.sim.profile import load_profile
+
+    profile = load_profile(campaign.sim_profile)
+    prompt = max(campaign.isl) / 2
+    fixed = [o for o in campaign.osl if isinstance(o, int)]
+    osl = max(fixed) if fixed else RECORDED_OSL_TOKENS
+    return profile_priors(
+        profile.name,
+        startup_s=profile.startup.total_s,
+        cold_prefill_s=profile.prefill.cumulative_s(prompt),
+        decode_step_s=profile.decode_step_s(1, int(prompt)),
+        osl_tokens=osl,
+    )
+
+
+def campaign_estimate(
+    lab: LabConfig, todo: Sequence[Cell], results: Path, requests: Callable[[Cell], int] | None
+) -> Estimate:
+    """How long `run` will take for `todo`, learning from `results` (the campaign's folder).
+    `requests`: what each cell sends (None: unknown, its replay counts 0)."""
+    paths = CampaignPaths(results)
+    priors = learn(earlier_cells(paths), base_priors(lab), earlier_provisions(paths))
+    work = []
+    for plan in schedule(todo, [n.name for n in lab.nodes], requests):
+        for i, (cell, how) in enumerate(
+            zip(plan.cells, cold_start_methods(lab, plan.cells, plan.node), strict=True)
+        ):
+            sent = requests(cell) if requests else 0
+            users = sent // cell.num_rounds if cell.num_rounds else 0
+            work.append(
+                CellWork(
+                    cell.id,
+                    plan.node,
+                    requests=sent,
+                    in_flight=max(1, min(cell.concurrency, users)),
+                    starts_engines=how == "restart",
+                    installs=i == 0,
+                )
+            )
+    return estimate(work, priors)

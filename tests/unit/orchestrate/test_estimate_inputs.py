@@ -1,0 +1,34 @@
+"""What the estimate learns from a results folder: the fixture campaign's cells (tests/fixtures/
+campaign-small) given timings by hand."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from kvoffload.contracts.layout import CampaignPaths
+from kvoffload.orchestrate.estimate_inputs import earlier_cells, earlier_provisions
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
+
+
+def test_done_cells_give_their_timings_requests_and_concurrency(tmp_path: Path) -> None:
+    root = tmp_path / "fixture-small"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    for cell in ("a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"):
+        path = root / "cells" / cell / "cell.json"
+        meta = json.loads(path.read_text())
+        meta["timings"] = {"deploy": 10.0, "replay": 75.0, "total": 90.0}
+        path.write_text(json.dumps(meta))
+    campaign = json.loads((root / "campaign.json").read_text())
+    campaign["timings"] = {"provision": 123.0}
+    (root / "campaign.json").write_text(json.dumps(campaign))
+    measured = earlier_cells(CampaignPaths(root))
+    # b1gpu has no DONE; a-cells sent 12 requests (4 users x 3 rounds) at concurrency 2, b2cpu 3 sessions
+    # at concurrency 8: 3 in flight
+    assert len(measured) == 4
+    assert [(m.requests, m.in_flight) for m in measured[:3]] == [(12, 2)] * 3
+    assert measured[3].in_flight == 3 and measured[0].timings["replay"] == 75.0
+    assert earlier_provisions(CampaignPaths(root)) == [123.0]
+    assert earlier_provisions(CampaignPaths(tmp_path / "none")) == []
