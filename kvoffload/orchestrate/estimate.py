@@ -28,6 +28,9 @@ from typing import Any
 # over ssh), and a request of the tiny profile.
 DEFAULT_INSTALL_S = 240.0
 DEFAULT_ENGINE_START_S = 30.0
+# Real vLLM without an earlier run: a model load and its warm-up take minutes (the sim profiles'
+# start-up of an 8B model on a datasheet disk is 2 to 3 min, their provenance says how it was sized).
+DEFAULT_VLLM_START_S = 180.0
 DEFAULT_CELL_OVERHEAD_S = 60.0
 DEFAULT_REQUEST_S = 1.0
 DEFAULT_CAMPAIGN_S = 300.0
@@ -75,6 +78,7 @@ class Estimate:
     nodes: Mapping[str, float]
     total_s: float
     priors: Priors
+    where: Mapping[str, str] = field(default_factory=dict)  # cell -> node
 
     def phases(self) -> dict[str, float]:
         """Seconds of each phase, summed over the cells (node time, not wall time)."""
@@ -107,7 +111,7 @@ def estimate(work: Sequence[CellWork], priors: Priors) -> Estimate:
         cells[w.cell_id] = phases
         nodes[w.node] = nodes.get(w.node, 0.0) + sum(phases.values())
     total = priors.campaign_s + max(nodes.values(), default=0.0) if work else 0.0
-    return Estimate(cells, nodes, total, priors)
+    return Estimate(cells, nodes, total, priors, {w.cell_id: w.node for w in work})
 
 
 def profile_priors(

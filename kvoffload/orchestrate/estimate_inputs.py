@@ -18,6 +18,7 @@ from kvoffload.config import Cell, LabConfig
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.orchestrate.deployment import cold_start_methods
 from kvoffload.orchestrate.estimate import (
+    DEFAULT_VLLM_START_S,
     RECORDED_OSL_TOKENS,
     CellWork,
     Estimate,
@@ -73,12 +74,14 @@ def earlier_provisions(paths: CampaignPaths) -> list[float]:
 
 
 def base_priors(lab: LabConfig) -> Priors:
-    """The simulator's cost profile for a `sim` campaign; the defaults otherwise. A round's prompt is
+    """The simulator's cost profile for a `sim` campaign; the defaults otherwise (a real vLLM's engine
+    start at DEFAULT_VLLM_START_S). A round's prompt is
     taken as half the campaign's largest isl (a conversation growing to it), its answer as the
     largest fixed osl (256 tokens when the campaign replays the recorded ones)."""
     campaign = lab.campaign
     if campaign.engine != "sim" or not campaign.sim_profile:
-        return Priors()
+        sources = {**Priors().sources, "engine_start_s": "default (real vLLM)"}
+        return Priors(engine_start_s=DEFAULT_VLLM_START_S, sources=sources)
     from kvoffload.sim.profile import load_profile
 
     profile = load_profile(campaign.sim_profile)
