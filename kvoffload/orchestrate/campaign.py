@@ -42,6 +42,7 @@ from kvoffload.orchestrate.deployment import (
     replay_command,
     target_hosts,
 )
+from kvoffload.orchestrate.estimate_inputs import campaign_estimate, measured_phases
 from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
@@ -249,6 +250,9 @@ class CampaignRunner:
         # node -> the last fstrim of its L2 file system (after a wipe), which its next cell records
         self._l2_trims: dict[str, dict[str, Any]] = {}
         self._campaign_timings: dict[str, float] = {}
+        # what `plan` estimated for this run's cells and, once they ran, what they measured
+        # (kvoffload/orchestrate/estimate.py; campaign.json `estimate`)
+        self._estimate: dict[str, Any] | None = None
         self._knee: list[knee.RampLog] = []
         # facts, once a node's install gathered them, serve its later cells (_node_facts)
         self._facts_dir = results.ansible / "facts"
@@ -277,6 +281,7 @@ class CampaignRunner:
                 "nodes": [n.name for n in self.lab.nodes],
                 "timings": self._campaign_timings,
                 "knee_search": [log.to_json() for log in self._knee] or None,
+                "estimate": self._estimate,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },
         )
@@ -371,6 +376,7 @@ class CampaignRunner:
         try:
             if todo:
                 plans = self.plan(todo)
+                self._estimate = self._estimate_of(todo)
                 self.status.start({p.node: [c.id for c in p.cells] for p in plans}, outcome.skipped)
                 self._prepare(todo[0], len(todo), [p.node for p in plans])
                 if len(plans) == 1:
@@ -395,9 +401,21 @@ class CampaignRunner:
                 with _signals_deferred():
                     self._client_install.join()  # canceled with the cells when the run stops
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
+            if self._estimate is not None:
+                self._estimate["measured"] = measured_phases(
+                    self.results.paths, list(self._estimate["cells"]), self._campaign_timings["cells"]
+                )
             self.write_campaign_json()
             shutil.rmtree(self._facts_dir, ignore_errors=True)
         return outcome
+
+    def _estimate_of(self, todo: Sequence[Cell]) -> dict[str, Any] | None:
+        """What `plan` estimates for `todo` (None, logged, when it cannot: a guide never stops a run)."""
+        try:
+            return campaign_estimate(self.lab, todo, self.results.root, self.expected_requests).to_json()
+        except Exception as exc:
+            log.warning("no estimate of the run's time: %s: %s", type(exc).__name__, exc)
+            return None
 
     _provision = True
     _prepared = False

@@ -4,7 +4,8 @@ The schedule `run` will follow (schedule.py, and which cells restart their engin
 cell sends (the caller's count, from the dataset), the simulator's cost profile of a `sim` campaign,
 and the earlier runs in the same results folder: every cell with DONE (its cell.json `timings`, its
 sessions.json requests and concurrency) and campaign.json's `timings.provision`. Reads files; writes
-nothing. Used by `plan` (which prints it) and `run` (which keeps it in campaign.json `estimate`).
+nothing. Used by `plan` (which prints it) and `run` (which keeps it in campaign.json `estimate`, with
+what the cells measured once they ran, `measured_phases`, for the report).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.orchestrate.deployment import cold_start_methods
 from kvoffload.orchestrate.estimate import (
     DEFAULT_VLLM_START_S,
+    PHASES,
     RECORDED_OSL_TOKENS,
     CellWork,
     Estimate,
@@ -26,6 +28,7 @@ from kvoffload.orchestrate.estimate import (
     Priors,
     estimate,
     learn,
+    phase_seconds,
     profile_priors,
 )
 from kvoffload.orchestrate.schedule import schedule
@@ -122,3 +125,16 @@ def campaign_estimate(
                 )
             )
     return estimate(work, priors)
+
+
+def measured_phases(paths: CampaignPaths, cells: Sequence[str], wall_s: float) -> dict[str, Any]:
+    """What `cells` measured, grouped as the estimate's phases and summed (cell.json `timings`; a
+    cell without one counts nothing), and the run's wall time: campaign.json `estimate.measured`."""
+    sums = dict.fromkeys(PHASES, 0.0)
+    for cell in cells:
+        meta = _json(paths.cell(cell).cell_json)
+        timings = meta.get("timings") if isinstance(meta, dict) else None
+        if isinstance(timings, dict):
+            for phase, seconds in phase_seconds(timings).items():
+                sums[phase] += seconds
+    return {"phases": {p: round(v, 3) for p, v in sums.items()}, "total_s": round(wall_s, 3)}

@@ -355,6 +355,12 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
         ran = {c.id for c in runner.lab.cells if _cell_json(runner, c.id)["node"] == node}
         assert {d["cell"] for d in entry["done"]} == ran and entry["failed"] == [] and entry["queued"] == []
         assert entry["cell"] is None and entry["phase"] == "finished"
+    # campaign.json: the estimate made before the cells ran, and what they measured, phase by phase
+    estimate = json.loads(runner.results.paths.campaign_json.read_text())["estimate"]
+    assert set(estimate["cells"]) == {c.id for c in runner.lab.cells} and len(estimate["nodes"]) == 2
+    measured = estimate["measured"]
+    assert set(measured["phases"]) == {"install", "engine_start", "replay", "overhead"}
+    assert measured["total_s"] > 0 and measured["phases"]["replay"] > 0
 
 
 def test_schedule_balances_groups_and_keeps_tiers_together(tmp_path: Path) -> None:

@@ -270,3 +270,35 @@ def test_findings_text_is_the_reports_first_section(campaign: Path) -> None:
     titles = [line.strip() for line in lines if line.startswith("  ") and not line.startswith("  - ")]
     assert len(titles) == 2 and titles[1].endswith("(not comparable)") and "(not" not in titles[0]
     assert findings_text([]) == "Findings: no comparison group has a measured cell.\n"
+
+
+def test_the_report_compares_the_runs_estimate_with_what_it_measured(campaign: Path) -> None:
+    from kvoffload.report.build import timing_table
+
+    estimate = {
+        "total_s": 600.0,
+        "phases": {"install": 240.0, "engine_start": 60.0, "replay": 120.0, "overhead": 120.0},
+        "priors": {"sources": {"install_s": "default", "request_s": "profile tiny"}},
+        "measured": {
+            "phases": {"install": 300.0, "engine_start": 30.0, "replay": 180.0, "overhead": 90.0},
+            "total_s": 720.0,
+        },
+    }
+    table = timing_table({"estimate": estimate})
+    assert table is not None
+    rows = {r[0]: r[1:] for r in table.rows}
+    # minutes, and measured over estimated: 300/240, 30/60, 180/120, 90/120; the run 720/600
+    assert rows["install (once per node)"] == ["4.0", "5.0", "1.25"]
+    assert rows["engine starts"] == ["1.0", "0.5", "0.50"]
+    assert rows["replays"][2] == "1.50" and rows["wall time of the run"] == ["10.0", "12.0", "1.20"]
+    assert "request profile tiny" in table.note
+    assert timing_table({}) is None and timing_table({"estimate": {"total_s": 1.0}}) is None
+    meta = json.loads((campaign / "campaign.json").read_text())
+    (campaign / "campaign.json").write_text(json.dumps({**meta, "estimate": estimate}))
+    build_report(campaign)
+    md = (campaign / "report" / "report.md").read_text()
+    assert (
+        "### Run time: estimate against measured" in md
+        and "| wall time of the run | 10.0 | 12.0 | 1.20 |" in md
+    )
+    assert "**estimate**" not in md  # not dumped among the settings
