@@ -163,11 +163,17 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def node_view(
-    node: str, entry: Mapping[str, Any], now: float, cell_s: float | None, tails: Mapping[str, RecordTail]
+    node: str,
+    entry: Mapping[str, Any],
+    now: float,
+    cell_s: float | None,
+    tails: Mapping[str, RecordTail],
+    planned: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """One node's row: its cell and phase (with the time in it), replay progress and ETA, live
     figures, queue, finished cells (with their records' figures once on the controller) and failures.
-    `cell_s`: a typical cell's duration so far (None: none finished yet), for the node's ETA."""
+    `cell_s`: a typical cell's duration so far (None: none finished yet), for the node's ETA; before
+    that, `planned` (the run's estimate, cell -> seconds) when it has every cell left."""
     replay = entry.get("replay")
     progress = None
     if replay:
@@ -196,8 +202,11 @@ def node_view(
     in_cell = now - float(entry["cell_since"]) if cell and entry.get("cell_since") else 0.0
     queued = list(entry.get("queued") or [])
     eta = None
+    left = [*queued, *([cell] if cell else [])]
     if cell_s is not None:
         eta = len(queued) * cell_s + (max(0.0, cell_s - in_cell) if cell else 0.0)
+    elif planned is not None and all(c in planned for c in left):
+        eta = max(0.0, sum(planned[c] for c in left) - in_cell)
     return {
         "node": node,
         "cell": cell,
@@ -218,14 +227,21 @@ def _figures(tails: Mapping[str, RecordTail], cell: str) -> dict[str, Any]:
     return tail.figures() if tail is not None and tail.requests else {}
 
 
-def campaign_view(status: Mapping[str, Any], now: float, tails: Mapping[str, RecordTail]) -> dict[str, Any]:
+def campaign_view(
+    status: Mapping[str, Any],
+    now: float,
+    tails: Mapping[str, RecordTail],
+    estimate: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The whole page's figures but the findings: the campaign's progress, elapsed time and ETA (the
-    slowest node's: its queued cells at the mean duration of the cells finished so far), and a row
-    per node."""
+    slowest node's: its queued cells at the mean duration of the cells finished so far, before the
+    first one the run's `estimate` of each cell, campaign.json's), and a row per node."""
     nodes = status.get("nodes") or {}
     finished = [float(d["seconds"]) for e in nodes.values() for d in (e.get("done") or [])]
     cell_s = _mean(finished)
-    rows = [node_view(n, e, now, cell_s, tails) for n, e in sorted(nodes.items())]
+    cells = (estimate or {}).get("cells")
+    planned = {c: sum(phases.values()) for c, phases in cells.items()} if isinstance(cells, dict) else None
+    rows = [node_view(n, e, now, cell_s, tails, planned) for n, e in sorted(nodes.items())]
     done = sum(len(r["done"]) for r in rows)
     failed = sum(len(r["failed"]) for r in rows)
     final = status.get("state") in FINAL_STATES
@@ -240,6 +256,7 @@ def campaign_view(status: Mapping[str, Any], now: float, tails: Mapping[str, Rec
         "eta_s": 0.0 if final else (max(etas) if etas and len(etas) == len(rows) else None),
         "progress": {"done": done, "failed": failed, "total": int(status.get("total") or 0)},
         "skipped": list(status.get("skipped") or []),
+        "estimate_s": (estimate or {}).get("total_s"),
         "updated_at": status.get("updated_at"),
         "nodes": rows,
     }
@@ -289,6 +306,8 @@ class LiveView:
         self._findings: list[dict[str, Any]] = []
         self._findings_cells: tuple[str, ...] = ()
         self._findings_error: str | None = None
+        self._campaign: dict[str, Any] = {}
+        self._campaign_key: tuple[int, int] | None = None
 
     def _read_status(self) -> dict[str, Any]:
         path = self.paths.status_json
@@ -304,6 +323,19 @@ class LiveView:
                 return self._status  # replaced while read: the last good one
             self._status_key = key
         return self._status
+
+    def _read_estimate(self) -> dict[str, Any] | None:
+        """campaign.json `estimate` (what `plan` said of this run), read again only when it changed."""
+        path = self.paths.campaign_json
+        try:
+            st = path.stat()
+            key = (st.st_ino, st.st_mtime_ns)
+            if key != self._campaign_key:
+                self._campaign, self._campaign_key = json.loads(path.read_text()), key
+        except (OSError, ValueError):
+            pass  # not written yet, or replaced while read: the last good one
+        estimate = self._campaign.get("estimate") if isinstance(self._campaign, dict) else None
+        return estimate if isinstance(estimate, dict) else None
 
     def done_cells(self) -> tuple[str, ...]:
         return tuple(c.cell_id for c in self.paths.cells() if c.done.is_file())
@@ -322,9 +354,9 @@ class LiveView:
             for entry in nodes.values():
                 cells.update(d["cell"] for d in (entry.get("done") or []) + (entry.get("failed") or []))
             self._tail(sorted(cells))
-            view = (
-                campaign_view(status, self.clock(), self._tails) if status else {"state": None, "nodes": []}
-            )
+            estimate = self._read_estimate()
+            empty: dict[str, Any] = {"state": None, "nodes": []}
+            view = campaign_view(status, self.clock(), self._tails, estimate) if status else empty
             view["findings"] = self._findings
             view["findings_cells"] = list(self._findings_cells)
             view["findings_error"] = self._findings_error

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from kvoffload.orchestrate.status import StatusBoard
 from kvoffload.report.live import LiveView, RecordTail, histogram_quantile, live_series
-from tests.support.watch import mid_run_campaign
+from tests.support.watch import Clock, mid_run_campaign
 
 
 @pytest.fixture
@@ -121,3 +122,23 @@ def test_histogram_quantile_and_rates_by_hand() -> None:
     assert histogram_quantile(0.5, last, last) is None  # nothing observed between the two
     series = live_series([{"t": 0.0, "lmcache_requested": 100.0}, {"t": 15.0, "lmcache_requested": 100.0}])
     assert series["lmcache_l1_hit"] == [[15.0, None]]  # no lookups in that step: no rate
+
+
+def test_before_any_cell_finished_the_eta_is_the_runs_estimate(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    root.mkdir()
+    clock = Clock(100.0)
+    board = StatusBoard(root / "status.json", "c", clock=clock)
+    board.start({"n1": ["x", "y"]}, [])
+    board.phase("n1", "x", "deploy")
+    estimate = {
+        "total_s": 450.0,
+        "cells": {
+            "x": {"install": 60.0, "engine_start": 20.0, "replay": 15.0, "overhead": 5.0},
+            "y": {"install": 0.0, "engine_start": 0.0, "replay": 45.0, "overhead": 5.0},
+        },
+    }
+    (root / "campaign.json").write_text(json.dumps({"estimate": estimate}))
+    s = LiveView(root, findings=lambda _root: [], clock=lambda: 110.0).state()
+    # x (100 s) and y (50 s) left, x 10 s under way
+    assert s["nodes"][0]["eta_s"] == 140.0 and s["eta_s"] == 140.0 and s["estimate_s"] == 450.0
