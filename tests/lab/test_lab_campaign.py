@@ -152,7 +152,9 @@ class _Run:
         return line.split()[1]
 
     def ended(self) -> str | None:
-        return None if self.proc.poll() is None else f"the run ended (exit {self.proc.returncode})"
+        if self.proc.poll() is None:
+            return None
+        return f"the run ended (exit {self.proc.returncode}): {''.join(self.err)[-3000:]}"
 
     def wait(self, timeout: float) -> subprocess.CompletedProcess[str]:
         self.proc.wait(timeout=timeout)
@@ -225,6 +227,10 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     for tier in ("cpu", "nvme"):
         assert re.search(rf"{tier} [^\n]*later-round p50 TTFT", final), final
     assert 0 <= run.stdout.index("Findings:") < run.stdout.index("report: "), run.stdout
+    # plan's estimate, kept by the run with what it measured; the report compares them
+    estimate = json.loads((results / "campaign.json").read_text())["estimate"]
+    assert estimate["total_s"] > 0 and estimate["measured"]["total_s"] > 0, estimate
+    assert "Run time: estimate against measured" in (results / "report" / "report.md").read_text()
     cells = _cells(results)
     assert set(cells) == {"gpu", "cpu", "nvme"}
     sessions = {}
