@@ -5,8 +5,9 @@ Four phases, each from figures called priors:
 - engine start: every cell whose engines (re)start (`deploy`), the model load and warm-up;
 - replay: a cell's expected requests (the dataset's virtual users at its num_rounds and isl, times
   num_rounds) times a request's time, over the requests in flight at once (the cell's concurrency,
-  at most its users);
-- overhead: the rest of a cell (cold check or reset, collect, teardown, playbook starts).
+  at most its users): the replay's own time (sessions.json `duration_s`);
+- overhead: the rest of a cell (cold check or reset, collect, teardown, the replay playbook's steps
+  around the requests: snapshots, sampler, fetch).
 Nodes run in parallel: the campaign takes its slowest node, after the run's own start (preflight and
 provision of every host, before the first cell).
 
@@ -22,18 +23,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# Defaults when neither an earlier run nor a profile gives a figure (seconds). They are what the virtual
-# lab's demo measured on a 2-core machine, rounded up: a node's install, an engine start of the
-# simulator (a service start and its health check), a cell's overhead (four or five playbook starts
-# over ssh), and a request of the tiny profile.
-DEFAULT_INSTALL_S = 240.0
-DEFAULT_ENGINE_START_S = 30.0
+# Defaults when neither an earlier run nor a profile gives a figure (seconds): what the lab test's
+# campaign (tests/lab/test_lab_campaign.py: the simulator, 3 cells on one node of the virtual lab, a
+# 2-core machine, 2026-12-04) measured, rounded: a node's install (34.2 s), an engine start of the
+# simulator (deploy, 7.3 to 12.8 s), a cell's overhead (teardown-before, cold check, collect and
+# teardown, 3.2 to 5.4 s, plus the replay playbook's own steps around the requests, 8.8 to 11.4 s),
+# and the run's start before its first cell (hosts' Python, wheelhouse, preflight, provision, doctor:
+# 36 s). A real lab's installs and provisioning take longer: its first run teaches the next plan.
+DEFAULT_INSTALL_S = 35.0
+DEFAULT_ENGINE_START_S = 10.0
 # Real vLLM without an earlier run: a model load and its warm-up take minutes (the sim profiles'
 # start-up of an 8B model on a datasheet disk is 2 to 3 min, their provenance says how it was sized).
 DEFAULT_VLLM_START_S = 180.0
-DEFAULT_CELL_OVERHEAD_S = 60.0
+DEFAULT_CELL_OVERHEAD_S = 15.0
+DEFAULT_CAMPAIGN_S = 40.0
+# A request's time without a profile or an earlier run (real vLLM): a long multi-turn prompt's prefill
+# and a short answer, order of a second.
 DEFAULT_REQUEST_S = 1.0
-DEFAULT_CAMPAIGN_S = 300.0
 # Output tokens of a request whose campaign replays the recorded answers (osl: recorded), for the
 # profile's decode time.
 RECORDED_OSL_TOKENS = 256
@@ -131,44 +137,52 @@ def profile_priors(
 
 @dataclass(frozen=True)
 class Measured:
-    """One finished cell of an earlier run: its cell.json `timings`, requests sent and in flight."""
+    """One finished cell of an earlier run: its cell.json `timings`, requests sent and in flight, and
+    the replay's own time (sessions.json `duration_s`; None: unknown)."""
 
     timings: Mapping[str, float]
     requests: int
     in_flight: int
+    replay_own_s: float | None = None
 
 
-def phase_seconds(timings: Mapping[str, float]) -> dict[str, float]:
-    """A cell's measured timings grouped as the estimate's phases (`overhead`: all other keys)."""
+def phase_seconds(timings: Mapping[str, float], replay_own_s: float | None = None) -> dict[str, float]:
+    """A cell's measured timings grouped as the estimate's phases (`overhead`: all other keys). With
+    `replay_own_s`, the replay phase is the requests' own time and the rest of it is overhead."""
     out = {p: sum(float(timings.get(k, 0.0)) for k in _PHASE_KEYS.get(p, ())) for p in PHASES}
     named = {k for keys in _PHASE_KEYS.values() for k in keys}
     out["overhead"] = sum(float(v) for k, v in timings.items() if k not in named and k not in _NOT_OVERHEAD)
+    if replay_own_s is not None and "replay" in timings:
+        own = min(out["replay"], max(0.0, replay_own_s))
+        out["overhead"] += out["replay"] - own
+        out["replay"] = own
     return out
 
 
-def learn(measured: Sequence[Measured], fallback: Priors, provisions: Sequence[float] = ()) -> Priors:
+def learn(measured: Sequence[Measured], fallback: Priors, starts: Sequence[float] = ()) -> Priors:
     """Priors from earlier cells where they measured the figure, `fallback`'s otherwise: the mean
-    install and engine start over the cells that had one, a request's time as replay seconds times
-    requests in flight over requests, the mean overhead; the run's start as the mean of earlier
-    runs' `provisions` (campaign.json `timings.provision`)."""
+    install and engine start over the cells that had one, a request's time as the replay's own
+    seconds (else its phase's) times requests in flight over requests, the mean overhead; the run's
+    start as the mean of earlier runs' `starts` (their wall time less their slowest node's cells)."""
 
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
     installs = [float(m.timings["install"]) for m in measured if m.timings.get("install")]
-    starts = [float(m.timings["deploy"]) for m in measured if m.timings.get("deploy")]
+    deploys = [float(m.timings["deploy"]) for m in measured if m.timings.get("deploy")]
+    split = [phase_seconds(m.timings, m.replay_own_s) for m in measured]
     requests = [
-        float(m.timings["replay"]) * max(1, m.in_flight) / m.requests
-        for m in measured
-        if m.requests > 0 and m.timings.get("replay")
+        phases["replay"] * max(1, m.in_flight) / m.requests
+        for m, phases in zip(measured, split, strict=True)
+        if m.requests > 0 and phases["replay"] > 0
     ]
-    overheads = [phase_seconds(m.timings)["overhead"] for m in measured]
+    overheads = [phases["overhead"] for phases in split]
     learned = {
         "install_s": (mean(installs), len(installs)),
-        "engine_start_s": (mean(starts), len(starts)),
+        "engine_start_s": (mean(deploys), len(deploys)),
         "request_s": (mean(requests), len(requests)),
         "cell_overhead_s": (mean(overheads), len(overheads)),
-        "campaign_s": (mean([float(v) for v in provisions]), len(provisions)),
+        "campaign_s": (mean([float(v) for v in starts]), len(starts)),
     }
     sources = dict(fallback.sources)
     values: dict[str, float] = {}

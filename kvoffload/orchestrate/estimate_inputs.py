@@ -3,9 +3,10 @@
 The schedule `run` will follow (schedule.py, and which cells restart their engines), the requests each
 cell sends (the caller's count, from the dataset), the simulator's cost profile of a `sim` campaign,
 and the earlier runs in the same results folder: every cell with DONE (its cell.json `timings`, its
-sessions.json requests and concurrency) and campaign.json's `timings.provision`. Reads files; writes
-nothing. Used by `plan` (which prints it) and `run` (which keeps it in campaign.json `estimate`, with
-what the cells measured once they ran, `measured_phases`, for the report).
+sessions.json requests, concurrency and the replay's own time) and campaign.json's `timings.cells`.
+Reads files; writes nothing. Used by `plan` (which prints it) and `run` (which keeps it in
+campaign.json `estimate`, with what the cells measured once they ran, `measured_phases`, for the
+report).
 """
 
 from __future__ import annotations
@@ -64,16 +65,29 @@ def earlier_cells(paths: CampaignPaths) -> list[Measured]:
         config = meta.get("config") or {}
         requests = int(counts.get("requests") or 0) or _lines(cell.requests)  # older files lack it
         in_flight = min(int(config.get("concurrency") or 1), int(counts.get("achieved_sessions") or 1) or 1)
-        out.append(Measured(meta["timings"], requests, in_flight))
+        own = counts.get("duration_s")
+        own_s = float(own) if isinstance(own, int | float) and own > 0 else None
+        out.append(Measured(meta["timings"], requests, in_flight, own_s))
     return out
 
 
-def earlier_provisions(paths: CampaignPaths) -> list[float]:
-    """campaign.json `timings.provision` of the last run in the folder (none before a first run)."""
+def earlier_starts(paths: CampaignPaths) -> list[float]:
+    """How long the folder's last run took before its cells (hosts' Python, wheelhouse, preflight,
+    provision, doctor): its wall time (campaign.json `timings.cells`) less its slowest node's cells
+    (the DONE cells' `timings.total` summed per node); none before a first run."""
     campaign = _json(paths.campaign_json)
     timings = campaign.get("timings") if isinstance(campaign, dict) else None
-    value = timings.get("provision") if isinstance(timings, dict) else None
-    return [float(value)] if isinstance(value, int | float) else []
+    wall = timings.get("cells") if isinstance(timings, dict) else None
+    if not isinstance(wall, int | float):
+        return []
+    nodes: dict[str, float] = {}
+    for cell in paths.cells():
+        meta = _json(cell.cell_json) if cell.done.is_file() else None
+        if isinstance(meta, dict) and isinstance(meta.get("timings"), dict):
+            node = str(meta.get("node"))
+            nodes[node] = nodes.get(node, 0.0) + float(meta["timings"].get("total") or 0.0)
+    start = float(wall) - max(nodes.values(), default=0.0)
+    return [start] if start > 0 else []
 
 
 def base_priors(lab: LabConfig) -> Priors:
@@ -106,7 +120,7 @@ def campaign_estimate(
     """How long `run` will take for `todo`, learning from `results` (the campaign's folder).
     `requests`: what each cell sends (None: unknown, its replay counts 0)."""
     paths = CampaignPaths(results)
-    priors = learn(earlier_cells(paths), base_priors(lab), earlier_provisions(paths))
+    priors = learn(earlier_cells(paths), base_priors(lab), earlier_starts(paths))
     work = []
     for plan in schedule(todo, [n.name for n in lab.nodes], requests):
         for i, (cell, how) in enumerate(
@@ -128,13 +142,17 @@ def campaign_estimate(
 
 
 def measured_phases(paths: CampaignPaths, cells: Sequence[str], wall_s: float) -> dict[str, Any]:
-    """What `cells` measured, grouped as the estimate's phases and summed (cell.json `timings`; a
-    cell without one counts nothing), and the run's wall time: campaign.json `estimate.measured`."""
+    """What `cells` measured, grouped as the estimate's phases and summed (cell.json `timings`, the
+    replay split at sessions.json `duration_s`; a cell without timings counts nothing), and the run's
+    wall time: campaign.json `estimate.measured`."""
     sums = dict.fromkeys(PHASES, 0.0)
     for cell in cells:
         meta = _json(paths.cell(cell).cell_json)
+        counts = _json(paths.cell(cell).sessions)
         timings = meta.get("timings") if isinstance(meta, dict) else None
+        own = counts.get("duration_s") if isinstance(counts, dict) else None
         if isinstance(timings, dict):
-            for phase, seconds in phase_seconds(timings).items():
+            split = phase_seconds(timings, float(own) if isinstance(own, int | float) and own > 0 else None)
+            for phase, seconds in split.items():
                 sums[phase] += seconds
     return {"phases": {p: round(v, 3) for p, v in sums.items()}, "total_s": round(wall_s, 3)}

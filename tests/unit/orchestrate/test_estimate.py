@@ -41,8 +41,8 @@ def test_nodes_add_their_cells_and_the_campaign_takes_its_start_and_slowest_node
 
 def test_profile_priors_are_a_cold_prefill_plus_the_decode() -> None:
     p = profile_priors("tiny", startup_s=12.0, cold_prefill_s=0.25, decode_step_s=0.002, osl_tokens=100)
-    # 30 s of the simulator's own start plus the profile's 12; 0.25 + 100 * 0.002 = 0.45 s a request
-    assert p.engine_start_s == 42.0 and p.request_s == pytest.approx(0.45)
+    # 10 s of the simulator's own start plus the profile's 12; 0.25 + 100 * 0.002 = 0.45 s a request
+    assert p.engine_start_s == 22.0 and p.request_s == pytest.approx(0.45)
     assert p.cell_overhead_s == DEFAULT_CELL_OVERHEAD_S
     assert p.sources["request_s"] == "profile tiny" and p.sources["install_s"] == "default"
 
@@ -52,17 +52,20 @@ def test_phase_seconds_group_a_cells_timings() -> None:
                "collect": 5.0, "teardown": 4.0, "total": 240.0}  # fmt: skip
     # overhead: cold-check + collect + teardown; the client's install is the run's, not the cell's
     assert phase_seconds(timings) == {"install": 100, "engine_start": 30, "replay": 60, "overhead": 10}
+    # the replay's own 15 s: the replay playbook's other 45 s are overhead
+    assert phase_seconds(timings, 15.0) == {"install": 100, "engine_start": 30, "replay": 15, "overhead": 55}
 
 
 def test_learning_from_earlier_cells_replaces_only_what_they_measured() -> None:
     measured = [
         Measured({"install": 300.0, "deploy": 20.0, "replay": 30.0, "collect": 6.0, "total": 356.0}, 60, 4),
-        Measured({"reset": 2.0, "replay": 50.0, "collect": 8.0, "total": 60.0}, 100, 8),
+        # the replay's own 25 s of its 50 s phase
+        Measured({"reset": 2.0, "replay": 50.0, "collect": 8.0, "total": 60.0}, 100, 8, replay_own_s=25.0),
     ]
-    learned = learn(measured, PRIORS, provisions=[80.0, 120.0])
+    learned = learn(measured, PRIORS, starts=[80.0, 120.0])
     assert learned.install_s == 300 and learned.engine_start_s == 20  # one cell each had them
-    # a request: 30 * 4 / 60 = 2.0 and 50 * 8 / 100 = 4.0, mean 3.0; overhead (6 + 10) / 2 = 8
-    assert learned.request_s == 3.0 and learned.cell_overhead_s == 8.0
+    # a request: 30 * 4 / 60 = 2.0 and 25 * 8 / 100 = 2.0; overhead 6 and 2 + 8 + 25 = 35: mean 20.5
+    assert learned.request_s == 2.0 and learned.cell_overhead_s == 20.5
     assert learned.campaign_s == 100.0
     assert learned.sources["request_s"] == "2 earlier cell(s)"
     assert learned.sources["campaign_s"] == "2 earlier run(s)"
