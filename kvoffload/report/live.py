@@ -38,6 +38,8 @@ RATES = {
 # Gauges plotted as they are: name -> (point key, scale).
 GAUGES = {"kv_usage": ("kv_usage", 1.0), "l1_gb": ("l1_bytes", 1e-9), "l2_gb": ("l2_bytes", 1e-9)}
 FINAL_STATES = ("done", "failed", "interrupted")
+# A record file is read in pieces of this size, so that a large one never sits in memory whole.
+READ_CHUNK = 1 << 22
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
@@ -70,12 +72,15 @@ class RecordTail:
             return
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
-            chunk = handle.read(st.st_size - self.offset)
-        self.offset += len(chunk)
-        lines = (self.partial + chunk).split(b"\n")
-        self.partial = lines.pop()  # a line still being written
-        for line in lines:
-            self._take(line)
+            while self.offset < st.st_size:
+                chunk = handle.read(min(READ_CHUNK, st.st_size - self.offset))
+                if not chunk:
+                    break
+                self.offset += len(chunk)
+                lines = (self.partial + chunk).split(b"\n")
+                self.partial = lines.pop()  # a line still being written
+                for line in lines:
+                    self._take(line)
 
     def _take(self, line: bytes) -> None:
         try:

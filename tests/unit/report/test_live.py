@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kvoffload.orchestrate.status import StatusBoard
+from kvoffload.report import live
 from kvoffload.report.live import LiveView, RecordTail, histogram_quantile, live_series
 from tests.support.watch import Clock, mid_run_campaign
 
@@ -93,7 +94,9 @@ def test_the_final_state_after_the_run(campaign: Path) -> None:
     assert s["state"] == "done" and s["eta_s"] == 0.0 and s["elapsed_s"] == 1100.0
 
 
-def test_a_record_file_is_tailed_from_where_the_last_read_ended(tmp_path: Path) -> None:
+def test_a_record_file_is_tailed_from_where_the_last_read_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "requests.jsonl"
     lines = [
         json.dumps({"round": 1, "status": "ok", "ttft_s": 9.0}),
@@ -108,6 +111,10 @@ def test_a_record_file_is_tailed_from_where_the_last_read_ended(tmp_path: Path) 
         handle.write(lines[1][10:] + "\n" + lines[2] + "\n")
     tail.read()
     assert (tail.requests, tail.failed, tail.later_ttfts) == (3, 1, [0.2])
+    monkeypatch.setattr(live, "READ_CHUNK", 7)  # read in pieces: every line spans several
+    fresh = RecordTail(path)
+    fresh.read()
+    assert (fresh.requests, fresh.failed, fresh.later_ttfts, fresh.partial) == (3, 1, [0.2], b"")
     path.write_text(lines[1] + "\n")  # replaced by a shorter file: read again from its start
     tail.read()
     assert (tail.requests, tail.failed, tail.later_ttfts) == (1, 0, [0.2])
