@@ -387,6 +387,8 @@ class CampaignRunner:
                         raise
                 else:
                     self._run_nodes(plans, len(todo), outcome)
+            else:
+                self.status.start({}, outcome.skipped)  # the knee search's steps join as they start
             if knee_search:
                 self._knee_search(len(todo), outcome)
             ended = "failed" if outcome.failed else "done"
