@@ -3,8 +3,9 @@
 `CampaignRunner` owns one `StatusBoard` and tells it every move (the campaign's own phases, each
 cell's phases, replay progress, the engines' live counters, a cell's end); the board is the file's
 only writer and writes it whole (kvoffload/atomic.py), so a reader (`kvoffload-lab watch`) never sees
-half of it. Phase changes are written at once; replay progress and live counters at most every
-`min_interval_s`, so that a replay's 2 s polls cost the controller one small file write now and then.
+half of it. Phase changes are written at once, and so are a replay's first and last finished request;
+the counts between and the live counters at most every `min_interval_s`, so that a replay's 2 s polls
+cost the controller one small file write now and then.
 A write that fails (a full disk) is logged once and never fails the run: the file is a view, not a
 result. Schema in docs/contracts.md ("Status file"). No network, no reading of other files.
 """
@@ -109,9 +110,12 @@ class StatusBoard:
         with self._lock:
             entry = self._node(node)
             replay = entry.get("replay") or {"since": self.clock()}
+            # the first request done and the last are written at once; the counts between, throttled
+            landmark = (done > 0 and not replay.get("done")) or (expected > 0 and done >= expected)
+            changed = replay.get("done") != done
             replay.update(done=done, expected=expected)
             entry["replay"] = replay
-            self._write(throttled=True)
+            self._write(throttled=not (landmark and changed))
 
     def live(self, node: str, counters: Mapping[str, float | None], ttft: Mapping[str, float]) -> None:
         """The engines' counters now (summed over the node's replicas) and their TTFT histogram

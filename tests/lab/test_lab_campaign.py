@@ -15,6 +15,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -175,14 +176,14 @@ FINDINGS = "String(document.querySelectorAll('#findings .finding').length)"
 FINAL = "document.querySelector('#state.state-done') && document.querySelector('#findings .finding')"
 
 
-def _watch_screenshots(run: _Run, results: Path, tmp_path: Path) -> tuple[str, str]:
+def _watch_screenshots(run: _Run, results: Path, profiles: Path) -> tuple[str, str]:
     """The page `run --watch` serves, caught mid-run, then `watch` on the finished results: their text
-    (each screenshot kept under tests/artifacts/)."""
+    (each screenshot kept under tests/artifacts/; the browsers' profiles under `profiles`)."""
     artifacts = ROOT / "tests" / "artifacts"
     artifacts.mkdir(exist_ok=True)
     url = run.watch_url()
     assert url.startswith("http://127.0.0.1:")  # loopback unless --watch-bind says otherwise
-    problems, mid, _ = screenshot_when(tmp_path / "chromium-mid", url + "?poll=1", MID_RUN,
+    problems, mid, _ = screenshot_when(profiles / "chromium-mid", url + "?poll=1", MID_RUN,
                                        artifacts / "watch-lab-mid-run.png", timeout=1800,
                                        give_up=run.ended)  # fmt: skip
     assert problems == [], problems
@@ -193,7 +194,7 @@ def _watch_screenshots(run: _Run, results: Path, tmp_path: Path) -> tuple[str, s
     try:
         assert after.stdout is not None
         final_url = after.stdout.readline().strip()
-        problems, final, findings = screenshot_when(tmp_path / "chromium-final", final_url, FINAL,
+        problems, final, findings = screenshot_when(profiles / "chromium-final", final_url, FINAL,
                                                     artifacts / "watch-lab-final.png", timeout=300,
                                                     probe=FINDINGS)  # fmt: skip
     finally:
@@ -212,7 +213,9 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     background = _Run(env, "run", str(inventory), "--campaign", str(campaign), "--results",
                       str(tmp_path / "results"), "--watch", "--watch-port", "0")  # fmt: skip
     try:
-        mid, final = _watch_screenshots(background, results, tmp_path)
+        # the browsers' profiles stay out of tmp_path, which the canary check reads file by file
+        with tempfile.TemporaryDirectory(prefix="kvoffload-chromium-") as profiles:
+            mid, final = _watch_screenshots(background, results, Path(profiles))
     finally:
         if background.proc.poll() is None:
             background.proc.send_signal(signal.SIGINT)  # the run tears its cell down and stops its page

@@ -81,12 +81,18 @@ def test_replay_progress_and_live_points_are_written_at_most_every_min_interval(
     status.start({"n1": ["a"]}, skipped=[])
     status.phase("n1", "a", "replay")  # written at 1000
     clock.now = 1001.0
-    status.replay("n1", 5, 40)  # 1 s after the last write: kept, not written
+    status.replay("n1", 0, 40)  # 1 s after the last write, nothing done yet: kept, not written
     assert _read(path)["nodes"]["n1"]["replay"] is None
-    assert status.snapshot()["nodes"]["n1"]["replay"] == {"since": 1001.0, "done": 5, "expected": 40}
+    status.replay("n1", 5, 40)  # the first requests done: written at once
+    assert _read(path)["nodes"]["n1"]["replay"]["done"] == 5
     clock.now = 1002.0
-    status.replay("n1", 7, 40)
-    assert _read(path)["nodes"]["n1"]["replay"] == {"since": 1001.0, "done": 7, "expected": 40}
+    status.replay("n1", 7, 40)  # 1 s after that write: kept
+    assert _read(path)["nodes"]["n1"]["replay"]["done"] == 5
+    clock.now = 1003.0
+    status.replay("n1", 8, 40)  # 2 s after it: written
+    assert _read(path)["nodes"]["n1"]["replay"] == {"since": 1001.0, "done": 8, "expected": 40}
+    status.replay("n1", 40, 40)  # the last request, at once
+    assert _read(path)["nodes"]["n1"]["replay"]["done"] == 40
     # live counters: a point every 15 s, the TTFT histogram as first and latest
     for t, queries in ((1004.0, 100.0), (1010.0, 150.0), (1019.0, 300.0)):
         clock.now = t
