@@ -119,16 +119,20 @@ class StatusBoard:
 
     def live(self, node: str, counters: Mapping[str, float | None], ttft: Mapping[str, float]) -> None:
         """The engines' counters now (summed over the node's replicas) and their TTFT histogram
-        (cumulative count per upper bound). A point is kept every `sample_interval_s`; the histogram
-        as first and latest seen, whose difference is the replay's."""
+        (cumulative count per upper bound). A point is kept every `sample_interval_s`, and the
+        latest; the histogram as first and latest seen, whose difference is the replay's."""
         with self._lock:
             entry = self._node(node)
             now = self.clock()
             live = entry.get("live") or {"cell": entry["cell"], "points": [], "ttft_first": dict(ttft)}
             points: list[dict[str, Any]] = live["points"]
-            if not points or now - points[-1]["t"] >= self.sample_interval_s:
-                points.append({"t": now, **counters})
-                del points[:-MAX_POINTS]
+            # the newest poll is always the last point; it stays only once it is `sample_interval_s`
+            # after the point before it (so a replay shorter than that still shows a rate)
+            if live.get("latest_only"):
+                points.pop()
+            live["latest_only"] = bool(points) and now - points[-1]["t"] < self.sample_interval_s
+            points.append({"t": now, **counters})
+            del points[:-MAX_POINTS]
             if not live["ttft_first"]:
                 live["ttft_first"] = dict(ttft)
             live["ttft_last"] = dict(ttft)

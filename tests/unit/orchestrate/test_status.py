@@ -97,6 +97,9 @@ def test_replay_progress_and_live_points_are_written_at_most_every_min_interval(
     for t, queries in ((1004.0, 100.0), (1010.0, 150.0), (1019.0, 300.0)):
         clock.now = t
         status.live("n1", {"local_queries": queries}, {"0.1": queries / 10, "+Inf": queries / 10})
+        if t == 1010.0:  # 6 s after the first point: kept as the latest only, for a rate already
+            points = status.snapshot()["nodes"]["n1"]["live"]["points"]
+            assert [(p["t"], p["local_queries"]) for p in points] == [(1004.0, 100.0), (1010.0, 150.0)]
     live = _read(path)["nodes"]["n1"]["live"]
     assert live["cell"] == "a"
     assert [(p["t"], p["local_queries"]) for p in live["points"]] == [(1004.0, 100.0), (1019.0, 300.0)]
