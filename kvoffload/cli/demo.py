@@ -63,6 +63,11 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--resume", action="store_true", help="resume the last demo campaign instead of a fresh one"
     )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="serve the live page beside the campaign on 127.0.0.1:8765 (see `run --watch`); prints its URL",
+    )
     p.set_defaults(func=demo)
 
 
@@ -102,6 +107,9 @@ def demo(args: argparse.Namespace) -> int:
             fresh=not args.resume,
             skip_provision=False,
             no_report=False,
+            watch=args.watch,
+            watch_bind="127.0.0.1",
+            watch_port=8765,
         )
         return run_campaign(run_args)
     finally:

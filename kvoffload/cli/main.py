@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "kvoffload.cli.replay",
     "kvoffload.cli.run",
     "kvoffload.cli.demo",
+    "kvoffload.cli.watch",
     "kvoffload.cli.lab",
     "kvoffload.cli.doctor",
     "kvoffload.cli.plan",

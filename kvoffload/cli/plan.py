@@ -300,4 +300,51 @@ def _plan(args: argparse.Namespace) -> int:
     for line in warnings:
         console.print(f"[yellow]warning:[/] {line}")
     console.print(f"{len(lab.cells) - done} cell(s) to run, {done} already DONE under {done_root}")
+    if todo:
+        console.print(_estimate_table(lab, todo, results.root, ceilings is not None))
     return 0
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def _estimate_table(lab: Any, todo: list[Any], results: Path, known: bool) -> Any:
+    """How long `run` will take, per node and in total (kvoffload/orchestrate/estimate.py)."""
+    from rich.table import Table
+
+    from kvoffload.orchestrate.estimate import PHASES
+    from kvoffload.orchestrate.estimate_inputs import campaign_estimate
+
+    requests = None
+    if known:
+        from kvoffload.cli.run import _CellPools
+
+        requests = _CellPools(lab, None).expected
+    e = campaign_estimate(lab, todo, results, requests)
+    sources = e.priors.sources
+    names = {
+        "install": "install",
+        "engine_start": "engine starts",
+        "replay": "replays",
+        "overhead": "overhead",
+    }
+    title = (
+        f"estimated wall time: {_minutes(e.total_s)} (the run's start {_minutes(e.priors.campaign_s)}, "
+        "then the slowest node)"
+    )
+    table = Table(title=title, title_justify="left", caption_justify="left")
+    for column in ("node", "cells", *[names[p] for p in PHASES], "node total"):
+        table.add_column(column, justify="left" if column == "node" else "right")
+    for node, total in e.nodes.items():
+        mine = [c for c in e.cells if e.where[c] == node]
+        sums = [sum(e.cells[c][p] for c in mine) for p in PHASES]
+        table.add_row(node, str(len(mine)), *[_minutes(v) for v in sums], _minutes(total))
+    table.caption = (
+        f"from: install {sources['install_s']} ({e.priors.install_s:.0f} s a node), engine start "
+        f"{sources['engine_start_s']} ({e.priors.engine_start_s:.0f} s), a request "
+        f"{sources['request_s']} ({e.priors.request_s:.2f} s), overhead {sources['cell_overhead_s']} "
+        f"({e.priors.cell_overhead_s:.0f} s a cell), the run's start {sources['campaign_s']}"
+        + ("" if known else "; the dataset is not on this machine: replays count 0")
+    )
+    return table

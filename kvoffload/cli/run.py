@@ -64,6 +64,17 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--skip-provision", action="store_true", help="hosts are already provisioned")
     r.add_argument("--no-report", action="store_true", help="do not ingest and report at the end")
+    r.add_argument(
+        "--watch",
+        action="store_true",
+        help="serve the live page (`kvoffload-lab watch`) beside the run, as long as it runs; prints its URL",
+    )
+    r.add_argument(
+        "--watch-bind", default="127.0.0.1", help="address of the --watch page (default 127.0.0.1)"
+    )
+    r.add_argument(
+        "--watch-port", type=int, default=8765, help="port of the --watch page (default 8765; 0: any)"
+    )
     r.set_defaults(func=run)
     p = sub.add_parser(
         "provision",
@@ -299,12 +310,28 @@ def _stop_on_signals() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.playbook import PlaybookFailed
-
     lab, results, display, runner = _runner(args, fresh=args.fresh, replays=True)
     only = _only(args, lab)
     t0 = time.monotonic()
+    beside = None
+    if getattr(args, "watch", False):
+        from kvoffload.cli.watch import start_beside
+
+        beside = start_beside(results.root, args.watch_bind, args.watch_port)
+        print(f"watch: {beside.url} (the live page, while the run works)", file=sys.stderr, flush=True)
     _stop_on_signals()
+    try:
+        return _run(args, lab, results, display, runner, only, t0)
+    finally:
+        if beside is not None:
+            beside.stop()
+
+
+def _run(
+    args: argparse.Namespace, lab: Any, results: Any, display: _Display, runner: Any, only: Any, t0: float
+) -> int:
+    from kvoffload.playbook import PlaybookFailed
+
     try:
         with display:
             outcome = runner.run(only=only, provision=not args.skip_provision)
@@ -326,10 +353,12 @@ def run(args: argparse.Namespace) -> int:
     for cell_id, why in outcome.failed.items():
         print(f"  {cell_id}: {why}", file=sys.stderr)
     if not args.no_report:
-        from kvoffload.report import build_report
+        from kvoffload.report import findings_text, write_report
 
-        report = build_report(results.root)
-        print(f"report: {report}")
+        report = write_report(results.root)
+        # the report's first section, so that the end of a run answers without opening a file
+        print(findings_text(report.finding_groups))
+        print(f"report: {report.path}")
     return 0 if not outcome.failed else 1
 
 

@@ -1,6 +1,6 @@
 """Paths of a campaign's results folder (DESIGN.md section 5); the one place that spells them.
 
-    results/<campaign>/campaign.json, cells/<cell-id>/{cell.json, requests.jsonl, sessions.json,
+    results/<campaign>/campaign.json, status.json, cells/<cell-id>/{cell.json, requests.jsonl, sessions.json,
     metrics/, units/, logs/, software/, DONE}, attempts/<cell-id>-<stamp>/ (earlier unfinished
     attempts), ansible/ (runner artifacts), tables/, report/
 
@@ -104,6 +104,11 @@ class CampaignPaths:
     @property
     def campaign_json(self) -> Path:
         return self.root / "campaign.json"
+
+    @property
+    def status_json(self) -> Path:
+        """Where each node is while `run` works (kvoffload/orchestrate/status.py), for `watch`."""
+        return self.root / "status.json"
 
     @property
     def cells_dir(self) -> Path:

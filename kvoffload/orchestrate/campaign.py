@@ -42,10 +42,12 @@ from kvoffload.orchestrate.deployment import (
     replay_command,
     target_hosts,
 )
+from kvoffload.orchestrate.estimate_inputs import campaign_estimate, measured_phases
 from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
 from kvoffload.orchestrate.schedule import NodePlan, schedule
+from kvoffload.orchestrate.status import StatusBoard
 from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON, Wheels, build_wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, ansible_dir
 from kvoffload.profiles.resolve import caddy_profile
@@ -248,12 +250,19 @@ class CampaignRunner:
         # node -> the last fstrim of its L2 file system (after a wipe), which its next cell records
         self._l2_trims: dict[str, dict[str, Any]] = {}
         self._campaign_timings: dict[str, float] = {}
+        # what `plan` estimated for this run's cells and, once they ran, what they measured
+        # (kvoffload/orchestrate/estimate.py; campaign.json `estimate`)
+        self._estimate: dict[str, Any] | None = None
         self._knee: list[knee.RampLog] = []
         # facts, once a node's install gathered them, serve its later cells (_node_facts)
         self._facts_dir = results.ansible / "facts"
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
+        # the live view of the run (status.json): every phase the display is told goes there too
+        self.status = StatusBoard(
+            results.paths.status_json, lab.campaign.name, sample_interval_s=lab.campaign.sample_interval_s
+        )
 
     # -- campaign level -------------------------------------------------------------------------
     def write_campaign_json(self) -> None:
@@ -272,6 +281,7 @@ class CampaignRunner:
                 "nodes": [n.name for n in self.lab.nodes],
                 "timings": self._campaign_timings,
                 "knee_search": [log.to_json() for log in self._knee] or None,
+                "estimate": self._estimate,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },
         )
@@ -297,9 +307,9 @@ class CampaignRunner:
         if self.offline and self.hosts_python is None:
             from kvoffload.orchestrate.host_python import learn_hosts_python
 
-            self.progress.phase(None, 0, len(self.lab.cells), "hosts' python")
+            self._campaign_phase("hosts' python")
             self.hosts_python = learn_hosts_python(self.playbooks)
-        self.progress.phase(None, 0, len(self.lab.cells), "wheelhouse")
+        self._campaign_phase("wheelhouse")
         self.wheels = build_wheels(
             self.wheel_cache,
             offline=self.offline,
@@ -308,14 +318,18 @@ class CampaignRunner:
             hosts_python=self.hosts_python or DEFAULT_HOSTS_PYTHON,
         )
 
+    def _campaign_phase(self, name: str, total: int | None = None) -> None:
+        """A phase of the whole run, before or beside the cells: on the display and in status.json."""
+        self.progress.phase(None, 0, len(self.lab.cells) if total is None else total, name)
+        self.status.campaign_phase(name)
+
     def provision(self, check: bool = False, gate: bool = True) -> PlaybookResult:
         """Preflight then provision every host (idempotent: a second run reports no change); then, with
         `gate`, the doctor's cheap checks (the doctor's smoke check has made the full ones already)."""
-        total = len(self.lab.cells)
         extravars = self._base_extravars()
-        self.progress.phase(None, 0, total, "preflight")
+        self._campaign_phase("preflight")
         self.playbooks.run("preflight.yml", extravars, check=check, ident=self._ident("preflight"))
-        self.progress.phase(None, 0, total, "provision")
+        self._campaign_phase("provision")
         result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
         self.facts = host_facts(result.artifacts / "fact_cache")
         self._campaign_timings["provision"] = result.duration_s
@@ -328,7 +342,7 @@ class CampaignRunner:
         that fails one stops the run before its first cell, naming the fix (orchestrate/doctor.py)."""
         from kvoffload.orchestrate.doctor import RUN_DOCTOR_DIR, cheap_gate
 
-        self.progress.phase(None, 0, len(self.lab.cells), "doctor")
+        self._campaign_phase("doctor")
         hosts_python = self.hosts_python if self.offline else None
         cheap_gate(self.lab, self.playbooks, self.results.root / RUN_DOCTOR_DIR, hosts_python=hosts_python)
 
@@ -352,14 +366,19 @@ class CampaignRunner:
                 todo.append(cell)
         knee_search = self.lab.campaign.knee_search is not None and not only
         if not todo and not knee_search:
+            self.status.start({}, outcome.skipped)
+            self.status.finish("done")
             return outcome
         self._provision = provision
         self._stop = threading.Event()
         t0 = time.monotonic()
         shutil.rmtree(self._facts_dir, ignore_errors=True)  # nothing an earlier run saw of the hosts
+        ended = "interrupted"  # what status.json says if the run stops by an exception
         try:
             if todo:
                 plans = self.plan(todo)
+                self._estimate = self._estimate_of(todo)
+                self.status.start({p.node: [c.id for c in p.cells] for p in plans}, outcome.skipped)
                 self._prepare(todo[0], len(todo), [p.node for p in plans])
                 if len(plans) == 1:
                     try:
@@ -369,16 +388,37 @@ class CampaignRunner:
                         raise
                 else:
                     self._run_nodes(plans, len(todo), outcome)
+            else:
+                self.status.start({}, outcome.skipped)  # the knee search's steps join as they start
             if knee_search:
                 self._knee_search(len(todo), outcome)
+            ended = "failed" if outcome.failed else "done"
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            ended = "failed"
+            raise
         finally:
+            self.status.finish(ended)
             if self._client_install is not None:
                 with _signals_deferred():
                     self._client_install.join()  # canceled with the cells when the run stops
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
+            if self._estimate is not None:
+                self._estimate["measured"] = measured_phases(
+                    self.results.paths, list(self._estimate["cells"]), self._campaign_timings["cells"]
+                )
             self.write_campaign_json()
             shutil.rmtree(self._facts_dir, ignore_errors=True)
         return outcome
+
+    def _estimate_of(self, todo: Sequence[Cell]) -> dict[str, Any] | None:
+        """What `plan` estimates for `todo` (None, logged, when it cannot: a guide never stops a run)."""
+        try:
+            return campaign_estimate(self.lab, todo, self.results.root, self.expected_requests).to_json()
+        except Exception as exc:
+            log.warning("no estimate of the run's time: %s: %s", type(exc).__name__, exc)
+            return None
 
     _provision = True
     _prepared = False
@@ -406,7 +446,7 @@ class CampaignRunner:
         extravars = cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels())
         client = self.lab.client_host.name
         if any(client in self.lab.node_hosts(self.lab.node(n)) for n in nodes) or not nodes:
-            self.progress.phase(None, 0, total, "install (client)")
+            self._campaign_phase("install (client)", total)
             t0 = time.monotonic()
             self.playbooks.run("replay.yml", extravars, tags=["install"], ident=self._ident("install-client"))
             self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
@@ -617,6 +657,7 @@ class CampaignRunner:
         `unquiet-<node>`. A failure is logged, not raised: the cells' results stand."""
         t0 = time.monotonic()
         self.progress.phase(None, self._started, self._started, f"unquiet on {node}")
+        self.status.node_phase(node, "unquiet")
         try:
             self.playbooks.run(
                 "teardown.yml",
@@ -629,6 +670,7 @@ class CampaignRunner:
             )
         except PlaybookFailed as exc:
             log.error("giving %s its periodic disk jobs back failed: %s", node, exc)
+        self.status.node_phase(node, "finished")
         with self._lock:
             self._campaign_timings[f"unquiet-{node}"] = round(time.monotonic() - t0, 3)
 
@@ -727,6 +769,7 @@ class CampaignRunner:
             if self._stopping():
                 raise KeyboardInterrupt
             self.progress.phase(cell, index, total, name + label)
+            self.status.phase(node, cell.id, name)
             t0 = time.monotonic()
             try:
                 return fn()
@@ -834,12 +877,15 @@ class CampaignRunner:
             # the client it replays from is a host of another node, whose units it would stop too
             teardown_after = not keeping and not self._client_of_another_node(node)
 
+            def on_replay(finished: int) -> None:
+                done = max(0, finished - WARMUP_REQUESTS)
+                self.progress.replay(done, expected)
+                self.status.replay(node, done, expected)
+
             def replay() -> PlaybookResult:
                 with (
                     # the replicas also count the replay's warmup requests, sent before the dataset's
-                    ReplayWatcher(
-                        targets, lambda n: self.progress.replay(max(0, n - WARMUP_REQUESTS), expected)
-                    ),
+                    ReplayWatcher(targets, on_replay, on_live=lambda c, t: self.status.live(node, c, t)),
                     TargetWatch(targets) as watch,
                 ):
                     # a teardown's stops are not outages of the cell
@@ -911,6 +957,7 @@ class CampaignRunner:
             with _signals_deferred():
                 self._teardown_cell(cell, extravars, record, timings, node, final=True)
                 _write_cell(cell_dir, record)
+                self.status.cell_done(node, cell.id, "interrupted", None, time.monotonic() - t_cell)
             raise
         except (PlaybookFailed, RuntimeError) as exc:
             status = f"failed: {exc}"
@@ -941,6 +988,7 @@ class CampaignRunner:
         if status == "done":
             self.results.mark_done(cell)
         self.progress.cell_done(cell, status, timings["total"])
+        self.status.cell_done(node, cell.id, record["status"], record.get("error"), timings["total"])
         if keep and status == "done":
             return status, key, record["units"]
         if keep:  # the results were incomplete: do not carry this deployment over

@@ -44,6 +44,7 @@ from kvoffload.report.views import (
     OFFLOAD_COLUMNS,
     SESSION_COLUMNS,
     Table,
+    fmt,
     frame_table,
     gpu_memory_note,
     hosts_table,
@@ -341,7 +342,36 @@ def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
     return views
 
 
-CAMPAIGN_SKIP = frozenset({"campaign", "cells", "schema", "versions"})
+CAMPAIGN_SKIP = frozenset({"campaign", "cells", "schema", "versions", "estimate"})
+PHASE_NAMES = {
+    "install": "install (once per node)",
+    "engine_start": "engine starts",
+    "replay": "replays",
+    "overhead": "overhead (cold check, reset, collect, teardown)",
+}
+
+
+def timing_table(campaign: dict[str, Any]) -> Table | None:
+    """The run's estimate (campaign.json `estimate`, what `plan` prints) against what its cells
+    measured, per phase (summed over the cells) and for the whole run; None before a run kept one."""
+    estimate = campaign.get("estimate")
+    if not isinstance(estimate, dict) or not isinstance(estimate.get("measured"), dict):
+        return None
+    measured = estimate["measured"]
+    rows = []
+    pairs = [(PHASE_NAMES.get(k, k), v, measured["phases"].get(k)) for k, v in estimate["phases"].items()]
+    pairs.append(("wall time of the run", estimate["total_s"], measured.get("total_s")))
+    for name, planned, actual in pairs:
+        ratio = actual / planned if planned and actual is not None else None
+        rows.append(
+            [name, fmt(planned / 60, 1), fmt(None if actual is None else actual / 60, 1), fmt(ratio, 2)]
+        )
+    sources = estimate.get("priors", {}).get("sources", {})
+    note = "Phases are node time summed over the run's cells; the estimate's figures came from: " + ", ".join(
+        f"{k.removesuffix('_s').replace('_', ' ')} {v}" for k, v in sources.items()
+    )
+    return Table("Run time: estimate against measured", ["phase", "estimate (min)", "measured (min)",
+                                                         "measured / estimate"], rows, note)  # fmt: skip
 
 
 def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
@@ -412,6 +442,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "version": __version__,
         "campaign": _campaign_items(a.tables, results_dir),
         "hosts": hosts_table(a.tables.cells),
+        "timing": timing_table(a.tables.campaign),
         "software": software_view(software_table(a.software, a.tables.cells["cell_id"].astype(str).tolist())),
         "warnings": [w for w in warnings if not is_info(str(w["kind"]))],
         "info_notes": grouped_info(warnings),
@@ -475,7 +506,7 @@ def render_markdown(ctx: dict[str, Any]) -> str:
             out += [f"Plots ({', '.join(n for n, _ in g.plots)}): see index.html.", ""]
     out += ["## Session counts", "", md_table(ctx["sessions"]), md_table(ctx["cpu"]), md_table(ctx["gpus"])]
     out += ["## Campaign settings", ""] + [f"- **{k}**: {v}" for k, v in ctx["campaign"]] + [""]
-    out += [md_table(ctx["hosts"]), md_table(ctx["software"])]
+    out += [md_table(ctx["timing"]), md_table(ctx["hosts"]), md_table(ctx["software"])]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -499,8 +530,17 @@ def _write(path: Path, text: str) -> None:
     write_text_atomic(path, text)
 
 
-def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
-    """Write the report of `results_dir` (ingesting first when needed); return report/index.html.
+@dataclass(frozen=True)
+class BuiltReport:
+    """What `write_report` wrote: report/index.html, and the findings of its first section."""
+
+    path: Path
+    finding_groups: list[FindingGroup]
+
+
+def write_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> BuiltReport:
+    """Write the report of `results_dir` (ingesting first when needed): its index.html path and its
+    findings, so that the caller can show them without computing them again.
 
     `formats` picks which of report.md / index.html to write; the returned path is index.html even
     when only Markdown was asked for (it then may not exist).
@@ -513,7 +553,30 @@ def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -
         _write(report_dir / "report.md", render_markdown(ctx))
     if "html" in formats:
         _write(report_dir / "index.html", render_html(ctx))
-    return report_dir / "index.html"
+    return BuiltReport(report_dir / "index.html", ctx["finding_groups"])
+
+
+def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
+    """Write the report of `results_dir` (`write_report`); return report/index.html."""
+    return write_report(results_dir, formats).path
+
+
+def finding_groups(results_dir: Path) -> list[FindingGroup]:
+    """The findings of the report's first section, computed from the results as they are now (ingest
+    first when needed), without writing the report: the live page's finished cells."""
+    return _finding_groups(conclude(analyse(results_dir)))
+
+
+def findings_text(groups: Sequence[FindingGroup]) -> str:
+    """The report's first section as plain text, for a terminal: a title per group, a line per
+    statement."""
+    if not groups:
+        return "Findings: no comparison group has a measured cell.\n"
+    lines = ["Findings:"]
+    for g in groups:
+        mark = "" if g.comparable else " (not comparable)"
+        lines += ["", f"  {g.title}{mark}"] + [f"  - {s}" for s in g.statements]
+    return "\n".join(lines) + "\n"
 
 
 def summary_records(summary: pd.DataFrame) -> list[dict[str, Any]]:

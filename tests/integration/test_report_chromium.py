@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,89 +20,13 @@ import httpx
 import pytest
 
 from kvoffload.report import build_report
+from tests.support.chromium import CHROMIUM, Page, start_chromium
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "campaign-small"
 ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM = shutil.which("chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--remote-debugging-address=127.0.0.1",
-    "--remote-debugging-port=0",
-]
-
-
-class Page:
-    """One Chromium page driven over the DevTools websocket."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.next_id = 0
-        self.events: list[dict[str, Any]] = []
-
-    async def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.next_id += 1
-        await self.ws.send_json({"id": self.next_id, "method": method, "params": params})
-        while True:
-            msg = await asyncio.wait_for(self.ws.receive_json(), timeout=30)
-            if msg.get("id") == self.next_id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                result: dict[str, Any] = msg.get("result", {})
-                return result
-            self.events.append(msg)
-
-    async def wait_event(self, method: str, timeout: float = 30) -> None:
-        if any(e.get("method") == method for e in self.events):
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = await asyncio.wait_for(self.ws.receive_json(), timeout=deadline - time.monotonic())
-            self.events.append(msg)
-            if msg.get("method") == method:
-                return
-        raise TimeoutError(method)
-
-    def problems(self) -> list[str]:
-        out = []
-        for e in self.events:
-            m, p = e.get("method"), e.get("params", {})
-            if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert", "warning"):
-                out.append(f"console.{p['type']}: {json.dumps(p.get('args'))[:300]}")
-            elif m == "Runtime.exceptionThrown":
-                out.append(f"exception: {json.dumps(p.get('exceptionDetails'))[:300]}")
-            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") in ("error", "warning"):
-                out.append(f"log {p['entry']['level']}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
-        return out
-
-
-def _start_chromium(profile: Path) -> tuple[subprocess.Popen[str], int]:
-    assert CHROMIUM is not None
-    proc = subprocess.Popen(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    assert proc.stderr is not None
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            raise RuntimeError(f"chromium exited {proc.returncode} before DevTools came up")
-        m = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            return proc, int(m.group(1))
-    proc.kill()
-    raise TimeoutError("chromium: no 'DevTools listening' line within 60 s")
 
 
 # Section headings in order, and where the findings section starts (CSS pixels from the top).
@@ -141,7 +63,7 @@ async def _load(port: int, url: str, screenshot: Path | None) -> tuple[list[str]
 
 
 def _visit(tmp_path: Path, url: str, screenshot: Path | None = None) -> tuple[list[str], str, dict[str, Any]]:
-    proc, port = _start_chromium(tmp_path / "chromium-profile")
+    proc, port = start_chromium(tmp_path / "chromium-profile")
     try:
         return asyncio.run(_load(port, url, screenshot))
     finally:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ import yaml
 
 import kvoffload
 from kvoffload.orchestrate import wheelhouse
+from tests.support.chromium import screenshot_when
 from tests.support.lab import free_lab_names, kvlab, lab_marks, small_campaign
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,15 +124,116 @@ def _cells(results: Path) -> dict[str, Path]:
     return out
 
 
+class _Run:
+    """`kvoffload-lab ARGS` in the background, its output collected by threads (a CompletedProcess
+    once it ends), and the URL `run --watch` printed."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "kvoffload.cli.main", *args], env=env, cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.url = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _read(self, stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+            if line.startswith("watch: http://"):
+                self.url.set()
+
+    def watch_url(self) -> str:
+        assert self.url.wait(600), "".join(self.err)[-3000:]
+        line = next(line for line in self.err if line.startswith("watch: http://"))
+        return line.split()[1]
+
+    def ended(self) -> str | None:
+        if self.proc.poll() is None:
+            return None
+        return f"the run ended (exit {self.proc.returncode}): {''.join(self.err)[-3000:]}"
+
+    def wait(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        self.proc.wait(timeout=timeout)
+        for thread in self.threads:
+            thread.join(timeout=30)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, "".join(self.out),
+                                           "".join(self.err))  # fmt: skip
+
+
+# The live page mid-run: a replay under way with requests done, its live TTFT and local hit rate shown.
+MID_RUN = (
+    "[...document.querySelectorAll('.progress')]"
+    ".some(e => /^[1-9][0-9]*\\/[0-9]+ requests/.test(e.textContent))"
+    " && [...document.querySelectorAll('.ttft-p50')].some(e => / ms$/.test(e.textContent))"
+)
+FINDINGS = "String(document.querySelectorAll('#findings .finding').length)"
+# The live page after the run: done, and a finding for every finished cell's group.
+FINAL = "document.querySelector('#state.state-done') && document.querySelector('#findings .finding')"
+
+
+def _watch_screenshots(run: _Run, results: Path, profiles: Path) -> tuple[str, str]:
+    """The page `run --watch` serves, caught mid-run, then `watch` on the finished results: their text
+    (each screenshot kept under tests/artifacts/; the browsers' profiles under `profiles`)."""
+    artifacts = ROOT / "tests" / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    url = run.watch_url()
+    assert url.startswith("http://127.0.0.1:")  # loopback unless --watch-bind says otherwise
+    problems, mid, _ = screenshot_when(profiles / "chromium-mid", url + "?poll=1", MID_RUN,
+                                       artifacts / "watch-lab-mid-run.png", timeout=1800,
+                                       give_up=run.ended)  # fmt: skip
+    assert problems == [], problems
+    done = run.wait(timeout=2400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    argv = [sys.executable, "-m", "kvoffload.cli.main", "watch", str(results), "--port", "0"]
+    after = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert after.stdout is not None
+        final_url = after.stdout.readline().strip()
+        problems, final, findings = screenshot_when(profiles / "chromium-final", final_url, FINAL,
+                                                    artifacts / "watch-lab-final.png", timeout=300,
+                                                    probe=FINDINGS)  # fmt: skip
+    finally:
+        after.terminate()
+        after.wait(timeout=30)
+    assert problems == [], problems
+    assert findings == 3, final  # one statement per tier of the campaign's one group
+    return mid, final
+
+
 def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     inventory, env = lab
     groups = _groups(inventory)
     campaign = _write_campaign(tmp_path / "campaign.yml", _campaign("labtest", ["gpu", "cpu", "nvme"]))
-    run = kvlab(
-        env, "run", str(inventory), "--campaign", str(campaign), "--results", str(tmp_path / "results")
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
     results = tmp_path / "results" / "labtest"
+    background = _Run(env, "run", str(inventory), "--campaign", str(campaign), "--results",
+                      str(tmp_path / "results"), "--watch", "--watch-port", "0")  # fmt: skip
+    try:
+        # the browsers' profiles stay out of tmp_path, which the canary check reads file by file
+        with tempfile.TemporaryDirectory(prefix="kvoffload-chromium-") as profiles:
+            mid, final = _watch_screenshots(background, results, Path(profiles))
+    finally:
+        if background.proc.poll() is None:
+            background.proc.send_signal(signal.SIGINT)  # the run tears its cell down and stops its page
+            background.proc.wait(timeout=600)
+    run = background.wait(timeout=60)
+    assert run.returncode == 0, run.stderr[-4000:]
+    # mid-run: a cell in its replay, requests done of those expected, live TTFT and hit rate
+    assert ": replay for " in mid and "live figures" in mid, mid
+    assert re.search(r"[1-9][0-9]*/[0-9]+ requests", mid) and "TTFT p50" in mid and "local hit:" in mid, mid
+    # after: every cell done, each with its finding; the run's own terminal ended with the findings
+    assert "cells 3 done, 0 failed of 3" in final and "gpu (the baseline)" in final, final
+    for tier in ("cpu", "nvme"):
+        assert re.search(rf"{tier} [^\n]*later-round p50 TTFT", final), final
+    assert 0 <= run.stdout.index("Findings:") < run.stdout.index("report: "), run.stdout
+    # plan's estimate, kept by the run with what it measured; the report compares them
+    estimate = json.loads((results / "campaign.json").read_text())["estimate"]
+    assert estimate["total_s"] > 0 and estimate["measured"]["total_s"] > 0, estimate
+    assert "Run time: estimate against measured" in (results / "report" / "report.md").read_text()
     cells = _cells(results)
     assert set(cells) == {"gpu", "cpu", "nvme"}
     sessions = {}

@@ -52,6 +52,9 @@ def test_example_inventory_plans(capsys: pytest.CaptureFixture[str]) -> None:
     assert "18 cell(s) to run, 0 already DONE" in out
     assert "virtual-user ceilings unknown" in out
     assert "nvidia-nvme" in out and "header X-User-Id" in out and "least_conn" in out
+    # real vLLM, no earlier run, no dataset here: the defaults, and replays unknown
+    words = " ".join(out.split())  # the caption wraps
+    assert "engine start default (real vLLM) (180 s)" in words and "replays count 0" in words
 
 
 def test_ceiling_warning_and_done_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,6 +80,10 @@ def test_ceiling_warning_and_done_cells(tmp_path: Path, capsys: pytest.CaptureFi
     rows = [line for line in out.splitlines() if line.startswith("│") and line.count("│") == 7]
     assert [int(line.split("│")[1]) for line in rows] == [1, 2, 3, 4, 5]
     assert all(int(line.split("│")[2]) == 4 for line in rows)  # 4 virtual users, one call each
+    # the estimate of the 3 cells to run, from the campaign's sim profile (nothing measured yet)
+    words = " ".join(out.split())  # the caption wraps
+    assert "estimated wall time: " in words and "then the slowest node" in words
+    assert "engine start profile mi300x-llama-8b" in words and "a request profile mi300x-llama-8b" in words
 
 
 def test_a_knee_search_beyond_the_producible_load_is_warned(

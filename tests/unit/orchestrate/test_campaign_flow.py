@@ -348,6 +348,19 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
         if playbook.startswith("deploy.yml"):
             assert cache is not None and Path(cache).name == node, (playbook, node, cache)
     assert not runner._facts_dir.exists()  # the run's facts are gone with the run
+    # status.json: every cell of each node done, on the node that ran it, nothing queued or running
+    status = json.loads(runner.results.paths.status_json.read_text())
+    assert status["state"] == "done" and status["total"] == 6 and status["finished_at"] is not None
+    for node, entry in status["nodes"].items():
+        ran = {c.id for c in runner.lab.cells if _cell_json(runner, c.id)["node"] == node}
+        assert {d["cell"] for d in entry["done"]} == ran and entry["failed"] == [] and entry["queued"] == []
+        assert entry["cell"] is None and entry["phase"] == "finished"
+    # campaign.json: the estimate made before the cells ran, and what they measured, phase by phase
+    estimate = json.loads(runner.results.paths.campaign_json.read_text())["estimate"]
+    assert set(estimate["cells"]) == {c.id for c in runner.lab.cells} and len(estimate["nodes"]) == 2
+    measured = estimate["measured"]
+    assert set(measured["phases"]) == {"install", "engine_start", "replay", "overhead"}
+    assert measured["total_s"] > 0 and measured["phases"]["replay"] > 0
 
 
 def test_schedule_balances_groups_and_keeps_tiers_together(tmp_path: Path) -> None:
@@ -447,6 +460,9 @@ def test_a_stop_on_one_node_stops_the_other_and_both_tear_down(tmp_path: Path, f
     assert len(statuses.get("gpu01.lab.example", [])) < 3
     for node in ("gpu01.lab.example", "gpu02.lab.example"):
         assert rec.for_node(node)[-1] == "teardown.yml:final", rec.for_node(node)
+    status = json.loads(runner.results.paths.status_json.read_text())
+    assert status["state"] == "interrupted"
+    assert [f["status"] for f in status["nodes"]["gpu02.lab.example"]["failed"]] == ["interrupted"]
 
 
 def test_software_is_read_once_per_node_and_copied_into_later_cells(
@@ -539,8 +555,12 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
             seen.append((done, expected))
 
     runner.progress = Seen()
+    heard: list[tuple[str, int, int]] = []
+    runner.status.replay = lambda node, done, expected: heard.append((node, done, expected))  # type: ignore[method-assign]
     assert not runner.run(provision=False).failed
     assert seen[:2] == [(0, 40), (40, 40)]
+    # status.json hears the same counts, with the node
+    assert heard[:2] == [("gpu01.lab.example", 0, 40), ("gpu01.lab.example", 40, 40)]
 
 
 def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:

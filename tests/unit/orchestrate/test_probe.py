@@ -61,3 +61,24 @@ def test_unreachable_target_is_reported_not_fatal() -> None:
         [{"name": "vllm-h1-0", "url": "http://127.0.0.1:9/metrics"}, {"name": "node-h1", "url": "x"}]
     )
     assert result.cold and result.unreachable and result.unreachable[0].startswith("vllm-h1-0")
+
+
+def test_live_figures_from_the_real_captures() -> None:
+    from kvoffload.orchestrate.probe import live_figures, parse
+
+    replica, ttft = parse((FIXTURES / "metrics-after.txt").read_text())
+    lmcache_dir = FIXTURES.parent / "lmcache-0.5.6-cpu"
+    lmcache, _ = parse((lmcache_dir / "metrics-fs_native-after-replay.txt").read_text())
+    # two replicas alike: counters add up, KV usage is the fullest replica's
+    fuller = {**replica, "vllm:kv_cache_usage_perc": 0.75}
+    figures = live_figures([replica, fuller], lmcache)
+    assert figures["local_queries"] == 2 * 3069.0 and figures["local_hits"] == 2 * 2176.0
+    assert figures["external_queries"] == 0.0 and figures["kv_usage"] == 0.75
+    assert figures["lmcache_requested"] == 294656.0 and figures["lmcache_hit_l1"] == 260352.0
+    assert figures["lmcache_hit_l2"] == 0.0
+    assert figures["l1_bytes"] == 8.51968e06 and figures["l2_bytes"] == 1.2713984e07
+    # the capture's 12 requests: 11 within 10 ms, one more by 20 ms
+    assert ttft["0.01"] == 11.0 and ttft["0.02"] == 12.0 and ttft["+Inf"] == 12.0
+    # before the lmcache-server's first scrape, and on a replica that exposes no such family
+    bare = live_figures([{}], None)
+    assert bare["local_queries"] is None and bare["l1_bytes"] is None and bare["kv_usage"] is None

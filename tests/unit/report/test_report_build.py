@@ -13,7 +13,7 @@ import pytest
 
 from kvoffload.cli.main import main
 from kvoffload.errors import UserError
-from kvoffload.report import build_report
+from kvoffload.report import build_report, findings_text, write_report
 from kvoffload.report.build import analyse, summary_csv, summary_json
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
@@ -253,3 +253,52 @@ def test_the_sweep_and_the_knee_search_give_one_verdict_per_tier() -> None:
     assert lines[1].endswith(
         "knee not reached in the measured range; the knee search ended not_reached: up to 32"
     )
+
+
+def test_findings_text_is_the_reports_first_section(campaign: Path) -> None:
+    built = write_report(campaign)
+    md = (campaign / "report" / "report.md").read_text()
+    text = findings_text(built.finding_groups)
+    assert built.path == campaign / "report" / "index.html"
+    lines = text.splitlines()
+    assert lines[0] == "Findings:"
+    # every statement of the Markdown's findings section, in its order, one per line
+    section = md[md.index("## Findings") : md.index("## Capacity")]
+    statements = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+    assert [line[4:] for line in lines if line.startswith("  - ")] == statements
+    # group b is not comparable (fixture README): its title says so
+    titles = [line.strip() for line in lines if line.startswith("  ") and not line.startswith("  - ")]
+    assert len(titles) == 2 and titles[1].endswith("(not comparable)") and "(not" not in titles[0]
+    assert findings_text([]) == "Findings: no comparison group has a measured cell.\n"
+
+
+def test_the_report_compares_the_runs_estimate_with_what_it_measured(campaign: Path) -> None:
+    from kvoffload.report.build import timing_table
+
+    estimate = {
+        "total_s": 600.0,
+        "phases": {"install": 240.0, "engine_start": 60.0, "replay": 120.0, "overhead": 120.0},
+        "priors": {"sources": {"install_s": "default", "request_s": "profile tiny"}},
+        "measured": {
+            "phases": {"install": 300.0, "engine_start": 30.0, "replay": 180.0, "overhead": 90.0},
+            "total_s": 720.0,
+        },
+    }
+    table = timing_table({"estimate": estimate})
+    assert table is not None
+    rows = {r[0]: r[1:] for r in table.rows}
+    # minutes, and measured over estimated: 300/240, 30/60, 180/120, 90/120; the run 720/600
+    assert rows["install (once per node)"] == ["4.0", "5.0", "1.25"]
+    assert rows["engine starts"] == ["1.0", "0.5", "0.50"]
+    assert rows["replays"][2] == "1.50" and rows["wall time of the run"] == ["10.0", "12.0", "1.20"]
+    assert "request profile tiny" in table.note
+    assert timing_table({}) is None and timing_table({"estimate": {"total_s": 1.0}}) is None
+    meta = json.loads((campaign / "campaign.json").read_text())
+    (campaign / "campaign.json").write_text(json.dumps({**meta, "estimate": estimate}))
+    build_report(campaign)
+    md = (campaign / "report" / "report.md").read_text()
+    assert (
+        "### Run time: estimate against measured" in md
+        and "| wall time of the run | 10.0 | 12.0 | 1.20 |" in md
+    )
+    assert "**estimate**" not in md  # not dumped among the settings

@@ -1,0 +1,386 @@
+"""The live page's figures (`kvoffload-lab watch`): where a campaign is now, as one JSON object.
+
+Report layer, read-only on the results folder: status.json (kvoffload/orchestrate/status.py, re-read
+only when it changed), each cell's requests.jsonl once it is on the controller (tailed: every read
+starts where the last one ended, so a poll costs what was appended since), and the report's own
+findings (`kvoffload.report.build.finding_groups`) for the cells that are DONE, computed again only
+when that set changes and on a copy of those cells, so that the watcher never writes into a folder a
+run is writing. The live engine figures come from status.json's points (the controller's scrapes
+during the replay); rates are counter increases between points, corrected for resets as the analysis
+corrects them (`kvoffload.analysis.series.corrected`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvoffload.analysis.series import corrected
+from kvoffload.contracts.layout import CampaignPaths, CellPaths
+
+# The rates the page plots: name -> (numerator counter, denominator counter) of status.json points.
+RATES = {
+    "local_hit": ("local_hits", "local_queries"),
+    "external_hit": ("external_hits", "external_queries"),
+    "lmcache_l1_hit": ("lmcache_hit_l1", "lmcache_requested"),
+    "lmcache_l2_hit": ("lmcache_hit_l2", "lmcache_requested"),
+}
+# Gauges plotted as they are: name -> (point key, scale).
+GAUGES = {"kv_usage": ("kv_usage", 1.0), "l1_gb": ("l1_bytes", 1e-9), "l2_gb": ("l2_bytes", 1e-9)}
+FINAL_STATES = ("done", "failed", "interrupted")
+# A record file is read in pieces of this size, so that a large one never sits in memory whole.
+READ_CHUNK = 1 << 22
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between order statistics, as the report's TTFT percentiles."""
+    return float(np.quantile(np.asarray(values, dtype=float), q)) if values else None
+
+
+@dataclass
+class RecordTail:
+    """One requests.jsonl read incrementally: later-round (round >= 2) TTFTs of ok requests, and
+    the failed requests. A file that shrank or was replaced is read again from its start."""
+
+    path: Path
+    offset: int = 0
+    inode: int | None = None
+    partial: bytes = b""
+    requests: int = 0
+    failed: int = 0
+    later_ttfts: list[float] = field(default_factory=list)
+
+    def read(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return
+        if st.st_ino != self.inode or st.st_size < self.offset:
+            self.offset, self.inode, self.partial = 0, st.st_ino, b""
+            self.requests, self.failed, self.later_ttfts = 0, 0, []
+        if st.st_size == self.offset:
+            return
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            while self.offset < st.st_size:
+                chunk = handle.read(min(READ_CHUNK, st.st_size - self.offset))
+                if not chunk:
+                    break
+                self.offset += len(chunk)
+                lines = (self.partial + chunk).split(b"\n")
+                self.partial = lines.pop()  # a line still being written
+                for line in lines:
+                    self._take(line)
+
+    def _take(self, line: bytes) -> None:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return  # a damaged line: ingest reports it; the live page skips it
+        if not isinstance(record, dict):
+            return
+        self.requests += 1
+        if record.get("status") != "ok":
+            self.failed += 1
+        elif (
+            isinstance(record.get("round"), int) and record["round"] >= 2 and record.get("ttft_s") is not None
+        ):
+            self.later_ttfts.append(float(record["ttft_s"]))
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "failed": self.failed,
+            "later_ttft_p50_s": _quantile(self.later_ttfts, 0.5),
+            "later_ttft_p95_s": _quantile(self.later_ttfts, 0.95),
+            "later_n": len(self.later_ttfts),
+        }
+
+
+def _later(record: Mapping[str, Any]) -> bool:
+    """A later round (2 and up): the rounds whose TTFT the findings compare."""
+    return isinstance(record.get("round"), int) and int(record["round"]) >= 2
+
+
+def histogram_quantile(q: float, first: Mapping[str, float], last: Mapping[str, float]) -> float | None:
+    """Prometheus `histogram_quantile` over the increase of cumulative buckets (`le` -> count) from
+    `first` to `last`: linear inside the bucket that holds the q-th observation; the last finite
+    bound when it falls in +Inf; None without observations."""
+    bounds = sorted((float(le), last[le] - first.get(le, 0.0)) for le in last)
+    if not bounds or bounds[-1][1] <= 0:
+        return None
+    rank = q * bounds[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in bounds:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def _increases(values: Sequence[float | None]) -> list[float | None]:
+    """Increase of a counter from each point to the next, resets corrected; None where either is."""
+    out: list[float | None] = []
+    for a, b in itertools.pairwise(values):
+        if a is None or b is None:
+            out.append(None)
+        else:
+            out.append(float(np.diff(corrected(np.array([a, b], dtype=float)))[0]))
+    return out
+
+
+def live_series(points: Sequence[Mapping[str, Any]]) -> dict[str, list[list[float | None]]]:
+    """`[t, value]` pairs per plotted figure: the hit rates between consecutive points (hits over
+    queries of that step; None when it had no queries), and the gauges at each point."""
+    out: dict[str, list[list[float | None]]] = {}
+    times = [float(p["t"]) for p in points]
+    for name, (num, den) in RATES.items():
+        hits = _increases([p.get(num) for p in points])
+        queries = _increases([p.get(den) for p in points])
+        pairs: list[list[float | None]] = []
+        for t, h, n in zip(times[1:], hits, queries, strict=True):
+            pairs.append([t, h / n if h is not None and n else None])
+        out[name] = pairs
+    for name, (key, scale) in GAUGES.items():
+        values = [None if p.get(key) is None else float(p[key]) * scale for p in points]
+        out[name] = [[t, v] for t, v in zip(times, values, strict=True)]
+    return out
+
+
+def _latest(series: Sequence[Sequence[float | None]]) -> float | None:
+    return next((v[1] for v in reversed(series) if v[1] is not None), None)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def node_view(
+    node: str,
+    entry: Mapping[str, Any],
+    now: float,
+    cell_s: float | None,
+    tails: Mapping[str, RecordTail],
+    planned: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """One node's row: its cell and phase (with the time in it), replay progress and ETA, live
+    figures, queue, finished cells (with their records' figures once on the controller) and failures.
+    `cell_s`: a typical cell's duration so far (None: none finished yet), for the node's ETA; before
+    that, `planned` (the run's estimate, cell -> seconds) when it has every cell left."""
+    replay = entry.get("replay")
+    progress = None
+    if replay:
+        done, expected = int(replay.get("done") or 0), int(replay.get("expected") or 0)
+        elapsed = max(0.0, now - float(replay["since"]))
+        eta = elapsed * (expected - done) / done if done and expected >= done else None
+        progress = {"done": done, "expected": expected, "elapsed_s": elapsed, "eta_s": eta}
+    live = entry.get("live")
+    live_view = None
+    if live and live.get("cell") == entry.get("cell"):
+        series = live_series(live.get("points") or [])
+        first, last = live.get("ttft_first") or {}, live.get("ttft_last") or {}
+        tail = tails.get(str(entry.get("cell")))
+        records = tail.figures() if tail is not None and tail.requests else None
+        live_view = {
+            "series": series,
+            "latest": {name: _latest(values) for name, values in series.items()},
+            "ttft_p50_s": records["later_ttft_p50_s"] if records else histogram_quantile(0.5, first, last),
+            "ttft_p95_s": records["later_ttft_p95_s"] if records else histogram_quantile(0.95, first, last),
+            # the records reach the controller with the cell's collect; until then the replicas' own
+            # histogram (every round, server side) is what the controller has
+            "ttft_source": "requests.jsonl, rounds >= 2" if records else "replicas' histogram, all rounds",
+            "failed_requests": records["failed"] if records else None,
+        }
+    cell = entry.get("cell")
+    in_cell = now - float(entry["cell_since"]) if cell and entry.get("cell_since") else 0.0
+    queued = list(entry.get("queued") or [])
+    eta = None
+    left = [*queued, *([cell] if cell else [])]
+    if cell_s is not None:
+        eta = len(queued) * cell_s + (max(0.0, cell_s - in_cell) if cell else 0.0)
+    elif planned is not None and all(c in planned for c in left):
+        eta = max(0.0, sum(planned[c] for c in left) - in_cell)
+    return {
+        "node": node,
+        "cell": cell,
+        "phase": entry.get("phase"),
+        "in_phase_s": now - float(entry["since"]) if entry.get("since") else None,
+        "in_cell_s": in_cell if cell else None,
+        "queued": queued,
+        "replay": progress,
+        "live": live_view,
+        "done": [{**d, **_figures(tails, d["cell"])} for d in entry.get("done") or []],
+        "failed": [{**f, **_figures(tails, f["cell"])} for f in entry.get("failed") or []],
+        "eta_s": eta,
+    }
+
+
+def _figures(tails: Mapping[str, RecordTail], cell: str) -> dict[str, Any]:
+    tail = tails.get(cell)
+    return tail.figures() if tail is not None and tail.requests else {}
+
+
+def campaign_view(
+    status: Mapping[str, Any],
+    now: float,
+    tails: Mapping[str, RecordTail],
+    estimate: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole page's figures but the findings: the campaign's progress, elapsed time and ETA (the
+    slowest node's: its queued cells at the mean duration of the cells finished so far, before the
+    first one the run's `estimate` of each cell, campaign.json's), and a row per node."""
+    nodes = status.get("nodes") or {}
+    finished = [float(d["seconds"]) for e in nodes.values() for d in (e.get("done") or [])]
+    cell_s = _mean(finished)
+    cells = (estimate or {}).get("cells")
+    planned = {c: sum(phases.values()) for c, phases in cells.items()} if isinstance(cells, dict) else None
+    rows = [node_view(n, e, now, cell_s, tails, planned) for n, e in sorted(nodes.items())]
+    done = sum(len(r["done"]) for r in rows)
+    failed = sum(len(r["failed"]) for r in rows)
+    final = status.get("state") in FINAL_STATES
+    end = float(status["finished_at"]) if final and status.get("finished_at") else now
+    etas = [r["eta_s"] for r in rows if r["eta_s"] is not None]
+    return {
+        "campaign": status.get("campaign"),
+        "state": status.get("state"),
+        "phase": status.get("phase"),
+        "in_phase_s": now - float(status["phase_since"]) if status.get("phase_since") else None,
+        "elapsed_s": end - float(status["started_at"]),
+        "eta_s": 0.0 if final else (max(etas) if etas and len(etas) == len(rows) else None),
+        "progress": {"done": done, "failed": failed, "total": int(status.get("total") or 0)},
+        "skipped": list(status.get("skipped") or []),
+        "estimate_s": (estimate or {}).get("total_s"),
+        "updated_at": status.get("updated_at"),
+        "nodes": rows,
+    }
+
+
+def _copy_done_cells(paths: CampaignPaths, cells: Sequence[str], dest: Path) -> Path:
+    """campaign.json and the DONE cells' folders (what ingest reads) under `dest`, for the findings."""
+    root = dest / paths.root.name
+    (root / "cells").mkdir(parents=True)
+    if paths.campaign_json.is_file():
+        shutil.copy2(paths.campaign_json, root / "campaign.json")
+    for cell in cells:
+        shutil.copytree(
+            paths.cell(cell).root, root / "cells" / cell, ignore=shutil.ignore_patterns("logs", "ansible")
+        )
+    return root
+
+
+def default_findings(results_dir: Path) -> list[dict[str, Any]]:
+    """The report's findings (`finding_groups`) as JSON-ready groups."""
+    from kvoffload.report.build import finding_groups
+
+    return [
+        {"title": g.title, "comparable": g.comparable, "statements": list(g.statements)}
+        for g in finding_groups(results_dir)
+    ]
+
+
+class LiveView:
+    """The JSON endpoint's content, kept up to date by cheap incremental reads (`state`), and the
+    findings, recomputed by `refresh_findings` (the server runs it in a thread of its own) when the set
+    of DONE cells changed."""
+
+    def __init__(
+        self,
+        results_dir: Path,
+        findings: Callable[[Path], list[dict[str, Any]]] = default_findings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.paths = CampaignPaths(results_dir)
+        self.findings_of = findings
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] = {}
+        self._status_key: tuple[int, int] | None = None
+        self._tails: dict[str, RecordTail] = {}
+        self._findings: list[dict[str, Any]] = []
+        self._findings_cells: tuple[str, ...] = ()
+        self._findings_error: str | None = None
+        self._campaign: dict[str, Any] = {}
+        self._campaign_key: tuple[int, int] | None = None
+
+    def _read_status(self) -> dict[str, Any]:
+        path = self.paths.status_json
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return {}
+        key = (st.st_ino, st.st_mtime_ns)
+        if key != self._status_key:
+            try:
+                self._status = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return self._status  # replaced while read: the last good one
+            self._status_key = key
+        return self._status
+
+    def _read_estimate(self) -> dict[str, Any] | None:
+        """campaign.json `estimate` (what `plan` said of this run), read again only when it changed."""
+        path = self.paths.campaign_json
+        try:
+            st = path.stat()
+            key = (st.st_ino, st.st_mtime_ns)
+            if key != self._campaign_key:
+                self._campaign, self._campaign_key = json.loads(path.read_text()), key
+        except (OSError, ValueError):
+            pass  # not written yet, or replaced while read: the last good one
+        estimate = self._campaign.get("estimate") if isinstance(self._campaign, dict) else None
+        return estimate if isinstance(estimate, dict) else None
+
+    def done_cells(self) -> tuple[str, ...]:
+        return tuple(c.cell_id for c in self.paths.cells() if c.done.is_file())
+
+    def _tail(self, cells: Sequence[str]) -> None:
+        for cell in cells:
+            tail = self._tails.setdefault(cell, RecordTail(CellPaths(self.paths.cell(cell).root).requests))
+            tail.read()
+
+    def state(self) -> dict[str, Any]:
+        """What the page shows now (the JSON endpoint)."""
+        with self._lock:
+            status = self._read_status()
+            nodes = status.get("nodes") or {}
+            cells = {str(e["cell"]) for e in nodes.values() if e.get("cell")}
+            for entry in nodes.values():
+                cells.update(d["cell"] for d in (entry.get("done") or []) + (entry.get("failed") or []))
+            self._tail(sorted(cells))
+            estimate = self._read_estimate()
+            empty: dict[str, Any] = {"state": None, "nodes": []}
+            view = campaign_view(status, self.clock(), self._tails, estimate) if status else empty
+            view["findings"] = self._findings
+            view["findings_cells"] = list(self._findings_cells)
+            view["findings_error"] = self._findings_error
+            report = self.paths.report_dir / "index.html"
+            view["report"] = str(report) if report.is_file() else None
+            view["results"] = str(self.paths.root)
+            return view
+
+    def refresh_findings(self) -> bool:
+        """Compute the findings again when the DONE cells changed; whether it did."""
+        cells = self.done_cells()
+        if cells == self._findings_cells:
+            return False
+        try:
+            with tempfile.TemporaryDirectory(prefix="kvoffload-watch-") as scratch:
+                found = self.findings_of(_copy_done_cells(self.paths, cells, Path(scratch))) if cells else []
+            error = None
+        except Exception as exc:  # a cell the report cannot read yet: shown, tried again next change
+            found, error = [], f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            self._findings, self._findings_cells, self._findings_error = found, cells, error
+        return True
