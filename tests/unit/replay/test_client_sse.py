@@ -55,6 +55,10 @@ def test_parses_real_vllm_stream_usage_and_first_token() -> None:
     assert r.status == "ok", r.error
     assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (294, 32, 224)
     assert r.ttft_s is not None and r.latency_s is not None and r.ttft_s <= r.latency_s
+    # Schema 3: the answer's id; a server started without --enable-per-request-metrics and not asked
+    # for cached_token_stats says nothing more, and the record says nothing either.
+    assert r.response_id == "chatcmpl-a4b21731f61ca6a1"
+    assert (r.server_queue_s, r.server_ttft_s, r.vllm_cached_tokens, r.lmcache_loaded_tokens) == (None,) * 4
 
 
 def test_request_body_is_sent_chunked() -> None:

@@ -1,0 +1,173 @@
+"""Where each request's prompt came from, per request: GPU prefix cache, LMCache L1 and L2, recomputed.
+
+The inputs are the request records' schema-3 fields (the server's own answer, docs/contracts.md) and the
+LMCache server's per-request L1/L2 lookup hits that ingest joins from its log (kvoffload/ingest/
+lmcache_log.py). The rules (docs/metrics.md "Per-request attribution"):
+- GPU: `vllm_cached_tokens`; in a cell without a KV connector (tier gpu) every cached token is the
+  engine's own, so `cached_tokens` there (the only case where a source is read from another field).
+- LMCache: `lmcache_loaded_tokens`, the tokens loaded beyond the engine's own hit. Its L2 part is the
+  request's L2 lookup hits, at most the loaded tokens; the rest is L1. LMCache's lookup covers the whole
+  prefix, the GPU part included; the chunks the engine already held were used last, so under LRU they are
+  the ones still in L1, and the chunks read back from L2 fall in the part that had to be loaded.
+- Recomputed: prompt tokens less GPU less LMCache.
+A request whose server did not say a source has null there, and every derived value of it is null.
+Reconciliation compares the per-request sums with the counters' increases over the run; costs are an
+ordinary least-squares fit of TTFT on the tokens of each source. Pure: DataFrames in, DataFrames or dicts
+out; no IO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvoffload.analysis import names as N
+from kvoffload.analysis.engine import increase
+
+SOURCES = ("gpu", "l1", "l2", "recomputed")
+# Beyond this share of the counter (or one LMCache chunk of 256 tokens, whichever is more) the
+# per-request sums and the counters disagree (docs/metrics.md says why).
+RECONCILE_TOLERANCE = 0.05
+RECONCILE_FLOOR_TOKENS = 256
+# A fit needs at least this many requests per coefficient (intercept included).
+MIN_PER_COEFFICIENT = 3
+
+
+def _num(frame: pd.DataFrame, column: str) -> pd.Series:
+    if column not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[column], errors="coerce").astype(float)
+
+
+def token_sources(requests: pd.DataFrame, connector: bool) -> pd.DataFrame:
+    """Per ok request: gpu, lmcache, l1, l2, recomputed tokens (NaN where the server did not say).
+
+    `connector`: the cell's replicas have a KV connector (tiers cpu and nvme); without one (gpu), the
+    engine's own cache is every cached token.
+    """
+    ok = requests[requests["status"] == "ok"] if "status" in requests else requests
+    prompt = _num(ok, "prompt_tokens")
+    if connector:
+        gpu = _num(ok, "vllm_cached_tokens")
+        loaded = _num(ok, "lmcache_loaded_tokens")
+    else:
+        gpu = _num(ok, "cached_tokens")
+        loaded = pd.Series(np.where(gpu.notna(), 0.0, np.nan), index=ok.index)
+    l2_hits = _num(ok, "lmcache_l2_hit_tokens")
+    l2 = np.minimum(l2_hits, loaded) if connector else loaded
+    out = pd.DataFrame(
+        {
+            "round": _num(ok, "round"),
+            "ttft_s": _num(ok, "ttft_s"),
+            "prompt": prompt,
+            "gpu": gpu,
+            "lmcache": loaded,
+            "l1": loaded - l2,
+            "l2": l2,
+            "recomputed": prompt - gpu - loaded,
+            "l1_hits": _num(ok, "lmcache_l1_hit_tokens"),
+            "l2_hits": l2_hits,
+        },
+        index=ok.index,
+    )
+    return out
+
+
+def _sum(values: pd.Series) -> float | None:
+    """Sum over requests; None when any is unknown (a partial sum would not reconcile)."""
+    return None if values.empty or values.isna().any() else float(values.sum())
+
+
+def _check(per_request: float | None, counter: float | None) -> dict[str, Any]:
+    if per_request is None or counter is None:
+        return {"requests": per_request, "counter": counter, "diff": None, "within": None}
+    diff = per_request - counter
+    limit = max(RECONCILE_TOLERANCE * abs(counter), RECONCILE_FLOOR_TOKENS)
+    return {"requests": per_request, "counter": counter, "diff": diff, "within": abs(diff) <= limit}
+
+
+def reconcile(sources: pd.DataFrame, samples: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per source: the per-request sum, the counter's increase over the run, their difference and
+    whether it is within the tolerance (None where either side is unknown)."""
+    return {
+        "gpu": _check(_sum(sources["gpu"]), increase(samples, N.VLLM_PREFIX_HITS)),
+        "lmcache": _check(_sum(sources["lmcache"]), increase(samples, N.VLLM_EXT_HITS)),
+        "l1_hits": _check(_sum(sources["l1_hits"]), increase(samples, N.LMC_LOOKUP_HIT_L1)),
+        "l2_hits": _check(_sum(sources["l2_hits"]), increase(samples, N.LMC_LOOKUP_HIT_L2)),
+    }
+
+
+def reconcile_figures(sources: pd.DataFrame, samples: pd.DataFrame) -> dict[str, Any]:
+    """The cell summary's flat columns: `attrib_<source>_diff` (per-request sum less counter) and
+    `attrib_mismatch` (the sources beyond tolerance, comma-separated; "" when all agree, None when
+    none could be checked)."""
+    checks = reconcile(sources, samples)
+    out: dict[str, Any] = {f"attrib_{k}_diff": v["diff"] for k, v in checks.items()}
+    checked = {k: v for k, v in checks.items() if v["within"] is not None}
+    out["attrib_mismatch"] = (
+        None if not checked else ",".join(k for k, v in checked.items() if not v["within"])
+    )
+    share = sources[list(SOURCES)].sum(min_count=1) if not sources.empty else None
+    known = sources.dropna(subset=list(SOURCES))
+    total = float(known["prompt"].sum()) if not known.empty else 0.0
+    for s in SOURCES:
+        out[f"attrib_{s}_share"] = float(known[s].sum()) / total if total > 0 and share is not None else None
+    return out
+
+
+def rounds(sources: pd.DataFrame) -> pd.DataFrame:
+    """Per round: requests, TTFT p50/p95, and the tokens of each source summed over the round's requests
+    whose sources are all known (their count is `attributed`)."""
+    rows = []
+    for rnd, part in sources.dropna(subset=["round"]).groupby("round", sort=True):
+        ttft = part["ttft_s"].dropna()
+        known = part.dropna(subset=list(SOURCES))
+        row: dict[str, Any] = {
+            "round": int(rnd),
+            "requests": len(part),
+            "attributed": len(known),
+            "ttft_p50_s": float(ttft.quantile(0.5)) if not ttft.empty else None,
+            "ttft_p95_s": float(ttft.quantile(0.95)) if not ttft.empty else None,
+        }
+        for s in SOURCES:
+            row[f"{s}_tokens"] = float(known[s].sum()) if not known.empty else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Seconds of TTFT per 1K prompt tokens from one source, with its standard error (the fit's spread)."""
+
+    s_per_1k: float
+    stderr: float | None
+
+
+def source_costs(sources: pd.DataFrame) -> dict[str, Any]:
+    """TTFT = base + sum over sources of cost x tokens/1000, by ordinary least squares over the requests
+    whose sources and TTFT are known. A source with no tokens in any request has no cost (None). The
+    standard errors are the usual OLS ones (residual variance times the diagonal of (X'X)^-1); None
+    when the fit has no spare degree of freedom. `requests`: how many the fit used."""
+    known = sources.dropna(subset=[*SOURCES, "ttft_s"])
+    used = [s for s in SOURCES if not known.empty and (known[s] > 0).any()]
+    out: dict[str, Any] = {"requests": len(known), "base_s": None, **dict.fromkeys(SOURCES)}
+    n, k = len(known), len(used) + 1
+    if not used or n < MIN_PER_COEFFICIENT * k:
+        return out
+    x = np.column_stack([np.ones(n), *(known[s].to_numpy() / 1000.0 for s in used)])
+    y = known["ttft_s"].to_numpy()
+    coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    if rank < k:
+        return out  # sources always in the same proportion: no separate cost for each
+    resid = y - x @ coef
+    stderr: list[float | None] = [None] * k
+    if n > k:
+        var = float(resid @ resid) / (n - k)
+        stderr = [float(v) for v in np.sqrt(np.maximum(np.diag(var * np.linalg.inv(x.T @ x)), 0.0))]
+    out["base_s"] = float(coef[0])
+    for i, s in enumerate(used, start=1):
+        out[s] = Cost(float(coef[i]), stderr[i])
+    return out
