@@ -42,11 +42,22 @@ def _num(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(frame[column], errors="coerce").astype(float)
 
 
-def token_sources(requests: pd.DataFrame, connector: bool) -> pd.DataFrame:
+def chunk_size(samples: pd.DataFrame) -> float | None:
+    """Tokens per LMCache chunk as the server counts its lookup hits: hit tokens over hit keys (both
+    tiers) over the run; None without a hit."""
+    tokens = [increase(samples, c) for c in (N.LMC_LOOKUP_HIT_L1, N.LMC_LOOKUP_HIT_L2)]
+    keys = [increase(samples, c) for c in (N.LMC_LOOKUP_HIT_L1_KEYS, N.LMC_LOOKUP_HIT_L2_KEYS)]
+    if None in tokens or None in keys or not sum(k for k in keys if k is not None):
+        return None
+    return sum(t for t in tokens if t is not None) / sum(k for k in keys if k is not None)
+
+
+def token_sources(requests: pd.DataFrame, connector: bool, chunk: float | None = None) -> pd.DataFrame:
     """Per ok request: gpu, lmcache, l1, l2, recomputed tokens (NaN where the server did not say).
 
     `connector`: the cell's replicas have a KV connector (tiers cpu and nvme); without one (gpu), the
-    engine's own cache is every cached token.
+    engine's own cache is every cached token. `chunk`: tokens per LMCache chunk (`chunk_size`), which
+    turns the L2 hit chunks of the server's log into tokens (None: the L1/L2 split is unknown).
     """
     ok = requests[requests["status"] == "ok"] if "status" in requests else requests
     prompt = _num(ok, "prompt_tokens")
@@ -56,7 +67,8 @@ def token_sources(requests: pd.DataFrame, connector: bool) -> pd.DataFrame:
     else:
         gpu = _num(ok, "cached_tokens")
         loaded = pd.Series(np.where(gpu.notna(), 0.0, np.nan), index=ok.index)
-    l2_hits = _num(ok, "lmcache_l2_hit_tokens")
+    l1_chunks, l2_chunks = _num(ok, "lmcache_l1_hit_chunks"), _num(ok, "lmcache_l2_hit_chunks")
+    l2_hits = l2_chunks * chunk if chunk is not None else pd.Series(np.nan, index=ok.index)
     l2 = np.minimum(l2_hits, loaded) if connector else loaded
     out = pd.DataFrame(
         {
@@ -68,8 +80,8 @@ def token_sources(requests: pd.DataFrame, connector: bool) -> pd.DataFrame:
             "l1": loaded - l2,
             "l2": l2,
             "recomputed": prompt - gpu - loaded,
-            "l1_hits": _num(ok, "lmcache_l1_hit_tokens"),
-            "l2_hits": l2_hits,
+            "l1_chunks": l1_chunks,
+            "l2_chunks": l2_chunks,
         },
         index=ok.index,
     )
@@ -81,11 +93,14 @@ def _sum(values: pd.Series) -> float | None:
     return None if values.empty or values.isna().any() else float(values.sum())
 
 
-def _check(per_request: float | None, counter: float | None) -> dict[str, Any]:
+def _check(
+    per_request: float | None, counter: float | None, floor: float = RECONCILE_FLOOR_TOKENS
+) -> dict[str, Any]:
+    """`floor`: the absolute tolerance in the counter's unit (one chunk: 256 tokens, or 1 chunk)."""
     if per_request is None or counter is None:
         return {"requests": per_request, "counter": counter, "diff": None, "within": None}
     diff = per_request - counter
-    limit = max(RECONCILE_TOLERANCE * abs(counter), RECONCILE_FLOOR_TOKENS)
+    limit = max(RECONCILE_TOLERANCE * abs(counter), floor)
     return {"requests": per_request, "counter": counter, "diff": diff, "within": abs(diff) <= limit}
 
 
@@ -95,8 +110,8 @@ def reconcile(sources: pd.DataFrame, samples: pd.DataFrame) -> dict[str, dict[st
     return {
         "gpu": _check(_sum(sources["gpu"]), increase(samples, N.VLLM_PREFIX_HITS)),
         "lmcache": _check(_sum(sources["lmcache"]), increase(samples, N.VLLM_EXT_HITS)),
-        "l1_hits": _check(_sum(sources["l1_hits"]), increase(samples, N.LMC_LOOKUP_HIT_L1)),
-        "l2_hits": _check(_sum(sources["l2_hits"]), increase(samples, N.LMC_LOOKUP_HIT_L2)),
+        "l1_chunks": _check(_sum(sources["l1_chunks"]), increase(samples, N.LMC_LOOKUP_HIT_L1_KEYS), 1),
+        "l2_chunks": _check(_sum(sources["l2_chunks"]), increase(samples, N.LMC_LOOKUP_HIT_L2_KEYS), 1),
     }
 
 
@@ -122,11 +137,11 @@ def rounds(sources: pd.DataFrame) -> pd.DataFrame:
     """Per round: requests, TTFT p50/p95, and the tokens of each source summed over the round's requests
     whose sources are all known (their count is `attributed`)."""
     rows = []
-    for rnd, part in sources.dropna(subset=["round"]).groupby("round", sort=True):
+    for rnd, part in sources.dropna(subset=["round"]).groupby(sources["round"].dropna().astype(int)):
         ttft = part["ttft_s"].dropna()
         known = part.dropna(subset=list(SOURCES))
         row: dict[str, Any] = {
-            "round": int(rnd),
+            "round": rnd,
             "requests": len(part),
             "attributed": len(known),
             "ttft_p50_s": float(ttft.quantile(0.5)) if not ttft.empty else None,

@@ -8,8 +8,9 @@ that says what an older file meant. Models only; no IO.
 Schema history: 1: first version. 2: request records gained `ttft_clock` and `late_s` (older files
 read as `ttft_clock: "read"`, `late_s: null`). 3: request records gained the server's own per-request
 answer (`response_id`, `server_queue_s`, `server_ttft_s`, `vllm_cached_tokens`, `lmcache_cached_tokens`,
-`lmcache_loaded_tokens`; older files read them as null: the server was not asked). sessions.json's `exceptions`, `stop_reason` and
-`first_error` were added without a bump: readers ignore keys they do not know.
+`lmcache_loaded_tokens`; older files read them as null: the server was not asked). sessions.json's
+`exceptions`, `stop_reason` and `first_error` were added without a bump: readers ignore keys they do not
+know.
 """
 
 from __future__ import annotations
