@@ -25,7 +25,9 @@ import numpy as np
 import pandas as pd
 
 from kvoffload.analysis import names as N
+from kvoffload.analysis.compare import OFFLOAD_TIERS
 from kvoffload.analysis.engine import increase
+from kvoffload.tiers import TIERS
 
 SOURCES = ("gpu", "l1", "l2", "recomputed")
 # Beyond this share of the counter (or one LMCache chunk of 256 tokens, whichever is more) the
@@ -185,4 +187,95 @@ def source_costs(sources: pd.DataFrame) -> dict[str, Any]:
     out["base_s"] = float(coef[0])
     for i, s in enumerate(used, start=1):
         out[s] = Cost(float(coef[i]), stderr[i])
+    return out
+
+
+LATER_ROUND = 2  # "later rounds", as the client figures count them (analysis/client.py)
+SOURCE_WORDS = {
+    "gpu": "the GPU prefix cache",
+    "l1": "LMCache L1",
+    "l2": "LMCache L2",
+    "recomputed": "recomputed",
+}
+
+
+@dataclass(frozen=True)
+class TierAttribution:
+    """The turn-by-turn answer of one tier, pooled over its cells: per round TTFT and token sources,
+    the cost of each source per 1K tokens, and one sentence that uses them."""
+
+    tier: str
+    cells: list[str]
+    rounds: pd.DataFrame
+    costs: dict[str, Any]
+    shares_later: dict[str, float | None]
+    statement: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        costs = {
+            k: ({"s_per_1k": v.s_per_1k, "stderr": v.stderr} if isinstance(v, Cost) else v)
+            for k, v in self.costs.items()
+        }
+        return {
+            "tier": self.tier,
+            "cells": self.cells,
+            "rounds": self.rounds.to_dict("records"),
+            "costs": costs,
+            "shares_later": self.shares_later,
+            "statement": self.statement,
+        }
+
+
+def _shares(sources: pd.DataFrame) -> dict[str, float | None]:
+    known = sources.dropna(subset=list(SOURCES))
+    total = float(known["prompt"].sum()) if not known.empty else 0.0
+    return {s: (float(known[s].sum()) / total if total > 0 else None) for s in SOURCES}
+
+
+def _ms(cost: Any) -> str | None:
+    if not isinstance(cost, Cost):
+        return None
+    spread = f" ± {cost.stderr * 1000:.2g}" if cost.stderr is not None else ""
+    return f"{cost.s_per_1k * 1000:.3g}{spread} ms per 1K tokens"
+
+
+def statement(tier: str, shares: dict[str, float | None], costs: dict[str, Any]) -> str | None:
+    """One findings sentence: where later rounds' prompt tokens came from, and what a hit and a miss
+    cost; None when no later-round request has all its sources known."""
+    if any(v is None for v in shares.values()):
+        return None
+    top = max(SOURCES, key=lambda s: shares[s] or 0.0)
+    rest = ", ".join(f"{SOURCE_WORDS[s]} {100 * (shares[s] or 0.0):.0f} %" for s in SOURCES if s != top)
+    text = (
+        f"{tier}: from round {LATER_ROUND} on, {100 * (shares[top] or 0.0):.0f} % of prompt tokens came from "
+        f"{SOURCE_WORDS[top]} ({rest})"
+    )
+    loads = [(s, _ms(costs.get(s))) for s in ("gpu", "l1", "l2")]
+    said = [f"from {SOURCE_WORDS[s]} {m}" for s, m in loads if m is not None]
+    miss = _ms(costs.get("recomputed"))
+    if said and miss is not None:
+        text += f"; a hit cost {' and '.join(said)} of TTFT, against {miss} recomputed"
+    elif miss is not None:
+        text += f"; a recomputed token cost {miss} of TTFT"
+    return text + f" (fit over {costs.get('requests', 0)} requests)."
+
+
+def tier_attribution(
+    cells: pd.DataFrame, requests: pd.DataFrame, samples: pd.DataFrame
+) -> list[TierAttribution]:
+    """Per tier present in `cells` (in TIERS order): the turn-by-turn answer pooled over its cells.
+    `requests` and `samples` carry `cell_id`."""
+    out = []
+    present = set(cells["tier"]) if "tier" in cells else set()
+    for tier in [t for t in TIERS if t in present]:
+        ids = [str(c) for c in cells.loc[cells["tier"] == tier, "cell_id"]]
+        parts = []
+        for cid in ids:
+            req = requests[requests["cell_id"] == cid]
+            smp = samples[samples["cell_id"] == cid]
+            parts.append(token_sources(req, tier in OFFLOAD_TIERS, chunk_size(smp)))
+        sources = pd.concat(parts) if parts else token_sources(requests.iloc[0:0], False)
+        costs = source_costs(sources)
+        shares = _shares(sources[sources["round"] >= LATER_ROUND])
+        out.append(TierAttribution(tier, ids, rounds(sources), costs, shares, statement(tier, shares, costs)))
     return out
