@@ -45,13 +45,18 @@ def _num(frame: pd.DataFrame, column: str) -> pd.Series:
 
 
 def chunk_size(samples: pd.DataFrame) -> float | None:
-    """Tokens per LMCache chunk as the server counts its lookup hits: hit tokens over hit keys (both
-    tiers) over the run; None without a hit."""
-    tokens = [increase(samples, c) for c in (N.LMC_LOOKUP_HIT_L1, N.LMC_LOOKUP_HIT_L2)]
-    keys = [increase(samples, c) for c in (N.LMC_LOOKUP_HIT_L1_KEYS, N.LMC_LOOKUP_HIT_L2_KEYS)]
-    if None in tokens or None in keys or not sum(k for k in keys if k is not None):
-        return None
-    return sum(t for t in tokens if t is not None) / sum(k for k in keys if k is not None)
+    """Tokens per LMCache chunk as the server counts its lookup hits: hit tokens over hit keys over the
+    run, for each tier whose two counters are there (LMCache creates them at their first hit); None
+    without a hit."""
+    tokens = keys = 0.0
+    for tok, key in (
+        (N.LMC_LOOKUP_HIT_L1, N.LMC_LOOKUP_HIT_L1_KEYS),
+        (N.LMC_LOOKUP_HIT_L2, N.LMC_LOOKUP_HIT_L2_KEYS),
+    ):
+        t, k = increase(samples, tok), increase(samples, key)
+        if t is not None and k is not None:
+            tokens, keys = tokens + t, keys + k
+    return tokens / keys if keys > 0 else None
 
 
 def token_sources(requests: pd.DataFrame, connector: bool, chunk: float | None = None) -> pd.DataFrame:
