@@ -140,6 +140,11 @@ def reconcile_figures(sources: pd.DataFrame, samples: pd.DataFrame) -> dict[str,
     return out
 
 
+def cell_attribution(tier: str, requests: pd.DataFrame, samples: pd.DataFrame) -> dict[str, Any]:
+    """The summary's `attrib_*` figures of one cell (`reconcile_figures` on its own sources)."""
+    return reconcile_figures(token_sources(requests, tier in OFFLOAD_TIERS, chunk_size(samples)), samples)
+
+
 def rounds(sources: pd.DataFrame) -> pd.DataFrame:
     """Per round: requests, TTFT p50/p95, and the tokens of each source summed over the round's requests
     whose sources are all known (their count is `attributed`)."""
@@ -250,10 +255,12 @@ def statement(tier: str, shares: dict[str, float | None], costs: dict[str, Any])
     if any(v is None for v in shares.values()):
         return None
     top = max(SOURCES, key=lambda s: shares[s] or 0.0)
-    rest = ", ".join(f"{SOURCE_WORDS[s]} {100 * (shares[s] or 0.0):.0f} %" for s in SOURCES if s != top)
+    rest = ", ".join(
+        f"{SOURCE_WORDS[s]} {100 * (shares[s] or 0.0):.0f} %" for s in SOURCES if s != top and shares[s]
+    )
     text = (
         f"{tier}: from round {LATER_ROUND} on, {100 * (shares[top] or 0.0):.0f} % of prompt tokens came from "
-        f"{SOURCE_WORDS[top]} ({rest})"
+        f"{SOURCE_WORDS[top]}" + (f" ({rest})" if rest else "")
     )
     loads = [(s, _ms(costs.get(s))) for s in ("gpu", "l1", "l2")]
     said = [f"from {SOURCE_WORDS[s]} {m}" for s, m in loads if m is not None]
@@ -261,8 +268,13 @@ def statement(tier: str, shares: dict[str, float | None], costs: dict[str, Any])
     if said and miss is not None:
         text += f"; a hit cost {' and '.join(said)} of TTFT, against {miss} recomputed"
     elif miss is not None:
-        text += f"; a recomputed token cost {miss} of TTFT"
-    return text + f" (fit over {costs.get('requests', 0)} requests)."
+        text += f"; recomputing cost {miss} of TTFT"
+    else:
+        return (
+            text
+            + "; these requests do not tell the costs of the sources apart (too few, or in fixed proportion)."
+        )
+    return text + f" (least squares over {costs.get('requests', 0)} requests)."
 
 
 def tier_attribution(

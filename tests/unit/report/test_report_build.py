@@ -120,8 +120,9 @@ def test_report_puts_findings_first_and_settings_last(campaign: Path) -> None:
     index = build_report(campaign)
     md = (campaign / "report" / "report.md").read_text()
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    assert sections[:4] == [
+    assert sections[:5] == [
         "## Findings",
+        "## Where each turn's prompt came from",
         "## Capacity: how much history each tier retains",
         "## Trade-off and recommendation",
         "## Validity warnings",
