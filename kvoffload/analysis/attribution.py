@@ -81,6 +81,7 @@ def token_sources(requests: pd.DataFrame, connector: bool, chunk: float | None =
         {
             "round": _num(ok, "round"),
             "ttft_s": _num(ok, "ttft_s"),
+            "server_ttft_s": _num(ok, "server_ttft_s"),
             "prompt": prompt,
             "gpu": gpu,
             "lmcache": loaded,
@@ -175,17 +176,25 @@ class Cost:
 
 def source_costs(sources: pd.DataFrame) -> dict[str, Any]:
     """TTFT = base + sum over sources of cost x tokens/1000, by ordinary least squares over the requests
-    whose sources and TTFT are known. A source with no tokens in any request has no cost (None). The
+    whose sources and TTFT are known. The TTFT is the server's own (scheduling to first token: loads
+    and prefill, no queue, no network; `basis` "server") when every one of those requests has it, else
+    the client's (`basis` "client"). A source with no tokens in any request has no cost (None). The
     standard errors are the usual OLS ones (residual variance times the diagonal of (X'X)^-1); None
     when the fit has no spare degree of freedom. `requests`: how many the fit used."""
     known = sources.dropna(subset=[*SOURCES, "ttft_s"])
+    server = not known.empty and bool(known["server_ttft_s"].notna().all())
+    out: dict[str, Any] = {
+        "requests": len(known),
+        "basis": "server" if server else "client",
+        "base_s": None,
+        **dict.fromkeys(SOURCES),
+    }
     used = [s for s in SOURCES if not known.empty and (known[s] > 0).any()]
-    out: dict[str, Any] = {"requests": len(known), "base_s": None, **dict.fromkeys(SOURCES)}
     n, k = len(known), len(used) + 1
     if not used or n < MIN_PER_COEFFICIENT * k:
         return out
     x = np.column_stack([np.ones(n), *(known[s].to_numpy() / 1000.0 for s in used)])
-    y = known["ttft_s"].to_numpy()
+    y = known["server_ttft_s" if server else "ttft_s"].to_numpy()
     coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     if rank < k:
         return out  # sources always in the same proportion: no separate cost for each
@@ -274,7 +283,8 @@ def statement(tier: str, shares: dict[str, float | None], costs: dict[str, Any])
             text
             + "; these requests do not tell the costs of the sources apart (too few, or in fixed proportion)."
         )
-    return text + f" (least squares over {costs.get('requests', 0)} requests)."
+    clock = "the server's own TTFT" if costs.get("basis") == "server" else "TTFT as the client saw it"
+    return text + f" (least squares over {costs.get('requests', 0)} requests, {clock})."
 
 
 def tier_attribution(

@@ -60,13 +60,14 @@ class Measurement(BaseModel):
     )
     server_queue_s: float | None = Field(
         default=None,
-        description="the server's own queue time (vLLM `metrics.queue_time_ms` / 1000, with "
-        "--enable-per-request-metrics; null otherwise)",
+        description="the server's own queue time, from the engine queueing the request to scheduling it "
+        "(vLLM `metrics.queue_time_ms` / 1000, with --enable-per-request-metrics; null otherwise)",
     )
     server_ttft_s: float | None = Field(
         default=None,
-        description="the server's own TTFT, from its queueing to its first token (vLLM "
-        "`metrics.time_to_first_token_ms` / 1000; null unless the server sent it)",
+        description="the server's own time to first token, from scheduling the request (after its queue "
+        "time) to its first token: loads and prefill (vLLM `metrics.time_to_first_token_ms` / 1000; null "
+        "unless the server sent it)",
     )
     vllm_cached_tokens: int | None = Field(
         default=None,

@@ -117,9 +117,16 @@ def test_costs_by_hand() -> None:
     )
     costs = A.source_costs(A.token_sources(req, connector=False))
     assert costs["requests"] == 6 and costs["base_s"] == pytest.approx(0.02)
+    assert costs["basis"] == "client"  # no server TTFT in these records
     rec = costs["recomputed"]
     assert rec.s_per_1k == pytest.approx(0.04) and rec.stderr == pytest.approx(math.sqrt(1.5e-4 / 4))
     assert costs["gpu"] is None and costs["l1"] is None  # never a source here: no cost
+    # With the server's own TTFT on every request, the fit uses it (queue and network left out): here
+    # the client saw 10 ms more each time, which only the base takes up.
+    served = req.assign(server_ttft_s=req["ttft_s"] - 0.01)
+    costs = A.source_costs(A.token_sources(served, connector=False))
+    assert costs["basis"] == "server" and costs["base_s"] == pytest.approx(0.01)
+    assert costs["recomputed"].s_per_1k == pytest.approx(0.04)
     # Too few requests for the coefficients: no fit at all.
     assert A.source_costs(A.token_sources(req.iloc[:5], connector=False))["recomputed"] is None
 

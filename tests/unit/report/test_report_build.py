@@ -169,7 +169,7 @@ def test_cli_report_json_to_file_and_bad_flags(campaign: Path, tmp_path: Path) -
     gpu, cpu_view = doc["attribution"][0], doc["attribution"][1]
     assert (gpu["tier"], cpu_view["tier"]) == ("gpu", "cpu")
     assert gpu["rounds"][1]["gpu_tokens"] == 800 and cpu_view["rounds"][1]["gpu_tokens"] is None
-    assert list(gpu["costs"]) == ["requests", "base_s", "gpu", "l1", "l2", "recomputed"]
+    assert list(gpu["costs"]) == ["requests", "basis", "base_s", "gpu", "l1", "l2", "recomputed"]
     assert [r["cell_id"] for r in doc["summary"]] == ["a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"]
     assert [(f["tier"], f["concurrency"], f["comparable"]) for f in doc["findings"]] == [
         ("gpu", 2, True),
