@@ -51,7 +51,10 @@ SHUTDOWN_GRACE_S = 0.25
 CLEAR_TIERS = ("l1", "l2", "all")  # LMCache's Tier values; /cache/clear supports l1 only
 MAX_DELETE_BATCH = 10_000  # LMCache's limit on the keys of one DELETE /cache/objects
 # LMCache 0.5.6's per-request prefetch line (tests/fixtures/lmcache-0.5.6-cpu-attribution/README.md).
-PREFETCH_LINE = "Prefetch request completed (L1+L2): %d/%d retained keys (%d L1, %d L2) in %.1f ms (external_request_id=%s)"
+PREFETCH_LINE = (
+    "Prefetch request completed (L1+L2): %d/%d retained keys (%d L1, %d L2) in %.1f ms "
+    "(external_request_id=%s)"
+)
 
 
 class _Timeline:
@@ -472,7 +475,8 @@ class CacheServer:
         # role keeps it and ingest joins it to the records (kvoffload/ingest/lmcache_log.py).
         log.info(
             PREFETCH_LINE,
-            hits, len(keys), hits - l2, l2, (time.perf_counter() - started) * 1000, body.get("request_id") or "",
+            hits, len(keys), hits - l2, l2,
+            (time.perf_counter() - started) * 1000, body.get("request_id") or "",
         )  # fmt: skip
         return web.json_response({"hit_chunks": hits, "l2_chunks": l2})
 
