@@ -39,8 +39,8 @@ class ReplaySpec:
     tokenizer: str | None = None
     min_chunk_rounds: int = 5
     workers: int | None = None  # replay worker processes; None: the replay's default (per the client's cores)
-    # Ask each answer where its prompt came from (`--attribution`): a campaign's targets are vLLM or
-    # the simulator, which both take the field.
+    # Ask each answer where its prompt came from (`--attribution`): on for a campaign's replicas with a
+    # KV connector (vLLM with LMCacheMPConnector, or the simulator's), whose connector answers it.
     attribution: bool = True
 
 
