@@ -294,13 +294,15 @@ def tier_attribution(
     `requests` and `samples` carry `cell_id`."""
     out = []
     present = set(cells["tier"]) if "tier" in cells else set()
+    by_cell = {str(k): g for k, g in requests.groupby("cell_id", sort=False)} if "cell_id" in requests else {}
+    smp = {str(k): g for k, g in samples.groupby("cell_id", sort=False)} if "cell_id" in samples else {}
     for tier in [t for t in TIERS if t in present]:
         ids = [str(c) for c in cells.loc[cells["tier"] == tier, "cell_id"]]
-        parts = []
-        for cid in ids:
-            req = requests[requests["cell_id"] == cid]
-            smp = samples[samples["cell_id"] == cid]
-            parts.append(token_sources(req, tier in OFFLOAD_TIERS, chunk_size(smp)))
+        parts = [
+            token_sources(by_cell[cid], tier in OFFLOAD_TIERS, chunk_size(smp.get(cid, samples.iloc[0:0])))
+            for cid in ids
+            if cid in by_cell
+        ]
         sources = pd.concat(parts) if parts else token_sources(requests.iloc[0:0], False)
         costs = source_costs(sources)
         shares = _shares(sources[sources["round"] >= LATER_ROUND])
