@@ -133,11 +133,7 @@ def reconcile_figures(sources: pd.DataFrame, samples: pd.DataFrame) -> dict[str,
     out["attrib_mismatch"] = (
         None if not checked else ",".join(k for k, v in checked.items() if not v["within"])
     )
-    share = sources[list(SOURCES)].sum(min_count=1) if not sources.empty else None
-    known = sources.dropna(subset=list(SOURCES))
-    total = float(known["prompt"].sum()) if not known.empty else 0.0
-    for s in SOURCES:
-        out[f"attrib_{s}_share"] = float(known[s].sum()) / total if total > 0 and share is not None else None
+    out.update({f"attrib_{s}_share": v for s, v in _shares(sources).items()})
     return out
 
 
