@@ -8,9 +8,13 @@ line per lookup (the simulator's cache server writes the same line):
 
 The collect role keeps these lines per host (units/<host>--kvoffload-lmcache.service.prefetch.txt). The
 external request id is vLLM's engine request id: the answer's `id` (the record's `response_id`) with a
-`-<8 hex>` suffix vLLM adds. A record whose id no line names gets nulls (the server did not say); a
-line that names no record (an earlier cell's, a warm-up) is ignored. Where two lines name one request
-(a lookup retried after a preemption), the last one counts. No pandas here; pyarrow in, pyarrow out.
+`-<8 hex>` suffix vLLM adds. LMCache writes the line only for a lookup that hit (the real capture's
+first, cold request has none; tests/fixtures/lmcache-0.5.6-cpu-attribution/README.md), so where the cell
+has prefetch lines at all, a record with an id that no line names had a lookup without a hit: 0 and 0.
+Without any line (no KV cache server, or its lines not collected) every record gets nulls: the server
+did not say. A line that names no record (an earlier cell's, a warm-up) is ignored; where two lines
+name one request (a lookup repeated while it waited), the last one counts. No pandas here; pyarrow in,
+pyarrow out.
 """
 
 from __future__ import annotations
@@ -65,12 +69,14 @@ def read_folder(units_dir: Path) -> dict[str, Prefetch]:
 
 
 def join(requests: pa.Table, prefetches: dict[str, Prefetch]) -> pa.Table:
-    """`requests` with COLUMNS appended: each record's L1 and L2 hit chunks (null: no line names it).
+    """`requests` with COLUMNS appended: each record's L1 and L2 hit chunks (module docstring: 0 for a
+    record no line names when there are lines, null without any line or without a response id).
 
     The server's ids carry vLLM's suffix, the records the answer's id: both sides are keyed without it.
     """
     by_answer = {_SUFFIX.sub("", rid): p for rid, p in prefetches.items()}
-    found = [by_answer.get(rid) if rid else None for rid in requests["response_id"].to_pylist()]
+    miss = Prefetch(0, 0, 0) if prefetches else None
+    found = [by_answer.get(rid, miss) if rid else None for rid in requests["response_id"].to_pylist()]
     l1 = pa.array([p.l1 if p else None for p in found], pa.int64())
     l2 = pa.array([p.l2 if p else None for p in found], pa.int64())
     return requests.append_column(COLUMNS[0][0], l1).append_column(COLUMNS[1][0], l2)

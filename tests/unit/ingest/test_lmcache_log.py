@@ -16,14 +16,22 @@ REAL = ROOT / "tests" / "fixtures" / "lmcache-0.5.6-cpu-attribution" / "server.l
 SMALL = ROOT / "tests" / "fixtures" / "campaign-small"
 
 
-def test_the_real_servers_lines_parse() -> None:
+def test_the_real_servers_lines_parse_and_reconcile_with_its_counters() -> None:
     text = REAL.read_text()
     found = lmcache_log.parse(text.splitlines())
-    # Every prefetch line of the capture, no other line.
-    assert len(found) == text.count("Prefetch request completed")
+    # Every prefetch line of the capture, no other line; each names a distinct request.
+    assert len(found) == text.count("Prefetch request completed") == 14
     assert all(rid.startswith("chatcmpl-") for rid in found)
-    assert any(p.l2 > 0 for p in found.values()) and any(p.l1 > 0 for p in found.values())
     assert all(p.l1 + p.l2 <= p.asked for p in found.values())
+    # The server's own counters after the capture (lmcache-metrics.txt): 54 L1 and 13 L2 hit keys.
+    assert sum(p.l1 for p in found.values()) == 54 and sum(p.l2 for p in found.values()) == 13
+    # Joined to the answers' ids: the cold first request had no line (a lookup without a hit).
+    answers = [json.loads(x) for x in (REAL.parents[1] / "vllm-0.32-cpu-attribution" / "answers.jsonl")
+               .read_text().splitlines()]  # fmt: skip
+    ids = [a["id"] for a in answers if "id" in a]
+    joined = lmcache_log.join(pa.table({"response_id": ids}), found)
+    l1 = joined["lmcache_l1_hit_chunks"].to_pylist()
+    assert l1[0] == 0 and None not in l1 and sum(l1) == 54
 
 
 def _line(rid: str, l1: int, l2: int, asked: int) -> str:
@@ -46,8 +54,12 @@ def test_join_by_the_answer_id_without_vllms_suffix() -> None:
         {"response_id": ["chatcmpl-aaaaaaaaaaaaaaaa", "chatcmpl-bbbbbbbbbbbbbbbb", "chatcmpl-dddd", None]}
     )
     out = lmcache_log.join(requests, lmcache_log.parse(lines))
-    assert out["lmcache_l1_hit_chunks"].to_pylist() == [3, 0, None, None]
-    assert out["lmcache_l2_hit_chunks"].to_pylist() == [0, 3, None, None]
+    # dddd: no line, while the cell has lines: a lookup without a hit (LMCache logs hits only).
+    assert out["lmcache_l1_hit_chunks"].to_pylist() == [3, 0, 0, None]
+    assert out["lmcache_l2_hit_chunks"].to_pylist() == [0, 3, 0, None]
+    # No line at all (no KV cache server, lines not collected): the server did not say.
+    none = lmcache_log.join(requests, {})
+    assert none["lmcache_l1_hit_chunks"].to_pylist() == [None] * 4
 
 
 def test_ingest_adds_the_chunks_from_the_units_folder(tmp_path: Path) -> None:
@@ -63,7 +75,7 @@ def test_ingest_adds_the_chunks_from_the_units_folder(tmp_path: Path) -> None:
     ingest_campaign(results)
     t = load_tables(results).requests
     mine = t[t["cell_id"] == "a2cpu"]
-    assert mine["lmcache_l1_hit_chunks"].notna().sum() == 1
+    assert (mine["lmcache_l1_hit_chunks"].notna() == mine["response_id"].notna()).all()
     hit = mine[mine["response_id"] == "chatcmpl-0123456789abcdef"].iloc[0]
     assert (hit["lmcache_l1_hit_chunks"], hit["lmcache_l2_hit_chunks"]) == (2, 1)
     assert t.loc[t["cell_id"] != "a2cpu", "lmcache_l1_hit_chunks"].isna().all()
