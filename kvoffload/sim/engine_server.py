@@ -460,7 +460,8 @@ class EngineServer:
     def _per_request_metrics(self, req: Request) -> dict[str, Any] | None:
         """vLLM's `metrics` object (--enable-per-request-metrics), from the engine's own timestamps:
         queue = scheduled - arrival, TTFT = first token - scheduled (vLLM leaves the queue out),
-        generation = last token - first token; None without the flag."""
+        generation = last token - first token; `speculative_decoding` null (no draft model); None
+        without the flag. Streams leave the null fields out, as vLLM's do."""
         if not self.args.enable_per_request_metrics:
             return None
         sched, first, last = req.first_scheduled, req.first_token_time, req.last_token_time
@@ -472,6 +473,7 @@ class EngineServer:
                 "queue_time_ms",
                 "mean_itl_ms",
                 "tokens_per_second",
+                "speculative_decoding",
             )
         )
         if sched is not None:
