@@ -222,32 +222,28 @@ def test_nvme_tier_loads_from_l2_files_on_the_loop_device(real_run: tuple[Path, 
 
 
 def test_each_request_says_where_its_prompt_came_from(real_run: tuple[Path, float]) -> None:
-    """Per-request attribution on real vLLM + real LMCache (issue 35): the connector's cached_token_stats
-    in the records, the server's L1/L2 split joined from its log, and the sums agree with the counters."""
-    from kvoffload.analysis.attribution import chunk_size, token_sources
-
+    """Per-request attribution on real vLLM + real LMCache (issue 35). vLLM 0.32 streams no
+    kv_transfer_params (tests/fixtures/vllm-0.32-cpu-attribution/README.md), so per request the records
+    carry the server's own queue time and TTFT and the LMCache server's L1/L2 hits, joined from its log;
+    those sums agree with its counters."""
     results = real_run[0]
     requests = pd.read_parquet(results / "tables" / "requests.parquet")
-    samples = pd.read_parquet(results / "tables" / "samples.parquet")
     summary = pd.read_parquet(results / "tables" / "summary.parquet").set_index("cell_id")
     cells = _cells(results)
-    loaded: dict[str, float] = {}
     for tier in ("cpu", "nvme"):
         cid = cells[tier].name
         ok = requests[(requests["cell_id"] == cid) & (requests["status"] == "ok")]
         assert ok["response_id"].notna().all(), tier
-        assert ok["vllm_cached_tokens"].notna().all() and ok["lmcache_loaded_tokens"].notna().all(), tier
-        assert ok["lmcache_l1_hit_chunks"].notna().any(), tier  # the collect kept the prefetch lines
-        sources = token_sources(ok, True, chunk_size(samples[samples["cell_id"] == cid]))
-        loaded[tier] = float(sources["lmcache"].sum())
-        assert loaded[tier] > 0, tier
-        # Every attribution sum that could be checked agrees with the counters within the tolerance.
-        assert summary.loc[cid, "attrib_mismatch"] == "", summary.loc[cid].filter(like="attrib_").to_dict()
-        if tier == "nvme":
-            assert float(sources["l2"].sum()) > 0, sources.describe()
-    gpu = requests[requests["cell_id"] == cells["gpu"].name]
-    assert gpu["vllm_cached_tokens"].isna().all() and gpu["cached_tokens"].notna().all()  # not asked there
-    # The report's turn-by-turn view says where the offload tiers' later rounds came from.
+        assert ok["lmcache_l1_hit_chunks"].notna().all(), tier  # the collect kept the prefetch lines
+        assert ok["lmcache_l1_hit_chunks"].sum() + ok["lmcache_l2_hit_chunks"].sum() > 0, tier
+        row = summary.loc[cid]
+        # The per-request L1 and L2 chunk sums were checked against the counters and agree.
+        assert row["attrib_l1_chunks_diff"] is not None and not pd.isna(row["attrib_l1_chunks_diff"]), tier
+        assert row["attrib_mismatch"] == "", row.filter(like="attrib_").to_dict()
+    nvme = requests[requests["cell_id"] == cells["nvme"].name]
+    assert nvme["lmcache_l2_hit_chunks"].sum() > 0
+    # The engine profiles turn on vLLM's per-request metrics: its own queue time and TTFT per request.
+    assert requests["server_ttft_s"].notna().all() and requests["server_queue_s"].notna().all()
     md = (results / "report" / "report.md").read_text()
     assert "## Where each turn's prompt came from" in md and "nvme: TTFT and prompt sources by round" in md
 
