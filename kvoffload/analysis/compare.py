@@ -90,6 +90,19 @@ def _client_clock_warnings(row: pd.Series, cid: str, grp: str) -> list[dict[str,
     return out
 
 
+def attribution_mismatch(row: pd.Series) -> str | None:
+    """Why a cell's per-request token sources are not to be trusted (their sums and the counters differ
+    beyond analysis/attribution.py's tolerance), or None."""
+    names = row.get("attrib_mismatch")
+    if not isinstance(names, str) or not names:
+        return None
+    parts = [f"{n} {float(row.get(f'attrib_{n}_diff') or 0.0):+.0f}" for n in names.split(",")]
+    return (
+        "the per-request token sources disagree with the counters beyond the tolerance (per-request sum "
+        f"less counter: {', '.join(parts)}): the turn-by-turn attribution of this cell is not trustworthy"
+    )
+
+
 def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
     """Validity warnings of one summary row."""
     out = []
@@ -180,6 +193,9 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
                 ),
             )
         )
+    mismatch = attribution_mismatch(row)
+    if mismatch is not None:
+        out.append(_w("cell", cid, grp, "attribution_mismatch", mismatch))
     if row.get("local_hit_rate_source") is None and row.get("kv_usage_source") is None:
         msg = "no vLLM metrics were sampled: hit rates and KV usage unknown"
         out.append(_w("cell", cid, grp, "no_engine_metrics", msg))

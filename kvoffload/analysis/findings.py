@@ -53,6 +53,7 @@ CAVEATS = (
     "no_engine_metrics",
     "no_virtual_users",
     "routing_unchecked",
+    "attribution_mismatch",
 )
 ROUTING = {
     "header X-User-Id": "sticky by X-User-Id",

@@ -31,6 +31,9 @@ LMC_LOOKUP_HIT = ("lmcache_mp_lookup_hit_tokens_total",)
 # Per-tier split of LMC_LOOKUP_HIT (l1 + l2 == hit), new in 0.5.6.
 LMC_LOOKUP_HIT_L1 = ("lmcache_mp_lookup_hit_l1_tokens_total",)
 LMC_LOOKUP_HIT_L2 = ("lmcache_mp_lookup_hit_l2_tokens_total",)
+# The same hits in chunks (keys): what the server's per-request prefetch lines count.
+LMC_LOOKUP_HIT_L1_KEYS = ("lmcache_mp_lookup_hit_l1_keys_total",)
+LMC_LOOKUP_HIT_L2_KEYS = ("lmcache_mp_lookup_hit_l2_keys_total",)
 LMC_L1_USAGE_BYTES = ("lmcache_mp_l1_memory_usage_bytes",)
 LMC_L1_USAGE_RATIO = ("lmcache_mp_l1_usage_ratio",)
 LMC_L2_USAGE_BYTES = ("lmcache_mp_l2_usage_bytes",)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.attribution import cell_attribution
 from kvoffload.analysis.capacity import configured_l1_gb, gpu_cache_figures, lmcache_capacity_figures
 from kvoffload.analysis.client import replay_window, request_figures, reuse_from_records, ttft_by_round
 from kvoffload.analysis.engine import engine_figures
@@ -218,6 +219,7 @@ def _cell_figures(
     row.update(gpu_cache_figures(samples))
     row.update(lmcache_capacity_figures(samples))
     row["lmcache_l1_size_gb"] = configured_l1_gb(cell.get("config"))
+    row.update(cell_attribution(str(cell["tier"]), requests, samples))
     return row
 
 

@@ -289,6 +289,13 @@ def register(sub: Any) -> None:
     p.add_argument("--honor-gaps", action="store_true", help="sleep the recorded pre_gap before each round")
     p.add_argument("--agentic-traces", action="store_true", help="accepted for parity; always on")
     p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (engines without it)")
+    p.add_argument(
+        "--attribution",
+        action="store_true",
+        help="ask the server where each prompt's tokens came from (kv_transfer_params "
+        "cached_token_stats: vLLM with LMCacheMPConnector); off by default, for servers that may refuse "
+        "the field; campaigns turn it on",
+    )
     g = p.add_argument_group("gpt-oss only (resolved by the orchestrator for gpt-oss models)")
     g.add_argument("--enable-agentic-tools", action="store_true", help="declare the tools the history calls")
     g.add_argument("--ask-mode", action="store_true", help="tool_choice auto with declared tools")
@@ -457,6 +464,7 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             osl=osl,
             ignore_eos=not args.no_ignore_eos,
+            attribution=args.attribution,
             sanitize_harmony_tokens=args.sanitize_harmony_tokens,
             agentic_tools=args.enable_agentic_tools,
             ask_mode=args.ask_mode,

@@ -151,4 +151,6 @@ class CampaignPaths:
                     files.append(p)
             if cell.metrics_dir.is_dir():
                 files.extend(sorted(cell.metrics_dir.glob("*.jsonl")))
+            if cell.units_dir.is_dir():  # the KV cache server's prefetch lines (ingest/lmcache_log.py)
+                files.extend(sorted(cell.units_dir.glob("*.prefetch.txt")))
         return files

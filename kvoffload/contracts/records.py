@@ -6,8 +6,11 @@ meaning, and keep reading the older versions (`READABLE_SCHEMAS`): fields added 
 that says what an older file meant. Models only; no IO.
 
 Schema history: 1: first version. 2: request records gained `ttft_clock` and `late_s` (older files
-read as `ttft_clock: "read"`, `late_s: null`). sessions.json's `exceptions`, `stop_reason` and
-`first_error` were added without a bump: readers ignore keys they do not know.
+read as `ttft_clock: "read"`, `late_s: null`). 3: request records gained the server's own per-request
+answer (`response_id`, `server_queue_s`, `server_ttft_s`, `vllm_cached_tokens`, `lmcache_cached_tokens`,
+`lmcache_loaded_tokens`; older files read them as null: the server was not asked). sessions.json's
+`exceptions`, `stop_reason` and `first_error` were added without a bump: readers ignore keys they do not
+know.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA = 2
-READABLE_SCHEMAS = frozenset({1, 2})
+SCHEMA = 3
+READABLE_SCHEMAS = frozenset({1, 2, 3})
 Status = Literal["ok", "error", "timeout"]
 
 
@@ -48,6 +51,38 @@ class Measurement(BaseModel):
     late_s: float | None = Field(
         default=None,
         description="how late the client's read loop was behind the kernel stamp (null: unknown)",
+    )
+    # Schema 3: what the server itself said about this request (docs/contracts.md, "Per-request
+    # attribution"). Null whenever the server did not say it; nothing here is inferred.
+    response_id: str | None = Field(
+        default=None,
+        description="the answer's `id` (vLLM: chatcmpl-<16 hex>, the request id its engine and LMCache log)",
+    )
+    server_queue_s: float | None = Field(
+        default=None,
+        description="the server's own queue time, from the engine queueing the request to scheduling it "
+        "(vLLM `metrics.queue_time_ms` / 1000, with --enable-per-request-metrics; null otherwise)",
+    )
+    server_ttft_s: float | None = Field(
+        default=None,
+        description="the server's own time to first token, from scheduling the request (after its queue "
+        "time) to its first token: loads and prefill (vLLM `metrics.time_to_first_token_ms` / 1000; null "
+        "unless the server sent it)",
+    )
+    vllm_cached_tokens: int | None = Field(
+        default=None,
+        description="prompt tokens the engine's own prefix cache (GPU) served (LMCache's "
+        "`kv_transfer_params.cached_token_stats.num_vllm_cached_tokens`; null unless asked and answered)",
+    )
+    lmcache_cached_tokens: int | None = Field(
+        default=None,
+        description="prompt tokens LMCache's lookup found (`num_lmcache_cached_tokens`, a prefix that "
+        "includes what the engine already had)",
+    )
+    lmcache_loaded_tokens: int | None = Field(
+        default=None,
+        description="prompt tokens loaded from LMCache beyond the engine's own hit "
+        "(`num_lmcache_extra_cached_tokens`)",
     )
 
 

@@ -6,7 +6,9 @@ Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCH
   hosts, targets, timings, versions (controller), software (lab hosts), config (every key of the
   resolved cell), profiles and units (systemd states); the node that ran the cell and its cold-start
   method (restart or reset); `done` says whether DONE exists).
-- requests: requests.jsonl rows (DESIGN.md section 6 schema).
+- requests: requests.jsonl rows (DESIGN.md section 6 schema), plus each request's LMCache L1 and L2 hit
+  chunks from the KV cache server's prefetch lines in units/ (kvoffload/ingest/lmcache_log.py; null
+  where no line names the request).
 - sessions: sessions.json, one row per cell that has one.
 - samples: metric samples with `phase` = run (metrics/<target>.jsonl) | before | after (snapshots).
 A cell folder whose cell.json is missing or invalid is skipped and listed in the manifest's `skipped`.
@@ -36,6 +38,7 @@ from kvoffload.contracts.cells_table import CELLS_SCHEMA, cell_row
 from kvoffload.contracts.layout import CampaignPaths, CellPaths
 from kvoffload.contracts.records import SessionCounts
 from kvoffload.errors import UserError
+from kvoffload.ingest import lmcache_log
 from kvoffload.ingest.cellmeta import load_cell_meta, load_session_counts
 from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, ends_mid_line, read_requests, read_samples
 
@@ -45,13 +48,14 @@ log = logging.getLogger(__name__)
 # (the whole resolved cell config), `profiles` and `units`; 5: columns derived from the contract models
 # (kvoffload/contracts): requests gained `ttft_clock` and `late_s`, sessions every sessions.json field;
 # 6: cells derived from CellMeta too (kvoffload/contracts/cells_table.py): every cell.json field a column.
+# 7: requests gained the schema-3 record fields and the LMCache L1/L2 hit chunks of each request.
 # Tables of an older version are rebuilt from the raw files (`ingest_needed`).
-TABLES_SCHEMA_VERSION = 6
+TABLES_SCHEMA_VERSION = 7
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 # Every field of sessions.json but its schema version, as the model defines them.
 SESSIONS_SCHEMA = pa.schema([("cell_id", pa.string()), *arrow_schema(SessionCounts, exclude=["schema"])])
-REQUESTS_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), *REQUEST_SCHEMA])
+REQUESTS_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), *REQUEST_SCHEMA, *lmcache_log.COLUMNS])
 SAMPLES_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), ("phase", pa.string()), *SAMPLE_SCHEMA])
 
 
@@ -152,7 +156,9 @@ def ingest_campaign(results_dir: Path) -> Path:
             unreadable.append(_unreadable(cell, cell.sessions, exc))
         try:
             if cell.requests.is_file():
-                requests.append(_with_columns(read_requests(cell.requests), cell_id=cell.cell_id))
+                prefetches = lmcache_log.read_folder(cell.units_dir)
+                table = lmcache_log.join(read_requests(cell.requests), prefetches)
+                requests.append(_with_columns(table, cell_id=cell.cell_id))
         except UserError as exc:
             unreadable.append(_unreadable(cell, cell.requests, exc))
         samples.extend(_cell_samples(cell, unreadable, cut_off))

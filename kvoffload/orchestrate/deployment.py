@@ -194,6 +194,9 @@ def cell_extravars(
         max_sessions=campaign.max_sessions,
         duration_s=campaign.duration_s,
         tokenizer=str(models["replay_tokenizer"]),
+        # LMCache's cached_token_stats come from its connector: asked where the replicas have one
+        # (the gpu tier's cached tokens are all the engine's own, docs/metrics.md).
+        attribution="--kv-transfer-config" in resolved["vllm_engine_args"],
     )
     extra = fixed_flags(spec) + (["--honor-gaps"] if campaign.honor_gaps else [])
     if campaign.cold_start == "reset":

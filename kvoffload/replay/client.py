@@ -19,7 +19,9 @@ how long that read's newest data had waited in the kernel (read moment minus sta
 has `late_s` None (its stamp is the first token's own, or the clock is "read").
 
 To keep client overhead out of the measurement, only chunks up to the first token are JSON-decoded; later
-chunks are timestamped and the usage chunk is decoded at the end.
+chunks are timestamped and the usage chunk is decoded at the end. The server's own account of the request
+(schema 3: its `id`, `metrics` with --enable-per-request-metrics, `kv_transfer_params.cached_token_stats`
+when asked) is read from the chunks that carry it (`ServerAnswer`), each field null when none does.
 """
 
 from __future__ import annotations
@@ -89,6 +91,61 @@ def _usage(data: bytes) -> dict[str, Any] | None:
 def _count(value: Any) -> int | None:
     """A usage count as the record takes it; anything but a whole number (a broken server) is None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds(value: Any) -> float | None:
+    """A server's milliseconds as seconds; anything but a non-negative number is None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value) / 1000.0
+
+
+class ServerAnswer:
+    """What the server said about the request itself, gathered from the chunks that carry it.
+
+    vLLM 0.32 puts `id` on every chunk, `metrics` (--enable-per-request-metrics) on the usage chunk and
+    `kv_transfer_params` where its version sends it (tests/fixtures/vllm-0.32-cpu-attribution/README.md
+    says which chunk); only chunks that contain the key are decoded for it.
+    """
+
+    def __init__(self) -> None:
+        self.response_id: str | None = None
+        self.queue_s: float | None = None
+        self.ttft_s: float | None = None
+        self.stats: dict[str, Any] = {}
+
+    def read(self, data: bytes) -> None:
+        """Take what one SSE data line (or a whole JSON body) says."""
+        wanted = self.response_id is None or b'"metrics"' in data or b'"kv_transfer_params"' in data
+        if not wanted:
+            return
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if self.response_id is None and isinstance(obj.get("id"), str):
+            self.response_id = obj["id"]
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict):
+            self.queue_s = _seconds(metrics.get("queue_time_ms"))
+            self.ttft_s = _seconds(metrics.get("time_to_first_token_ms"))
+        params = obj.get("kv_transfer_params")
+        stats = params.get("cached_token_stats") if isinstance(params, dict) else None
+        if isinstance(stats, dict):
+            self.stats = stats
+
+    def fields(self) -> dict[str, Any]:
+        """The record's schema-3 fields (null where the server said nothing)."""
+        return {
+            "response_id": self.response_id,
+            "server_queue_s": self.queue_s,
+            "server_ttft_s": self.ttft_s,
+            "vllm_cached_tokens": _count(self.stats.get("num_vllm_cached_tokens")),
+            "lmcache_cached_tokens": _count(self.stats.get("num_lmcache_cached_tokens")),
+            "lmcache_loaded_tokens": _count(self.stats.get("num_lmcache_extra_cached_tokens")),
+        }
 
 
 async def _drain(resp: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
@@ -179,6 +236,7 @@ async def stream_chat(
     replica: str | None = None
     clock: Clock = "read"
     late_s: float | None = None
+    answer = ServerAnswer()
     try:
         async with asyncio.timeout(timeout_s) as deadline:
             if activity is not None:
@@ -231,6 +289,7 @@ async def stream_chat(
                             if data == b"[DONE]":
                                 done, t_end = True, now
                                 break
+                            answer.read(data)
                             if b'"usage"' in data:
                                 found = _usage(data)
                                 if found is not None:
@@ -286,4 +345,5 @@ async def stream_chat(
         replica=replica,
         ttft_clock=clock,
         late_s=late_s,
+        **answer.fields(),
     )

@@ -39,6 +39,9 @@ class ReplaySpec:
     tokenizer: str | None = None
     min_chunk_rounds: int = 5
     workers: int | None = None  # replay worker processes; None: the replay's default (per the client's cores)
+    # Ask each answer where its prompt came from (`--attribution`): on for a campaign's replicas with a
+    # KV connector (vLLM with LMCacheMPConnector, or the simulator's), whose connector answers it.
+    attribution: bool = True
 
 
 def fixed_flags(spec: ReplaySpec) -> list[str]:
@@ -49,6 +52,8 @@ def fixed_flags(spec: ReplaySpec) -> list[str]:
         "--request-timeout", str(REQUEST_TIMEOUT_S),
         "--tokenizer", spec.tokenizer or spec.model,
     ]  # fmt: skip
+    if spec.attribution:
+        flags.append("--attribution")
     if spec.dataset_code != "sammshen":
         flags += ["--min-chunk-rounds", str(spec.min_chunk_rounds)]
     if spec.duration_s is not None:

@@ -29,6 +29,10 @@ class RequestOptions:
     sanitize_harmony_tokens: bool = False
     agentic_tools: bool = False
     ask_mode: bool = False
+    # Ask the server where each prompt's tokens came from (LMCache's `cached_token_stats` through
+    # vLLM's `kv_transfer_params`). Off unless the target is known to take it: a server that
+    # validates request bodies strictly may refuse the unknown field.
+    attribution: bool = False
 
 
 def max_tokens(call: Call, opts: RequestOptions) -> int:
@@ -73,6 +77,8 @@ def build_payload(call: Call, opts: RequestOptions) -> dict[str, Any]:
     }
     if opts.ignore_eos:
         payload["ignore_eos"] = True
+    if opts.attribution:
+        payload["kv_transfer_params"] = {"cached_token_stats": True}
     if opts.agentic_tools:
         tools = _declared_tools(call.messages)
         if tools:

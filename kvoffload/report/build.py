@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import yaml
 
 from kvoffload import __version__
 from kvoffload.analysis import capacity as cap
+from kvoffload.analysis.attribution import TierAttribution, tier_attribution
 from kvoffload.analysis.capacity import Knee, Stated, TierCapacity
 from kvoffload.analysis.client import ttft_by_round, ttft_cdf
 from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
@@ -44,6 +45,7 @@ from kvoffload.report.views import (
     OFFLOAD_COLUMNS,
     SESSION_COLUMNS,
     Table,
+    attribution_tables,
     fmt,
     frame_table,
     gpu_memory_note,
@@ -66,6 +68,7 @@ class Analysis:
     warnings: pd.DataFrame
     rounds: pd.DataFrame
     software: pd.DataFrame
+    attribution: list[TierAttribution] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ def analyse(results_dir: Path) -> Analysis:
         ),
         rounds=rounds_table(t.cells, t.requests),
         software=software,
+        attribution=tier_attribution(t.cells, t.requests, relevant(t.samples)),
     )
 
 
@@ -431,6 +435,11 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     predicted, inputs = prediction_tables(c.predictions)
     return {
         "finding_groups": _finding_groups(c),
+        "attribution": [
+            {"statement": v.statement, "tables": attribution_tables(v)}
+            for v in a.attribution
+            if not v.rounds.empty
+        ],
         "routing_note": ROUTING_NOTE,
         "predicted": predicted,
         "capacity_inputs": inputs,
@@ -475,6 +484,12 @@ def render_markdown(ctx: dict[str, Any]) -> str:
     if not ctx["finding_groups"]:
         out += ["No comparison group has a measured cell.", ""]
     out += [ctx["routing_note"], ""]
+    if ctx["attribution"]:
+        out += ["## Where each turn's prompt came from", ""]
+        for v in ctx["attribution"]:
+            out += ([f"- {v['statement']}", ""] if v["statement"] else []) + [
+                md_table(t) for t in v["tables"]
+            ]
     out += ["## Capacity: how much history each tier retains", ""]
     out += [md_table(ctx["predicted"]), md_table(ctx["capacity_inputs"]), "### Measured knee", ""]
     out += [f"- {k}" for k in ctx["knees"]] + [""]
@@ -667,10 +682,13 @@ def knee_verdicts(knees: Sequence[Knee], ramps: Any) -> list[str]:
 
 def report_json(a: Analysis, c: Conclusions) -> str:
     """`report --format json`: {"summary": one object per cell (the summary table), "findings": one per
-    comparison group and tier, "capacity": {"predicted", "measured", "recommendation"}}."""
+    comparison group and tier, "attribution": one per tier (rounds with their token sources, the cost
+    of each source per 1K tokens with its spread, the sentence), "capacity": {"predicted", "measured",
+    "recommendation"}}."""
     doc = {
         "summary": summary_records(a.summary),
         "findings": [f.as_dict() for f in c.findings],
+        "attribution": [v.as_dict() for v in a.attribution],
         "capacity": {
             "predicted": [p.as_dict() for p in c.predictions],
             "measured": [k.as_dict() for k in c.knees],

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.attribution import Cost, TierAttribution
 from kvoffload.analysis.capacity import Knee, TierCapacity, as_number, tokens_text
 from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB
 
@@ -365,3 +366,27 @@ def knee_table(knees: Sequence[Knee]) -> Table:
         "cells",
     ]
     return Table("Measured sweep", headers, rows)
+
+
+def attribution_tables(view: TierAttribution) -> tuple[Table, Table]:
+    """The turn-by-turn tables of one tier: per round TTFT p50/p95 with the round's prompt tokens by
+    source stacked beside it, and the cost of each source (ms of TTFT per 1K tokens, ± its standard
+    error)."""
+    rounds = Table(
+        f"{view.tier}: TTFT and prompt sources by round",
+        ["round", "requests", "TTFT p50 s", "TTFT p95 s", "GPU tokens", "L1 tokens", "L2 tokens",
+         "recomputed tokens"],
+        [
+            [fmt_int(r["round"]), fmt_int(r["requests"]), fmt(r["ttft_p50_s"]), fmt(r["ttft_p95_s"]),
+             *(fmt_int(r[f"{s}_tokens"]) for s in ("gpu", "l1", "l2", "recomputed"))]
+            for r in view.rounds.to_dict("records")
+        ],
+        "Tokens of the requests whose server said every source (docs/metrics.md, Per-request attribution).",
+    )  # fmt: skip
+    costs = [
+        [name, fmt(c.s_per_1k, 2, 1000.0), fmt(c.stderr, 2, 1000.0)]
+        for name, c in ((s, view.costs.get(s)) for s in ("gpu", "l1", "l2", "recomputed"))
+        if isinstance(c, Cost)
+    ]
+    note = f"Least-squares fit of TTFT over {view.costs.get('requests', 0)} requests."
+    return rounds, Table(f"{view.tier}: cost per 1K prompt tokens", ["source", "ms", "± ms"], costs, note)

@@ -50,6 +50,11 @@ EVICTION_INTERVAL_S = 1.0
 SHUTDOWN_GRACE_S = 0.25
 CLEAR_TIERS = ("l1", "l2", "all")  # LMCache's Tier values; /cache/clear supports l1 only
 MAX_DELETE_BATCH = 10_000  # LMCache's limit on the keys of one DELETE /cache/objects
+# LMCache 0.5.6's per-request prefetch line (tests/fixtures/lmcache-0.5.6-cpu-attribution/README.md).
+PREFETCH_LINE = (
+    "Prefetch request completed (L1+L2): %d/%d retained keys (%d L1, %d L2) in %.1f ms "
+    "(external_request_id=%s, prefetch_request_id=%d)"
+)
 
 
 class _Timeline:
@@ -437,6 +442,7 @@ class CacheServer:
         self.store = store
         self.metrics = metrics
         self._tasks: list[asyncio.Task[None]] = []
+        self._prefetch_lines = 0  # LMCache's prefetch_request_id: a count of the lookups that hit
 
     def engine_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
@@ -463,7 +469,18 @@ class CacheServer:
 
     async def lookup(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()
-        hits, l2 = await self.store.lookup(str(body["model"]), list(body["keys"]), int(body["chunk_bytes"]))
+        started = time.perf_counter()
+        keys = list(body["keys"])
+        hits, l2 = await self.store.lookup(str(body["model"]), keys, int(body["chunk_bytes"]))
+        # LMCache's per-request line, the only place it splits a request's hits by tier, written for a
+        # lookup that hit only: the collect role keeps it, ingest joins it (kvoffload/ingest/lmcache_log.py).
+        if hits:
+            self._prefetch_lines += 1
+            log.info(
+                PREFETCH_LINE,
+                hits, len(keys), hits - l2, l2, (time.perf_counter() - started) * 1000,
+                body.get("request_id") or "", self._prefetch_lines,
+            )  # fmt: skip
         return web.json_response({"hit_chunks": hits, "l2_chunks": l2})
 
     async def store_chunks(self, request: web.Request) -> web.Response:

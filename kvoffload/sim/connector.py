@@ -78,13 +78,19 @@ class CacheClient:
                 f"LMCache MP server at tcp://{self.cfg.host}:{self.cfg.port} failed: {exc!r}"
             ) from exc
 
-    async def lookup(self, keys: list[bytes], chunk_bytes: int) -> tuple[int, int]:
+    async def lookup(self, keys: list[bytes], chunk_bytes: int, request_id: str = "") -> tuple[int, int]:
         """Leading chunks the server holds (after prefetching any from L2), and how many came from L2.
 
         Sent for every request, also one without a full chunk, as the real connector does (LMCache
-        counts those as early exits).
+        counts those as early exits). `request_id`: the engine's id of the request, which the server
+        logs with the lookup (its prefetch line), as LMCache's connector passes vLLM's.
         """
-        body = {"model": self.model, "keys": [k.hex() for k in keys], "chunk_bytes": chunk_bytes}
+        body = {
+            "model": self.model,
+            "keys": [k.hex() for k in keys],
+            "chunk_bytes": chunk_bytes,
+            "request_id": request_id,
+        }
         data = await self._post(protocol.LOOKUP, body)
         return int(data["hit_chunks"]), int(data["l2_chunks"])
 

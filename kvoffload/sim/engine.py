@@ -92,6 +92,8 @@ class Request:
     max_tokens: int
     arrival: float
     ext_hit_tokens: int = 0
+    # the body asked for LMCache's cached_token_stats (kv_transfer_params) and a connector answers it
+    want_stats: bool = False
     # progress
     alloc: Allocation | None = None
     prefill_target: int = 0

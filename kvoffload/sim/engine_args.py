@@ -179,6 +179,7 @@ def build_parser() -> VllmArgumentParser:
     p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
     p.add_argument("--kv-transfer-config", type=_json_object, default=None)
     p.add_argument("--enable-prompt-tokens-details", action="store_true")
+    p.add_argument("--enable-per-request-metrics", action="store_true")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: start-up skips capture")
     p.add_argument(
         "--sim-profile",
@@ -234,6 +235,7 @@ class EngineArgs:
     tensor_parallel_size: int
     connector: ConnectorConfig | None
     enable_prompt_tokens_details: bool
+    enable_per_request_metrics: bool
     sim_profile: str
     ignored: tuple[str, ...]
     enforce_eager: bool = False
@@ -298,6 +300,7 @@ def parse_engine_args(argv: list[str]) -> EngineArgs:
         tensor_parallel_size=ns.tensor_parallel_size,
         connector=_connector(ns.kv_transfer_config),
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
+        enable_per_request_metrics=ns.enable_per_request_metrics,
         sim_profile=ns.sim_profile,
         ignored=ignored,
         enforce_eager=ns.enforce_eager,

@@ -401,6 +401,11 @@ class EngineServer:
         stream = bool(body.get("stream", False))
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage", False)) if isinstance(options, dict) else False
+        params = body.get("kv_transfer_params")
+        if params is not None and not isinstance(params, dict):
+            return _error(
+                400, "kv_transfer_params must be an object", "BadRequestError", "kv_transfer_params"
+            )
         req = Request(
             request_id=f"chatcmpl-{secrets.token_hex(8)}",
             num_prompt=n,
@@ -408,11 +413,14 @@ class EngineServer:
             chunk_keys=prepared.chunk_keys,
             max_tokens=max_tokens,
             arrival=arrival,
+            want_stats=self.cache is not None and bool(params) and "cached_token_stats" in (params or {}),
         )
         if self.cache is not None:
             try:
                 started = time.perf_counter()
-                hit_chunks, _l2 = await self.cache.lookup(req.chunk_keys, self.engine.chunk_bytes)
+                # vLLM's engine id of the request: the answer's id and a suffix of 8 hex digits.
+                engine_id = f"{req.request_id}-{secrets.token_hex(4)}"
+                hit_chunks, _l2 = await self.cache.lookup(req.chunk_keys, self.engine.chunk_bytes, engine_id)
                 if self.metrics.lmcache_lookup is not None:
                     self.metrics.lmcache_lookup.observe(time.perf_counter() - started)
             except CacheServerUnavailable as exc:
@@ -448,6 +456,51 @@ class EngineServer:
         if not stream:
             usage["completion_tokens_details"] = None
         return usage
+
+    def _per_request_metrics(self, req: Request) -> dict[str, Any] | None:
+        """vLLM's `metrics` object (--enable-per-request-metrics), from the engine's own timestamps:
+        queue = scheduled - arrival, TTFT = first token - scheduled (vLLM leaves the queue out),
+        generation = last token - first token; `speculative_decoding` null (no draft model); None
+        without the flag. Streams leave the null fields out, as vLLM's do."""
+        if not self.args.enable_per_request_metrics:
+            return None
+        sched, first, last = req.first_scheduled, req.first_token_time, req.last_token_time
+        n = req.num_output
+        out: dict[str, Any] = dict.fromkeys(
+            (
+                "time_to_first_token_ms",
+                "generation_time_ms",
+                "queue_time_ms",
+                "mean_itl_ms",
+                "tokens_per_second",
+                "speculative_decoding",
+            )
+        )
+        if sched is not None:
+            out["queue_time_ms"] = (sched - req.arrival) * 1000
+            if first is not None:
+                out["time_to_first_token_ms"] = (first - sched) * 1000
+            if last is not None and last > sched:
+                out["tokens_per_second"] = n / (last - sched)
+        if first is not None and last is not None:
+            out["generation_time_ms"] = (last - first) * 1000
+            if n > 1:
+                out["mean_itl_ms"] = (last - first) / (n - 1) * 1000
+        return out
+
+    def _kv_transfer_params(self, req: Request) -> dict[str, Any] | None:
+        """LMCacheMPConnector's answer to `kv_transfer_params: {"cached_token_stats": true}`: the engine's
+        own hit, LMCache's lookup hit and what was loaded beyond the first; None when not asked (or no
+        connector, as vLLM without one)."""
+        if not req.want_stats:
+            return None
+        return {
+            "cached_token_stats": {
+                "num_vllm_cached_tokens": req.local_hit_tokens,
+                "num_lmcache_cached_tokens": req.ext_hit_tokens,
+                "num_lmcache_extra_cached_tokens": req.ext_new_tokens,
+            }
+        }
 
     def _keep_timings(self, request: web.Request, req: Request) -> None:
         rid = request.headers.get("x-request-id")
@@ -496,9 +549,9 @@ class EngineServer:
             "prompt_logprobs": None,
             "prompt_token_ids": None,
             "prompt_text": None,
-            "kv_transfer_params": None,
+            "kv_transfer_params": self._kv_transfer_params(req),
             "ec_transfer_params": None,
-            "metrics": None,
+            "metrics": self._per_request_metrics(req),
         }
         return web.json_response(body)
 
@@ -535,7 +588,12 @@ class EngineServer:
             if req.finished:
                 if include_usage:
                     usage = json.dumps(self._usage(req, stream=True), separators=(",", ":"))
-                    parts.append(f'{head}],"usage":{usage},"system_fingerprint":"{FINGERPRINT}"}}\n\n')
+                    extra = ""
+                    metrics = self._per_request_metrics(req)
+                    if metrics is not None:  # None fields left out, as vLLM's stream chunks do
+                        kept = {k: v for k, v in metrics.items() if v is not None}
+                        extra = ',"metrics":' + json.dumps(kept, separators=(",", ":"))
+                    parts.append(f'{head}],"usage":{usage},"system_fingerprint":"{FINGERPRINT}"{extra}}}\n\n')
                 parts.append("data: [DONE]\n\n")
             if parts:
                 await resp.write("".join(parts).encode())

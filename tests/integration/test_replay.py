@@ -52,7 +52,11 @@ def test_closed_loop_replay_records_everything(tmp_path: Path, capsys: pytest.Ca
     recs = _records(out)
     # 3 sessions x 6 calls -> one chunk of 5 per session = 3 users x 5 rounds
     assert len(recs) == 15
-    assert {r["schema"] for r in recs} == {2}
+    assert {r["schema"] for r in recs} == {3}
+    # Schema 3: the server's own account, null where this test server says nothing of it.
+    assert all(
+        "response_id" in r and r["server_ttft_s"] is None and r["vllm_cached_tokens"] is None for r in recs
+    )
     assert all(r["ttft_clock"] in ("kernel", "read") and "late_s" in r for r in recs)
     assert all(r["status"] == "ok" and r["replica"] == "r1" for r in recs)
     if sys.platform == "linux":  # kernel receive stamps (SO_TIMESTAMPNS); the warm-ups turned them on

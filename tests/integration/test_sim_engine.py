@@ -718,3 +718,64 @@ def test_wire_format_matches_real_vllm(tmp_path: Path, sessions: list[Session]) 
         "code": 404,
     }
     assert too_long.status_code == 400 and too_long.json()["error"]["code"] == 400
+
+
+ATTRIBUTION = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu-attribution"
+
+
+def _roles(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The events of a stream by their role: first (the assistant's role), token, last (finish_reason),
+    usage (no choices)."""
+    return {
+        "first": events[0],
+        "token": events[1],
+        "last": next(e for e in events if e["choices"] and e["choices"][0].get("finish_reason")),
+        "usage": events[-1],
+    }
+
+
+def test_per_request_answers_match_real_vllm_and_lmcache(tmp_path: Path, sessions: list[Session]) -> None:
+    """vLLM's `metrics` and LMCache's `cached_token_stats` where real vLLM 0.32 puts them (metrics on a
+    stream's usage chunk, cached_token_stats only in a whole answer: never in a stream), the same keys;
+    and the cache server's prefetch line, which ingest joins by the answer's id."""
+    from kvoffload.ingest.lmcache_log import parse
+
+    real_stream = _events((ATTRIBUTION / "stream-after-gpu-reset-u0.sse.txt").read_text())
+    real_body = json.loads((ATTRIBUTION / "nonstream-stats.json").read_text())
+    messages = _rounds(sessions[2], 2)[-1]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 5, "ignore_eos": True}
+    stats = {"kv_transfer_params": {"cached_token_stats": True}}
+    with (
+        cache_server(tmp_path, l1_gb=1.0) as (cache, port),
+        engine(tmp_path, "a", ["--enable-per-request-metrics"], port) as a,
+        engine(tmp_path, "b", ["--enable-per-request-metrics"], port) as b,
+    ):
+        first = HTTP.post(f"{a.url}/v1/chat/completions", json={**body, **stats}).json()
+        deadline = time.monotonic() + 10
+        while total(metrics(cache.url), "lmcache_mp_l1_write_chunks_total") < 1:
+            assert time.monotonic() < deadline, "engine A's store never reached the cache server"
+            time.sleep(0.05)
+        raw = HTTP.post(
+            f"{b.url}/v1/chat/completions",
+            json={**body, **stats, "stream": True, "stream_options": {"include_usage": True}},
+        ).text
+        plain = HTTP.post(f"{b.url}/v1/chat/completions", json=body).json()
+        log = (tmp_path / "cache.log").read_text()
+    ours = _roles(_events(raw))
+    for role, real in _roles(real_stream).items():
+        for key in ("metrics", "kv_transfer_params"):
+            assert (key in ours[role]) == (key in real), (role, key)
+            if key in real and isinstance(real[key], dict):
+                assert set(ours[role][key]) == set(real[key]), (role, key)
+    assert set(first["metrics"]) == set(real_body["metrics"])
+    assert set(first["kv_transfer_params"]["cached_token_stats"]) == set(
+        real_body["kv_transfer_params"]["cached_token_stats"]
+    )
+    assert first["kv_transfer_params"]["cached_token_stats"]["num_lmcache_extra_cached_tokens"] == 0
+    assert plain["kv_transfer_params"] is None  # not asked: not answered, as real vLLM
+    # The cache server logged each lookup with the engine's id (the answer's, plus a suffix).
+    lines = parse(log.splitlines())
+    by_answer = {rid.rsplit("-", 1)[0]: p for rid, p in lines.items()}
+    # A's cold lookup hit nothing: no line, as LMCache writes none; B's hit A's chunks in L1.
+    assert first["id"] not in by_answer and plain["id"] in by_answer
+    assert by_answer[plain["id"]].l1 > 0 and by_answer[plain["id"]].l2 == 0

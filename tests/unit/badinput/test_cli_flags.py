@@ -192,8 +192,8 @@ CASES = [
     FlagCase(
         "ingest-requests-newer-schema",
         ("ingest", "{results}"),
-        ("{results}/" + REQUESTS + ": request record schema [3] is not supported",),
-        _lines(REQUESTS, 1, '{"schema": 3, "user_id": "u1"}'),
+        ("{results}/" + REQUESTS + ": request record schema [4] is not supported",),
+        _lines(REQUESTS, 1, '{"schema": 4, "user_id": "u1"}'),
     ),
     FlagCase(
         "ingest-samples-bad-line",

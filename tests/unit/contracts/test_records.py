@@ -56,13 +56,36 @@ def test_what_the_replay_writes_ingest_reads_back_field_for_field(tmp_path: Path
     written = [
         _record(),
         _record(request_id="r2", status="error", ttft_s=None, late_s=None, error="HTTP 500"),
+        _record(
+            request_id="r3",
+            response_id="chatcmpl-93d271d214c75184",
+            server_queue_s=0.002,
+            server_ttft_s=0.04,
+            vllm_cached_tokens=32,
+            lmcache_cached_tokens=64,
+            lmcache_loaded_tokens=32,
+        ),
     ]
     with RecordLog(path) as log:
         for record in written:
             log.append(record)
     rows = read_requests(path).to_pylist()
     assert [RequestRecord.model_validate(row) for row in rows] == written
-    assert rows[0]["schema"] == SCHEMA == 2
+    assert rows[0]["schema"] == SCHEMA == 3
+    assert rows[2]["lmcache_loaded_tokens"] == 32 and rows[0]["lmcache_loaded_tokens"] is None
+
+
+def test_a_schema_2_record_reads_with_the_server_fields_null(tmp_path: Path) -> None:
+    line = json.loads(_record().to_json())
+    line["schema"] = 2
+    for name in ("response_id", "server_queue_s", "server_ttft_s", "vllm_cached_tokens",
+                 "lmcache_cached_tokens", "lmcache_loaded_tokens"):  # fmt: skip
+        del line[name]
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    row = read_requests(path).to_pylist()[0]
+    assert row["schema"] == 2 and row["cached_tokens"] == 64
+    assert row["response_id"] is None and row["server_ttft_s"] is None and row["vllm_cached_tokens"] is None
 
 
 def test_a_schema_1_file_reads_with_the_defaults_of_the_new_fields(tmp_path: Path) -> None:

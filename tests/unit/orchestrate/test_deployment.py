@@ -89,6 +89,8 @@ def test_example_lab_cells(tmp_path: Path) -> None:
         executable=argv[0],
     )  # fmt: skip
     assert spec_argv[:2] == argv[:2] and _flag_values(spec_argv) == _flag_values(argv)
+    # the replay asks LMCache's connector where each prompt came from; the gpu tier has no connector
+    assert "--attribution" in argv and "--attribution" not in replay_command(gpu)
     assert nvme["kvoffload_wheelhouse"] == str(tmp_path / "wh")
     # the GPU telemetry (node-exporter textfile) and the client's sampler share one interval
     interval = lab.campaign.sample_interval_s

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from kvoffload.replay.client import StreamResult, stream_chat
+from kvoffload.replay.client import ServerAnswer, StreamResult, stream_chat
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures/vllm-0.32-cpu/sse-stream.txt"
 
@@ -55,6 +55,42 @@ def test_parses_real_vllm_stream_usage_and_first_token() -> None:
     assert r.status == "ok", r.error
     assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (294, 32, 224)
     assert r.ttft_s is not None and r.latency_s is not None and r.ttft_s <= r.latency_s
+    # Schema 3: the answer's id; a server started without --enable-per-request-metrics and not asked
+    # for cached_token_stats says nothing more, and the record says nothing either.
+    assert r.response_id == "chatcmpl-a4b21731f61ca6a1"
+    assert (r.server_queue_s, r.server_ttft_s, r.vllm_cached_tokens, r.lmcache_loaded_tokens) == (None,) * 4
+
+
+ATTRIBUTION = FIXTURE.parents[1] / "vllm-0.32-cpu-attribution"
+
+
+def test_a_real_stream_with_per_request_metrics_and_stats_asked() -> None:
+    """vLLM 0.32 with --enable-per-request-metrics and LMCacheMPConnector, asked for cached_token_stats:
+    its own queue time and TTFT on the usage chunk; no kv_transfer_params in any chunk of a stream."""
+    raw = (ATTRIBUTION / "stream-after-gpu-reset-u0.sse.txt").read_bytes()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(raw)
+        await resp.write_eof()
+        return resp
+
+    r = _stream_from(handler, {})
+    assert r.status == "ok" and r.response_id == "chatcmpl-9377ee6a4809fdfc"
+    assert r.server_queue_s == pytest.approx(0.02152516400019522)
+    assert r.server_ttft_s == pytest.approx(0.02283040600013919)
+    assert (r.prompt_tokens, r.cached_tokens) == (2013, 1792)
+    assert (r.vllm_cached_tokens, r.lmcache_cached_tokens, r.lmcache_loaded_tokens) == (None, None, None)
+
+
+def test_a_whole_answer_carries_the_stats() -> None:
+    answer = ServerAnswer()
+    answer.read((ATTRIBUTION / "nonstream-stats.json").read_bytes())
+    fields = answer.fields()
+    assert fields["response_id"] == "chatcmpl-9c3320f50ecc62a8"
+    stats = [fields[k] for k in ("vllm_cached_tokens", "lmcache_cached_tokens", "lmcache_loaded_tokens")]
+    assert stats == [1664, 1536, 0]
 
 
 def test_request_body_is_sent_chunked() -> None:

@@ -48,3 +48,8 @@ def test_workers_flag_only_when_set() -> None:
     assert "--workers" not in replay_argv(SPEC)  # the replay picks its default on the client host
     argv = replay_argv(replace(SPEC, workers=4))
     assert argv[argv.index("--workers") + 1] == "4"
+
+
+def test_campaigns_ask_for_attribution_and_a_spec_can_leave_it_out() -> None:
+    assert "--attribution" in replay_argv(SPEC)
+    assert "--attribution" not in replay_argv(replace(SPEC, attribution=False))

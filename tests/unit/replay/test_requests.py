@@ -26,6 +26,12 @@ def test_history_is_sent_verbatim_with_recorded_osl() -> None:
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["ignore_eos"] is True
     assert "tools" not in body
+    assert "kv_transfer_params" not in body  # asked only of a target known to take it
+
+
+def test_attribution_asks_lmcache_for_its_token_stats() -> None:
+    body = build_payload(CALL, RequestOptions(model="m", attribution=True))
+    assert body["kv_transfer_params"] == {"cached_token_stats": True}
 
 
 def test_fixed_osl_and_fallback() -> None:

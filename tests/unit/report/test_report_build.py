@@ -120,8 +120,9 @@ def test_report_puts_findings_first_and_settings_last(campaign: Path) -> None:
     index = build_report(campaign)
     md = (campaign / "report" / "report.md").read_text()
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    assert sections[:4] == [
+    assert sections[:5] == [
         "## Findings",
+        "## Where each turn's prompt came from",
         "## Capacity: how much history each tier retains",
         "## Trade-off and recommendation",
         "## Validity warnings",
@@ -162,7 +163,13 @@ def test_cli_report_json_to_file_and_bad_flags(campaign: Path, tmp_path: Path) -
     out = tmp_path / "summary.json"
     assert main(["report", str(campaign), "--format", "json", "--output", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert list(doc) == ["summary", "findings", "capacity"]
+    assert list(doc) == ["summary", "findings", "attribution", "capacity"]
+    # Schema-1 records: the gpu tier's sources are its cached tokens (no connector), the offload tiers'
+    # were never asked of the server: rounds with TTFT but unknown sources.
+    gpu, cpu_view = doc["attribution"][0], doc["attribution"][1]
+    assert (gpu["tier"], cpu_view["tier"]) == ("gpu", "cpu")
+    assert gpu["rounds"][1]["gpu_tokens"] == 800 and cpu_view["rounds"][1]["gpu_tokens"] is None
+    assert list(gpu["costs"]) == ["requests", "basis", "base_s", "gpu", "l1", "l2", "recomputed"]
     assert [r["cell_id"] for r in doc["summary"]] == ["a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"]
     assert [(f["tier"], f["concurrency"], f["comparable"]) for f in doc["findings"]] == [
         ("gpu", 2, True),

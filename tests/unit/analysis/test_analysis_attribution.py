@@ -1,0 +1,148 @@
+"""Per-request attribution worked out by hand on small record sets: sources, reconciliation, costs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from kvoffload.analysis import attribution as A
+from tests.unit.analysis.analysis_frames import samples_frame
+
+
+def _req(rnd: int, prompt: int, ttft: float, **fields: Any) -> dict[str, Any]:
+    return {"cell_id": "c", "status": "ok", "round": rnd, "prompt_tokens": prompt, "ttft_s": ttft, **fields}
+
+
+def _counters(**increases: float) -> pd.DataFrame:
+    """Before/after snapshots of one target whose counters rise by `increases` over the run."""
+    rows = []
+    for name, inc in increases.items():
+        rows.append(("before", 0.0, "t", name, {}, 100.0))
+        rows.append(("after", 60.0, "t", name, {}, 100.0 + inc))
+    return samples_frame(rows)
+
+
+# A cpu cell of three requests, chunks of 256 tokens:
+#  r1: 1000 prompt, nothing cached                       -> recomputed 1000
+#  r2: 1200 prompt, GPU 512, LMCache loaded 512 (its lookup: 4 L1 chunks, 0 L2) -> L1 512, recomputed 176
+#  r3: 1400 prompt, GPU 0,  LMCache loaded 1024 (lookup: 2 L1, 2 L2)            -> L2 512, L1 512, rec. 376
+CPU = pd.DataFrame(
+    [
+        _req(1, 1000, 0.05, vllm_cached_tokens=0, lmcache_loaded_tokens=0,
+             lmcache_l1_hit_chunks=0, lmcache_l2_hit_chunks=0),
+        _req(2, 1200, 0.03, vllm_cached_tokens=512, lmcache_loaded_tokens=512,
+             lmcache_l1_hit_chunks=4, lmcache_l2_hit_chunks=0),
+        _req(2, 1400, 0.04, vllm_cached_tokens=0, lmcache_loaded_tokens=1024,
+             lmcache_l1_hit_chunks=2, lmcache_l2_hit_chunks=2),
+    ]
+)  # fmt: skip
+
+
+def test_sources_per_request_by_hand() -> None:
+    s = A.token_sources(CPU, connector=True, chunk=256.0)
+    assert s["gpu"].tolist() == [0, 512, 0]
+    assert s["l1"].tolist() == [0, 512, 512]
+    assert s["l2"].tolist() == [0, 0, 512]
+    assert s["recomputed"].tolist() == [1000, 176, 376]
+    # Every prompt token has exactly one source.
+    assert (s[list(A.SOURCES)].sum(axis=1) == s["prompt"]).all()
+
+
+def test_l2_counts_at_most_the_loaded_tokens() -> None:
+    # 4 L2 chunks found (1024 tokens), but the engine held the first 512 itself and loaded only 512.
+    one = pd.DataFrame([_req(2, 1100, 0.1, vllm_cached_tokens=512, lmcache_loaded_tokens=512,
+                             lmcache_l1_hit_chunks=0, lmcache_l2_hit_chunks=4)])  # fmt: skip
+    s = A.token_sources(one, connector=True, chunk=256.0)
+    assert (s["l2"].iloc[0], s["l1"].iloc[0], s["recomputed"].iloc[0]) == (512, 0, 76)
+
+
+def test_what_the_server_did_not_say_stays_unknown() -> None:
+    s = A.token_sources(pd.DataFrame([_req(1, 1000, 0.05, cached_tokens=512)]), connector=True)
+    assert s[["gpu", "l1", "l2", "recomputed"]].isna().all(axis=None)
+    # Without a chunk size the L1/L2 split is unknown, the GPU part is not.
+    s = A.token_sources(CPU, connector=True, chunk=None)
+    assert s["gpu"].tolist() == [0, 512, 0] and s["l2"].isna().all()
+    # A gpu-tier cell has no connector: every cached token is the engine's own.
+    g = A.token_sources(pd.DataFrame([_req(1, 1000, 0.05, cached_tokens=512)]), connector=False)
+    assert (g["gpu"].iloc[0], g["l1"].iloc[0], g["l2"].iloc[0], g["recomputed"].iloc[0]) == (512, 0, 0, 488)
+
+
+def test_chunk_size_is_the_servers_own_ratio() -> None:
+    smp = _counters(
+        lmcache_mp_lookup_hit_l1_tokens_total=1536,
+        lmcache_mp_lookup_hit_l2_tokens_total=512,
+        lmcache_mp_lookup_hit_l1_keys_total=6,
+        lmcache_mp_lookup_hit_l2_keys_total=2,
+    )
+    assert A.chunk_size(smp) == 256.0
+    assert A.chunk_size(_counters(lmcache_mp_lookup_hit_l1_tokens_total=0)) is None
+
+
+def test_reconciliation_by_hand() -> None:
+    s = A.token_sources(CPU, connector=True, chunk=256.0)
+    # Per request: GPU 512, loaded 1536, L1 chunks 6, L2 chunks 2.
+    agree = _counters(
+        **{
+            "vllm:prefix_cache_hits_total": 512,
+            "vllm:external_prefix_cache_hits_total": 1536 + 64,  # 64 tokens off: within one chunk
+            "lmcache_mp_lookup_hit_l1_keys_total": 6,
+            "lmcache_mp_lookup_hit_l2_keys_total": 3,  # one chunk off: within the 1-chunk floor
+        }
+    )
+    checks = A.reconcile(s, agree)
+    assert checks["gpu"] == {"requests": 512.0, "counter": 512.0, "diff": 0.0, "within": True}
+    assert checks["lmcache"]["diff"] == -64.0 and checks["lmcache"]["within"] is True
+    assert checks["l2_chunks"]["diff"] == -1.0 and checks["l2_chunks"]["within"] is True
+    figures = A.reconcile_figures(s, agree)
+    assert figures["attrib_mismatch"] == ""
+    assert figures["attrib_l1_share"] == pytest.approx(1024 / 3600)
+    # 2000 external hits in the counter: 464 more than the records say, beyond max(5 %, 256).
+    apart = _counters(**{"vllm:external_prefix_cache_hits_total": 2000})
+    figures = A.reconcile_figures(s, apart)
+    assert figures["attrib_mismatch"] == "lmcache" and figures["attrib_lmcache_diff"] == -464.0
+    assert A.reconcile_figures(s, _counters())["attrib_mismatch"] is None  # nothing to check against
+
+
+def test_costs_by_hand() -> None:
+    # gpu tier, nothing cached: TTFT against recomputed 1K tokens x = 1,1,2,2,3,3.
+    # y = .05,.07,.09,.11,.13,.15: mean x 2, mean y .10, Sxx 4, Sxy .16 -> slope .04 s per 1K, base .02;
+    # residuals +-.01, variance 6e-4 / (6 - 2) = 1.5e-4, slope stderr sqrt(1.5e-4 / 4) = .0061237.
+    ys = [0.05, 0.07, 0.09, 0.11, 0.13, 0.15]
+    xs = [1000, 1000, 2000, 2000, 3000, 3000]
+    req = pd.DataFrame(
+        [_req(1 + i % 2, x, y, cached_tokens=0) for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    )
+    costs = A.source_costs(A.token_sources(req, connector=False))
+    assert costs["requests"] == 6 and costs["base_s"] == pytest.approx(0.02)
+    assert costs["basis"] == "client"  # no server TTFT in these records
+    rec = costs["recomputed"]
+    assert rec.s_per_1k == pytest.approx(0.04) and rec.stderr == pytest.approx(math.sqrt(1.5e-4 / 4))
+    assert costs["gpu"] is None and costs["l1"] is None  # never a source here: no cost
+    # With the server's own TTFT on every request, the fit uses it (queue and network left out): here
+    # the client saw 10 ms more each time, which only the base takes up.
+    served = req.assign(server_ttft_s=req["ttft_s"] - 0.01)
+    costs = A.source_costs(A.token_sources(served, connector=False))
+    assert costs["basis"] == "server" and costs["base_s"] == pytest.approx(0.01)
+    assert costs["recomputed"].s_per_1k == pytest.approx(0.04)
+    # Too few requests for the coefficients: no fit at all.
+    assert A.source_costs(A.token_sources(req.iloc[:5], connector=False))["recomputed"] is None
+
+
+def test_rounds_and_statement_by_hand() -> None:
+    cells = pd.DataFrame([{"cell_id": "c", "tier": "cpu"}])
+    smp = _counters(lmcache_mp_lookup_hit_l1_tokens_total=1536, lmcache_mp_lookup_hit_l1_keys_total=6)
+    view = A.tier_attribution(cells, CPU, smp)[0]
+    r = view.rounds.set_index("round")
+    assert r.loc[1, "recomputed_tokens"] == 1000 and r.loc[1, "requests"] == 1
+    assert (r.loc[2, "gpu_tokens"], r.loc[2, "l1_tokens"], r.loc[2, "l2_tokens"]) == (512, 1024, 512)
+    assert r.loc[2, "ttft_p50_s"] == pytest.approx(0.035)
+    # Rounds 2+: 2600 prompt tokens, L1 1024 (39 %), GPU 512 (20 %), L2 512 (20 %), recomputed 552 (21 %).
+    assert view.shares_later["l1"] == pytest.approx(1024 / 2600)
+    assert view.statement is not None
+    assert view.statement.startswith("cpu: from round 2 on, 39 % of prompt tokens came from LMCache L1")
+    assert "recomputed 21 %" in view.statement
+    assert view.costs["requests"] == 3 and view.costs["base_s"] is None  # 3 requests: too few to fit
+    assert view.as_dict()["rounds"][0]["round"] == 1
