@@ -357,7 +357,7 @@ def _run(
 
         report = write_report(results.root)
         # the report's first section, so that the end of a run answers without opening a file
-        print(findings_text(report.finding_groups))
+        print(findings_text(report.finding_groups, report.turn_statements))
         print(f"report: {report.path}")
     return 0 if not outcome.failed else 1
 

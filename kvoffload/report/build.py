@@ -57,6 +57,9 @@ from kvoffload.report.views import (
     table,
 )
 
+# The title of the turn-by-turn section (Markdown, HTML and the terminal's findings).
+TURNS_TITLE = "Where each turn's prompt came from"
+
 
 @dataclass(frozen=True)
 class Analysis:
@@ -435,6 +438,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     predicted, inputs = prediction_tables(c.predictions)
     return {
         "finding_groups": _finding_groups(c),
+        "turns_title": TURNS_TITLE,
         "attribution": [
             {"statement": v.statement, "tables": attribution_tables(v)}
             for v in a.attribution
@@ -485,7 +489,7 @@ def render_markdown(ctx: dict[str, Any]) -> str:
         out += ["No comparison group has a measured cell.", ""]
     out += [ctx["routing_note"], ""]
     if ctx["attribution"]:
-        out += ["## Where each turn's prompt came from", ""]
+        out += [f"## {TURNS_TITLE}", ""]
         for v in ctx["attribution"]:
             out += ([f"- {v['statement']}", ""] if v["statement"] else []) + [
                 md_table(t) for t in v["tables"]
@@ -551,6 +555,8 @@ class BuiltReport:
 
     path: Path
     finding_groups: list[FindingGroup]
+    # The turn-by-turn section's sentence per tier (the findings' "where each turn's prompt came from").
+    turn_statements: list[str] = field(default_factory=list)
 
 
 def write_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> BuiltReport:
@@ -568,7 +574,8 @@ def write_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -
         _write(report_dir / "report.md", render_markdown(ctx))
     if "html" in formats:
         _write(report_dir / "index.html", render_html(ctx))
-    return BuiltReport(report_dir / "index.html", ctx["finding_groups"])
+    turns = [v["statement"] for v in ctx["attribution"] if v["statement"]]
+    return BuiltReport(report_dir / "index.html", ctx["finding_groups"], turns)
 
 
 def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
@@ -582,15 +589,17 @@ def finding_groups(results_dir: Path) -> list[FindingGroup]:
     return _finding_groups(conclude(analyse(results_dir)))
 
 
-def findings_text(groups: Sequence[FindingGroup]) -> str:
+def findings_text(groups: Sequence[FindingGroup], turns: Sequence[str] = ()) -> str:
     """The report's first section as plain text, for a terminal: a title per group, a line per
-    statement."""
+    statement, then the turn-by-turn sentence of each tier (`turns`) under its own title."""
     if not groups:
         return "Findings: no comparison group has a measured cell.\n"
     lines = ["Findings:"]
     for g in groups:
         mark = "" if g.comparable else " (not comparable)"
         lines += ["", f"  {g.title}{mark}"] + [f"  - {s}" for s in g.statements]
+    if turns:
+        lines += ["", f"  {TURNS_TITLE}"] + [f"  - {s}" for s in turns]
     return "\n".join(lines) + "\n"
 
 

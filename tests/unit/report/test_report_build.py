@@ -265,7 +265,7 @@ def test_the_sweep_and_the_knee_search_give_one_verdict_per_tier() -> None:
 def test_findings_text_is_the_reports_first_section(campaign: Path) -> None:
     built = write_report(campaign)
     md = (campaign / "report" / "report.md").read_text()
-    text = findings_text(built.finding_groups)
+    text = findings_text(built.finding_groups, built.turn_statements)
     assert built.path == campaign / "report" / "index.html"
     lines = text.splitlines()
     assert lines[0] == "Findings:"
@@ -275,7 +275,8 @@ def test_findings_text_is_the_reports_first_section(campaign: Path) -> None:
     assert [line[4:] for line in lines if line.startswith("  - ")] == statements
     # group b is not comparable (fixture README): its title says so
     titles = [line.strip() for line in lines if line.startswith("  ") and not line.startswith("  - ")]
-    assert len(titles) == 2 and titles[1].endswith("(not comparable)") and "(not" not in titles[0]
+    assert titles[2:] == (["Where each turn's prompt came from"] if built.turn_statements else [])
+    assert len(titles[:2]) == 2 and titles[1].endswith("(not comparable)") and "(not" not in titles[0]
     assert findings_text([]) == "Findings: no comparison group has a measured cell.\n"
 
 
