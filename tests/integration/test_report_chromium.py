@@ -7,20 +7,14 @@ check can fail. The screenshot is kept under tests/artifacts/ (gitignored).
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import httpx
 import pytest
 
 from kvoffload.report import build_report
-from tests.support.chromium import CHROMIUM, Page, start_chromium
+from tests.support.chromium import CHROMIUM, screenshot_when
 
 pytestmark = pytest.mark.integration
 
@@ -37,42 +31,14 @@ LAYOUT = (
 )
 
 
-async def _load(port: int, url: str, screenshot: Path | None) -> tuple[list[str], str, dict[str, Any]]:
-    targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-    ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
-    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
-        page = Page(ws)
-        for domain in ("Runtime", "Log", "Page"):
-            await page.call(f"{domain}.enable")
-        await page.call(
-            "Emulation.setDeviceMetricsOverride", width=1400, height=1800, deviceScaleFactor=1, mobile=False
-        )
-        await page.call("Page.navigate", url=url)
-        await page.wait_event("Page.loadEventFired")
-        await asyncio.sleep(0.5)  # late console messages
-        text = (
-            await page.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)
-        )["result"]["value"]
-        layout = json.loads(
-            (await page.call("Runtime.evaluate", expression=LAYOUT, returnByValue=True))["result"]["value"]
-        )
-        if screenshot is not None:
-            shot = await page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-            screenshot.write_bytes(base64.b64decode(shot["data"]))
-        return page.problems(), str(text), layout
-
-
 def _visit(tmp_path: Path, url: str, screenshot: Path | None = None) -> tuple[list[str], str, dict[str, Any]]:
-    proc, port = start_chromium(tmp_path / "chromium-profile")
-    try:
-        return asyncio.run(_load(port, url, screenshot))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+    """Load `url` in headless Chromium; its console problems, text and LAYOUT, once it has been up a
+    second (late console messages count too)."""
+    shot = screenshot or tmp_path / "page.png"
+    problems, text, layout = screenshot_when(
+        tmp_path / "chromium-profile", url, "performance.now() > 1000", shot, probe=LAYOUT
+    )
+    return problems, text, layout
 
 
 @pytest.fixture(scope="module")
