@@ -241,5 +241,8 @@ def start_beside(results_dir: Path, bind: str, port: int) -> Beside:
         if not line.startswith("http://"):
             proc.wait(timeout=10)
             errors.seek(0)
-            raise UserError(f"run --watch: the page did not start: {errors.read().strip()[-400:]}")
+            raise UserError(
+                f"run --watch: the page did not start on {bind}:{port}: {errors.read().strip()[-400:]} "
+                "(run's flags for it: --watch-bind, --watch-port; --watch-port 0 takes any free port)"
+            )
     return Beside(proc, line)

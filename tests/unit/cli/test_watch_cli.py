@@ -48,3 +48,19 @@ def test_run_watch_starts_the_page_beside_and_stops_it(tmp_path: Path) -> None:
     finally:
         beside.stop()
     assert beside.proc.returncode is not None  # gone with the run
+
+
+def test_run_watch_on_a_taken_port_names_runs_own_flags(tmp_path: Path) -> None:
+    import socket
+
+    from kvoffload.cli.watch import start_beside
+    from kvoffload.errors import UserError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError) as refused:
+            start_beside(mid_run_campaign(tmp_path), "127.0.0.1", port)
+    message = str(refused.value)
+    assert f"127.0.0.1:{port}" in message and "--watch-port" in message and "in use" in message, message
