@@ -12,8 +12,9 @@ lmcache_log.py). The rules (docs/metrics.md "Per-request attribution"):
 - Recomputed: prompt tokens less GPU less LMCache.
 A request whose server did not say a source has null there, and every derived value of it is null.
 Reconciliation compares the per-request sums with the counters' increases over the run; costs are an
-ordinary least-squares fit of TTFT on the tokens of each source. Pure: DataFrames in, DataFrames or dicts
-out; no IO.
+ordinary least-squares fit of TTFT on the tokens of each source. Retention shows in the hit share against
+the turn's age: the seconds since the same user's previous turn ended, in AGE_BUCKETS. Pure: DataFrames
+in, DataFrames or dicts out; no IO.
 """
 
 from __future__ import annotations
@@ -59,6 +60,25 @@ def chunk_size(samples: pd.DataFrame) -> float | None:
     return tokens / keys if keys > 0 else None
 
 
+def turn_age(requests: pd.DataFrame) -> pd.Series:
+    """Per request: seconds from the end of the same user's previous round (its send time plus its
+    latency) to this request's send; NaN for a first round, or where that end is unknown (the previous
+    round failed, or is missing). The user's think time and any queueing at the client are in it: it is
+    how long the user's history had to survive in the caches."""
+    needed = {"user_id", "round", "t_start", "latency_s"}
+    if not needed <= set(requests.columns) or requests.empty:
+        return pd.Series(np.nan, index=requests.index, dtype=float)
+    rounds = _num(requests, "round")
+    ends = _num(requests, "t_start") + _num(requests, "latency_s")
+    ok = requests["status"] == "ok" if "status" in requests else pd.Series(True, index=requests.index)
+    # the end of each user's round, from its successful attempt (a retried round has several records)
+    done = pd.DataFrame({"user": requests["user_id"], "round": rounds, "end": ends})[ok & ends.notna()]
+    last_end = done.groupby(["user", "round"])["end"].max()
+    previous = pd.MultiIndex.from_arrays([requests["user_id"], rounds - 1])
+    before = pd.Series(last_end.reindex(previous).to_numpy(), index=requests.index)
+    return _num(requests, "t_start") - before
+
+
 def token_sources(requests: pd.DataFrame, connector: bool, chunk: float | None = None) -> pd.DataFrame:
     """Per ok request: gpu, lmcache, l1, l2, recomputed tokens (NaN where the server did not say).
 
@@ -80,6 +100,8 @@ def token_sources(requests: pd.DataFrame, connector: bool, chunk: float | None =
     out = pd.DataFrame(
         {
             "round": _num(ok, "round"),
+            "age_s": turn_age(requests).reindex(ok.index),
+            "cached": _num(ok, "cached_tokens"),
             "ttft_s": _num(ok, "ttft_s"),
             "server_ttft_s": _num(ok, "server_ttft_s"),
             "prompt": prompt,
@@ -162,6 +184,43 @@ def rounds(sources: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Turn ages (seconds since the user's previous turn ended), as [low, high) bounds with their labels.
+AGE_BUCKETS: tuple[tuple[float, float, str], ...] = (
+    (0.0, 2.0, "< 2 s"),
+    (2.0, 10.0, "2-10 s"),
+    (10.0, 30.0, "10-30 s"),
+    (30.0, 120.0, "30-120 s"),
+    (120.0, float("inf"), ">= 120 s"),
+)
+
+
+def by_age(sources: pd.DataFrame) -> pd.DataFrame:
+    """Per turn-age bucket with requests: requests, their median age, and the hit share (cached prompt
+    tokens over prompt tokens, summed over the bucket's requests that say both; `cached_tokens` counts
+    the GPU prefix cache and LMCache together, so this is known on every tier), with the LMCache share
+    where the server split it (None otherwise)."""
+    aged = sources.dropna(subset=["age_s"])
+    rows = []
+    for low, high, label in AGE_BUCKETS:
+        part = aged[(aged["age_s"] >= low) & (aged["age_s"] < high)]
+        if part.empty:
+            continue
+        said = part.dropna(subset=["cached", "prompt"])
+        prompt = float(said["prompt"].sum())
+        split = part.dropna(subset=["lmcache", "prompt"])
+        split_prompt = float(split["prompt"].sum())
+        rows.append(
+            {
+                "age": label,
+                "requests": len(part),
+                "median_age_s": float(part["age_s"].median()),
+                "hit_share": float(said["cached"].sum()) / prompt if prompt > 0 else None,
+                "lmcache_share": float(split["lmcache"].sum()) / split_prompt if split_prompt > 0 else None,
+            }
+        )
+    return pd.DataFrame(rows, columns=["age", "requests", "median_age_s", "hit_share", "lmcache_share"])
+
+
 @dataclass(frozen=True)
 class Cost:
     """Seconds of TTFT per 1K prompt tokens from one source, with its standard error (the fit's spread)."""
@@ -222,6 +281,7 @@ class TierAttribution:
     tier: str
     cells: list[str]
     rounds: pd.DataFrame
+    ages: pd.DataFrame
     costs: dict[str, Any]
     shares_later: dict[str, float | None]
     statement: str | None
@@ -235,6 +295,7 @@ class TierAttribution:
             "tier": self.tier,
             "cells": self.cells,
             "rounds": self.rounds.to_dict("records"),
+            "by_age": self.ages.to_dict("records"),
             "costs": costs,
             "shares_later": self.shares_later,
             "statement": self.statement,
@@ -302,5 +363,8 @@ def tier_attribution(
         sources = pd.concat(parts) if parts else token_sources(requests.iloc[0:0], False)
         costs = source_costs(sources)
         shares = _shares(sources[sources["round"] >= LATER_ROUND])
-        out.append(TierAttribution(tier, ids, rounds(sources), costs, shares, statement(tier, shares, costs)))
+        view = TierAttribution(
+            tier, ids, rounds(sources), by_age(sources), costs, shares, statement(tier, shares, costs)
+        )
+        out.append(view)
     return out

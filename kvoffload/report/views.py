@@ -368,10 +368,10 @@ def knee_table(knees: Sequence[Knee]) -> Table:
     return Table("Measured sweep", headers, rows)
 
 
-def attribution_tables(view: TierAttribution) -> tuple[Table, Table]:
+def attribution_tables(view: TierAttribution) -> tuple[Table, Table, Table]:
     """The turn-by-turn tables of one tier: per round TTFT p50/p95 with the round's prompt tokens by
-    source stacked beside it, and the cost of each source (ms of TTFT per 1K tokens, ± its standard
-    error)."""
+    source stacked beside it, the cost of each source (ms of TTFT per 1K tokens, ± its standard
+    error), and the hit share against the turn's age (where retention shows)."""
     rounds = Table(
         f"{view.tier}: TTFT and prompt sources by round",
         ["round", "requests", "TTFT p50 s", "TTFT p95 s", "GPU tokens", "L1 tokens", "L2 tokens",
@@ -389,4 +389,19 @@ def attribution_tables(view: TierAttribution) -> tuple[Table, Table]:
         if isinstance(c, Cost)
     ]
     note = f"Least-squares fit of TTFT over {view.costs.get('requests', 0)} requests."
-    return rounds, Table(f"{view.tier}: cost per 1K prompt tokens", ["source", "ms", "± ms"], costs, note)
+    ages = Table(
+        f"{view.tier}: hit share by the turn's age",
+        ["time since the user's previous turn", "requests", "median s", "hit share %", "LMCache share %"],
+        [
+            [r["age"], fmt_int(r["requests"]), fmt(r["median_age_s"], 1), fmt(r["hit_share"], 1, 100.0),
+             fmt(r["lmcache_share"], 1, 100.0)]
+            for r in view.ages.to_dict("records")
+        ],
+        "Cached prompt tokens (GPU prefix cache and LMCache) over prompt tokens, rounds 2 on; a share that "
+        "falls with age is history the tier no longer held.",
+    )  # fmt: skip
+    return (
+        rounds,
+        Table(f"{view.tier}: cost per 1K prompt tokens", ["source", "ms", "± ms"], costs, note),
+        ages,
+    )

@@ -146,3 +146,43 @@ def test_rounds_and_statement_by_hand() -> None:
     assert "recomputed 21 %" in view.statement
     assert view.costs["requests"] == 3 and view.costs["base_s"] is None  # 3 requests: too few to fit
     assert view.as_dict()["rounds"][0]["round"] == 1
+
+
+# Two users of a gpu cell. u1: round 1 sent at t=100 took 1.5 s (ended 101.5); round 2 sent at 102.5
+# (age 1.0 s) ended 103.5; round 3 failed once at 110 (age 6.5 s) and was retried at 140 (age 36.5 s).
+# u2: round 1 sent at 100 ended 100.5; round 2 sent at 105.5 (age 5.0 s) ended 106.5; round 3 sent at
+# 306.5 (age 200 s).
+AGED = pd.DataFrame(
+    [
+        _req(1, 1000, 0.1, user_id="u1", t_start=100.0, latency_s=1.5, cached_tokens=0),
+        _req(2, 1200, 0.1, user_id="u1", t_start=102.5, latency_s=1.0, cached_tokens=900),
+        {**_req(3, 1400, None, user_id="u1", t_start=110.0, latency_s=None), "status": "error"},
+        _req(3, 1400, 0.1, user_id="u1", t_start=140.0, latency_s=1.0, cached_tokens=700),
+        _req(1, 1000, 0.1, user_id="u2", t_start=100.0, latency_s=0.5, cached_tokens=0),
+        _req(2, 1000, 0.1, user_id="u2", t_start=105.5, latency_s=1.0, cached_tokens=800),
+        _req(3, 1000, 0.1, user_id="u2", t_start=306.5, latency_s=1.0, cached_tokens=100),
+    ]
+)  # fmt: skip
+
+
+def test_turn_age_is_the_time_since_the_users_previous_round_ended() -> None:
+    ages = A.turn_age(AGED)
+    assert math.isnan(ages.iloc[0]) and math.isnan(ages.iloc[4])  # first rounds have no previous turn
+    assert ages.iloc[1] == pytest.approx(1.0) and ages.iloc[5] == pytest.approx(5.0)
+    assert ages.iloc[2] == pytest.approx(6.5)  # the failed attempt has an age too
+    assert ages.iloc[3] == pytest.approx(36.5)
+    assert ages.iloc[6] == pytest.approx(200.0)
+
+
+def test_hit_share_by_age_bucket_by_hand() -> None:
+    table = A.by_age(A.token_sources(AGED, connector=False)).set_index("age")
+    # ok requests only: < 2 s: u1 r2 (900 of 1200); 2-10 s: u2 r2 (800 of 1000);
+    # 30-120 s: u1 r3 (700 of 1400); >= 120 s: u2 r3 (100 of 1000); 10-30 s: nobody (no row).
+    assert list(table.index) == ["< 2 s", "2-10 s", "30-120 s", ">= 120 s"]
+    assert table["requests"].tolist() == [1, 1, 1, 1]
+    assert table["hit_share"].tolist() == pytest.approx([0.75, 0.8, 0.5, 0.1])
+    assert table["median_age_s"].tolist() == pytest.approx([1.0, 5.0, 36.5, 200.0])
+    # on a gpu cell LMCache loads nothing: its share is 0 wherever the engine said its cached tokens
+    assert table["lmcache_share"].tolist() == pytest.approx([0.0, 0.0, 0.0, 0.0])
+    # without the record fields that make an age, no row (older results still report)
+    assert A.by_age(A.token_sources(AGED.drop(columns=["t_start"]), connector=False)).empty
