@@ -108,7 +108,8 @@ bench: venv
 	$(BIN)/python bench/sim_ttft.py
 	$(BIN)/python bench/caddy_body_race.py
 	@if [ -d results/demo/cells ]; then $(BIN)/python bench/campaign_overhead.py results/demo; \
-	else echo "bench/campaign_overhead.py: no results/demo yet (run make demo first)"; fi
+	$(BIN)/python bench/watch_poll.py results/demo; \
+	else echo "bench/campaign_overhead.py, bench/watch_poll.py: no results/demo yet (run make demo first)"; fi
 
 clean:
 	rm -rf $(STAMP) $(VENV) .mypy_cache .ruff_cache .pytest_cache
