@@ -76,5 +76,6 @@ def test_report_loads_without_console_errors(chromium: str, tmp_path: Path) -> N
     # The turn-by-turn view (issue 35): the gpu tier's rounds with their token sources, and its sentence.
     assert "Where each turn's prompt came from" in text and "gpu: TTFT and prompt sources by round" in text
     assert "gpu: from round 2 on, 59 % of prompt tokens came from the GPU prefix cache" in text
+    assert "gpu: hit share by the turn's age" in text and "< 2 s" in text
     assert "changes later-round p50 TTFT by -20 % (too few sessions" in text
     assert shot.stat().st_size > 20_000  # a real page, not a blank image

@@ -234,6 +234,16 @@ def test_campaign_on_the_virtual_lab(lab: tuple[Path, dict[str, str]], tmp_path:
     estimate = json.loads((results / "campaign.json").read_text())["estimate"]
     assert estimate["total_s"] > 0 and estimate["measured"]["total_s"] > 0, estimate
     assert "Run time: estimate against measured" in (results / "report" / "report.md").read_text()
+    # the report in Chromium: the turn-by-turn view (issue 35) of the sim's per-request answers
+    with tempfile.TemporaryDirectory(prefix="kvoffload-chromium-") as profiles:
+        problems, report, _ = screenshot_when(
+            Path(profiles) / "chromium-report", (results / "report" / "index.html").as_uri(),
+            "performance.now() > 1000", ROOT / "tests" / "artifacts" / "report-lab.png",
+        )  # fmt: skip
+    assert problems == [], problems
+    assert "Where each turn's prompt came from" in report, report
+    assert "gpu: TTFT and prompt sources by round" in report, report
+    assert "hit share by the turn's age" in report, report
     cells = _cells(results)
     assert set(cells) == {"gpu", "cpu", "nvme"}
     sessions = {}
