@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import role_readme
+
 ROLES = Path(__file__).resolve().parents[3] / "roles"
 ROLE_NAMES = sorted(p.parents[1].name for p in ROLES.glob("*/defaults/main.yml"))
 
@@ -55,3 +57,20 @@ def test_spec_defaults_agree_with_defaults_file(role: str) -> None:
             assert option["default"] == defaults[name], (
                 f"roles/{role}: {name} spec default != defaults/main.yml"
             )
+
+
+@pytest.mark.parametrize("role", role_readme.roles())
+def test_every_role_has_a_readme_generated_from_its_spec(role: str) -> None:
+    readme = ROLES / role / "README.md"
+    assert readme.is_file(), f"roles/{role}/README.md missing: python -m tests.support.role_readme"
+    assert readme.read_text() == role_readme.render(role), (
+        f"roles/{role}/README.md differs from its argument spec: python -m tests.support.role_readme"
+    )
+    for name in spec_options(role):
+        assert f"| `{name}` |" in readme.read_text(), name
+
+
+def test_the_readmes_name_the_playbooks_that_run_the_role() -> None:
+    assert role_readme.playbooks_using("vllm") == ["deploy.yml", "teardown.yml"]
+    assert "provision.yml" in role_readme.playbooks_using("nvme_storage")
+    assert role_readme.playbooks_using("no_such_role") == []
