@@ -6,7 +6,10 @@ CLI layer only: argparse in, nothing else; each command module adds its own flag
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
+
+from kvoffload.errors import UserError
 
 
 def add_lab_arguments(p: argparse.ArgumentParser, *, results: bool = True) -> None:
@@ -17,3 +20,17 @@ def add_lab_arguments(p: argparse.ArgumentParser, *, results: bool = True) -> No
         p.add_argument(
             "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
         )
+
+
+def hosts_python_flag(value: str | None) -> str | None:
+    """The `--hosts-python` value (of run, doctor and plan --emit-extravars), checked; None when not
+    given: the hosts are then asked before the wheelhouse is built (kvoffload/orchestrate/host_python.py)."""
+    from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON  # lazily: the CLI starts light
+
+    if value is None:
+        return None
+    if not re.fullmatch(r"3\.[0-9]+\.[0-9]+", value):
+        raise UserError(
+            f"--hosts-python {value!r}: give the hosts' python3 version as X.Y.Z, e.g. {DEFAULT_HOSTS_PYTHON}"
+        )
+    return value

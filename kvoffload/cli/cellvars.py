@@ -80,12 +80,12 @@ def cell_node(lab: LabConfig, cell_id: str, results: Path, schedule: Callable[..
 
 def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
     """The wheels `run` builds for this lab (CampaignRunner.prepare_wheelhouse)."""
+    from kvoffload.cli.args import hosts_python_flag
     from kvoffload.cli.checks import check_folder_flag
-    from kvoffload.cli.run import _hosts_python
     from kvoffload.orchestrate import wheelhouse
 
     check_folder_flag(args.wheel_cache, "--wheel-cache")
-    hosts_python = _hosts_python(args.hosts_python)
+    hosts_python = hosts_python_flag(args.hosts_python)
     if hosts_python is None and not args.no_wheelhouse:
         hosts_python = _learn_hosts_python(lab)
     return wheelhouse.build_wheels(

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import add_lab_arguments
+from kvoffload.cli.args import add_lab_arguments, hosts_python_flag
 from kvoffload.cli.checks import check_folder_flag
 
 if TYPE_CHECKING:
@@ -72,12 +71,10 @@ def register(sub: Any) -> None:
 
 def doctor(args: argparse.Namespace) -> int:
     from kvoffload.config import load_lab
-    from kvoffload.errors import UserError
     from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
     from kvoffload.playbook import PlaybookRunner
 
-    if args.hosts_python is not None and not re.fullmatch(r"3\.[0-9]+\.[0-9]+", args.hosts_python):
-        raise UserError(f"--hosts-python {args.hosts_python!r}: give X.Y.Z, e.g. 3.11.2")
+    hosts_python_flag(args.hosts_python)
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     root = args.results.resolve() / lab.campaign.name

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import add_lab_arguments
+from kvoffload.cli.args import add_lab_arguments, hosts_python_flag
 
 if TYPE_CHECKING:
     from kvoffload.config import Cell, LabConfig
@@ -247,7 +246,7 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
     check_sim_profile(lab.campaign, lab.where)
     check_folder_flag(args.results, "--results")
     check_folder_flag(args.wheel_cache, "--wheel-cache")
-    hosts_python = _hosts_python(args.hosts_python)
+    hosts_python = hosts_python_flag(args.hosts_python)
     sessions = None
     if replays:
         _only(args, lab)
@@ -282,18 +281,6 @@ def _only(args: argparse.Namespace, lab: LabConfig) -> list[str] | None:
                 f"--cells: unknown cell id(s) {', '.join(unknown)}; `kvoffload-lab plan` lists them"
             )
     return only
-
-
-def _hosts_python(value: str | None) -> str | None:
-    """The `--hosts-python` value, checked; None when not given: the hosts are asked before the
-    wheelhouse is built (kvoffload/orchestrate/host_python.py)."""
-    from kvoffload.errors import UserError
-
-    if value is None:
-        return None
-    if not re.fullmatch(r"3\.[0-9]+\.[0-9]+", value):
-        raise UserError(f"--hosts-python {value!r}: give the hosts' python3 version as X.Y.Z, e.g. 3.11.2")
-    return value
 
 
 def _stop_on_signals() -> None:
