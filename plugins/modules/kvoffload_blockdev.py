@@ -18,26 +18,68 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_blockdev
 short_description: Decide whether a block device may be formatted and mounted for the L2 cache
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - Refuses a device that is not a block device, backs a protected mount (such as /), is mounted
     anywhere else than the wanted mount point, is mounted at the wanted mount point with a file system
     that is not ours, is (or has a partition that is) active swap, has holders (device-mapper, LVM, md
     or another stacked device on it or on a partition), holds partitions, or holds a file system that
     is not ours; wipe allows only the last two (never mounted, swap, held or protected devices).
+  - Only reads; the nvme_storage role formats and mounts according to the C(action) it returns.
 options:
   device: {type: path, required: true, description: Device path as listed.}
   mount: {type: path, required: true, description: Wanted mount point.}
-  fstype: {type: str, required: true, description: Wanted file system (xfs or ext4).}
+  fstype: {type: str, required: true, choices: [xfs, ext4], description: Wanted file system.}
   label: {type: str, required: true, description: Label that marks a file system as ours.}
   wipe: {type: bool, default: false, description: Allow destroying partitions or a foreign file system.}
   protected_mounts: {type: list, elements: path, default: ["/"], description: Mounts never touched.}
 """
 
+EXAMPLES = r"""
+- name: Check that the L2 device may be used
+  kvoffload.lab.kvoffload_blockdev:
+    device: /dev/nvme1n1
+    mount: /mnt/kvoffload-l2
+    fstype: xfs
+    label: kvoffload-l2
+  register: l2_device
+
+- name: Refuse it before touching anything
+  ansible.builtin.assert:
+    that: l2_device.ok
+    fail_msg: "{{ l2_device.reason }}"
+
+- name: Allow wiping a foreign file system, never /boot or /
+  kvoffload.lab.kvoffload_blockdev:
+    device: /dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7KHNJ0W123456
+    mount: /mnt/kvoffload-l2
+    fstype: ext4
+    label: kvoffload-l2
+    wipe: true
+    protected_mounts: [/, /boot]
+  register: l2_device
+"""
+
 RETURN = r"""
-ok: {description: whether the device may be used, type: bool}
-reason: {description: why it was refused (empty when ok), type: str}
-action: {description: "format, mount (ours, not mounted) or none (ours and mounted)", type: str}
-facts: {description: device, model, firmware, size_bytes, numa_node, fstype, label, mountpoints, type: dict}
+ok:
+  description: Whether the device may be used.
+  type: bool
+  returned: always
+reason:
+  description: Why it was refused, naming the device (empty when ok).
+  type: str
+  returned: always
+action:
+  description: "format, mount (ours, not mounted) or none (ours and mounted, or refused)."
+  type: str
+  returned: always
+facts:
+  description: >-
+    What was found: device, path, model, firmware, size_bytes, numa_node, fstype, label,
+    partition_table, partitions, mountpoints, holders, swap.
+  type: dict
+  returned: always
 """
 
 

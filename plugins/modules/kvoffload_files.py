@@ -29,18 +29,51 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_files
 short_description: Write several small files from their contents in one module run
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - Writes each of I(files) whose content, owner, group or mode differ, atomically, and says which.
+  - The parent folder of each file must exist. Check mode reports what would change; with --diff each
+    changed file's before and after come back.
 options:
   files:
     type: list
     elements: dict
     required: true
-    description: "Each {path, content, owner, group, mode}: owner and group are names, mode an octal string."
+    description: The files to have, each with its content, owner, group and mode.
+    suboptions:
+      path: {type: path, required: true, description: Where the file is.}
+      content: {type: str, required: true, description: Its whole content.}
+      owner: {type: str, default: root, description: Owner's user name.}
+      group: {type: str, default: root, description: Group name.}
+      mode: {type: str, default: "0644", description: Mode as an octal string.}
+"""
+
+EXAMPLES = r"""
+- name: Write the LMCache server's environment file and unit in one run
+  kvoffload.lab.kvoffload_files:
+    files:
+      - path: /etc/kvoffload/lmcache.env
+        content: "{{ lookup('ansible.builtin.template', 'etc/kvoffload/lmcache.env.j2') }}"
+        owner: root
+        group: kvoffload
+        mode: "0640"
+      - path: /etc/systemd/system/kvoffload-lmcache.service
+        content: "{{ lookup('ansible.builtin.template', 'etc/systemd/system/kvoffload-lmcache.service.j2') }}"
+  register: lmcache_files
+
+- name: Reload systemd only when the unit changed
+  ansible.builtin.systemd_service:
+    daemon_reload: true
+  when: "'/etc/systemd/system/kvoffload-lmcache.service' in lmcache_files.changed_paths"
 """
 
 RETURN = r"""
-changed_paths: {description: the files written or corrected (would be, in check mode), in the order given, type: list}
+changed_paths:
+  description: The files written or corrected (would be, in check mode), in the order given.
+  type: list
+  elements: str
+  returned: always
 """
 
 

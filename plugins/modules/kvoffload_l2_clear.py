@@ -32,6 +32,8 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_l2_clear
 short_description: Empty a running LMCache server's fs_native L2 through DELETE /cache/objects
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - Lists the object files directly under I(path), parses their names into LMCache object keys and
     asks the server at I(url) to delete them from L2, in batches; then checks that none is left.
@@ -46,11 +48,43 @@ options:
   passes: {type: int, default: 5, description: "Listings and deletes at most, 0.2 s apart."}
 """
 
+EXAMPLES = r"""
+- name: Empty the L2 of the LMCache server between two cells
+  kvoffload.lab.kvoffload_l2_clear:
+    path: /mnt/kvoffload-l2/lmcache
+    url: http://127.0.0.1:8080
+  register: l2_clear
+
+- name: Say how much was dropped
+  ansible.builtin.debug:
+    msg: "{{ l2_clear.deleted }} of {{ l2_clear.found }} objects deleted in {{ l2_clear.requests }} requests"
+
+- name: A large L2, in smaller requests with more patience
+  kvoffload.lab.kvoffload_l2_clear:
+    path: /mnt/kvoffload-l2/lmcache
+    url: http://10.0.0.2:8080
+    batch_size: 2000
+    timeout: 120
+    passes: 10
+"""
+
 RETURN = r"""
-found: {description: object files found over every pass, type: int}
-ignored: {description: files left alone because their names are not objects, type: int}
-deleted: {description: keys the server reported deleted, type: int}
-requests: {description: DELETE requests sent, type: int}
+found:
+  description: Object files found over every pass.
+  type: int
+  returned: always
+ignored:
+  description: Files left alone because their names are not objects.
+  type: int
+  returned: always
+deleted:
+  description: Keys the server reported deleted (0 in check mode).
+  type: int
+  returned: always
+requests:
+  description: DELETE requests sent.
+  type: int
+  returned: always
 """
 
 SUFFIX = ".data"

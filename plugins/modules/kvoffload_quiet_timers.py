@@ -33,6 +33,8 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_quiet_timers
 short_description: Stop and runtime-mask periodic-job timers for a run of cells, and restore them
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - With I(state=quiet), stops and runtime-masks the installed, unmasked I(timers), records what it did
     in I(record) and waits for the jobs they had started; with I(state=unquiet), undoes that record.
@@ -45,11 +47,45 @@ options:
   interval: {type: float, default: 5, description: "Seconds between two looks at those jobs."}
 """
 
+EXAMPLES = r"""
+- name: Keep fstrim and the package timers from running during the cells
+  kvoffload.lab.kvoffload_quiet_timers:
+    state: quiet
+    timers: [fstrim.timer, apt-daily.timer, apt-daily-upgrade.timer, man-db.timer]
+    record: /run/kvoffload/quiet-timers.json
+    wait: 600
+  register: quiet_timers
+
+- name: Say what was masked
+  ansible.builtin.debug:
+    msg: "masked {{ quiet_timers.masked }}, waited {{ quiet_timers.waited_s }} s for {{ quiet_timers.jobs }}"
+
+- name: Restore the timers after the run
+  kvoffload.lab.kvoffload_quiet_timers:
+    state: unquiet
+    record: /run/kvoffload/quiet-timers.json
+"""
+
 RETURN = r"""
-masked: {description: the timers masked by quiet (or whose masks unquiet removed), type: list}
-active: {description: the timers that ran before quiet (those unquiet starts again), type: list}
-jobs: {description: the units those timers start, type: list}
-waited_s: {description: seconds spent waiting for those jobs (quiet), type: float}
+masked:
+  description: The timers masked by quiet (or whose masks unquiet removed).
+  type: list
+  elements: str
+  returned: always
+active:
+  description: The timers that ran before quiet (those unquiet starts again).
+  type: list
+  elements: str
+  returned: always
+jobs:
+  description: The units those timers start.
+  type: list
+  elements: str
+  returned: always
+waited_s:
+  description: Seconds spent waiting for those jobs.
+  type: float
+  returned: when state=quiet
 """
 
 _RUNNING = ("active", "activating", "reloading", "deactivating")

@@ -31,9 +31,12 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_software
 short_description: Read a host's Debian packages, venv distributions and GPU driver versions at once
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - Returns the installed versions of I(debian_packages), of I(python_packages) in each of I(venvs), and
     the driver version that I(gpu_tool) reports, as one record for the controller's software folder.
+  - Only reads; runs in check mode too.
 options:
   host: {type: str, required: true, description: "The host's inventory name, recorded as is."}
   groups: {type: list, elements: str, default: [], description: "Its inventory groups, recorded sorted."}
@@ -48,10 +51,32 @@ options:
     description: "Name -> path of binaries asked `<path> version`; one on the host replaces the package of its name."
 """
 
+EXAMPLES = r"""
+- name: Read the versions the run depends on
+  kvoffload.lab.kvoffload_software:
+    host: "{{ inventory_hostname }}"
+    groups: "{{ group_names }}"
+    debian_packages: [python3, systemd, nvme-cli]
+    venvs: [/opt/kvoffload/venv]
+    python_packages: [vllm, lmcache, torch]
+    gpu_tool: nvidia-smi
+    binaries:
+      caddy: /usr/local/bin/caddy
+  register: software
+
+- name: Keep the record on the controller
+  ansible.builtin.copy:
+    content: "{{ software.software | to_nice_json }}"
+    dest: "results/software/{{ inventory_hostname }}.json"
+    mode: "0644"
+  delegate_to: localhost
+"""
+
 RETURN = r"""
 software:
-  description: "{host, groups, packages, python, gpu}: what the controller writes as software/<host>.json"
+  description: "{host, groups, packages, python, gpu}: what the controller writes as software/<host>.json."
   type: dict
+  returned: always
 """
 
 _GPU_ARGV = {"nvidia-smi": ["nvidia-smi", "--version"], "amd-smi": ["amd-smi", "version"]}

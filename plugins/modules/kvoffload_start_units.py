@@ -36,6 +36,8 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_start_units
 short_description: Enable and start systemd units in one transaction each and wait for their health
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - Enables the I(units) that are not enabled, restarts those named in I(restart), starts those not
     running, then polls each I(wait) URL until it answers 200 (a tcp://host:port one until it connects).
@@ -54,12 +56,59 @@ options:
   interval: {type: float, default: 1, description: "Seconds between two polls of a URL."}
 """
 
+EXAMPLES = r"""
+- name: Start the LMCache server and wait for its port and health check
+  kvoffload.lab.kvoffload_start_units:
+    units: [kvoffload-lmcache.service]
+    restart: [kvoffload-lmcache.service]
+    daemon_reload: true
+    wait:
+      kvoffload-lmcache.service:
+        - tcp://127.0.0.1:5555
+        - http://127.0.0.1:8080/healthcheck
+    timeout: 120
+    interval: 0.25
+  register: lmcache_start
+
+- name: Start two vLLM replicas, the first alone so that it fills the compile cache
+  kvoffload.lab.kvoffload_start_units:
+    units: [kvoffload-vllm@0.service, kvoffload-vllm@1.service]
+    wait:
+      kvoffload-vllm@0.service: http://127.0.0.1:8000/health
+      kvoffload-vllm@1.service: http://127.0.0.1:8001/health
+    timeout: 900
+    one_first: true
+  register: vllm_start
+
+- name: Say how long the replicas took
+  ansible.builtin.debug:
+    msg: "{{ vllm_start.first }} first; all healthy after {{ vllm_start.waited_s }} s"
+"""
+
 RETURN = r"""
-enabled: {description: the units that were enabled (would be, in check mode), type: list}
-restarted: {description: the units that were restarted, type: list}
-started: {description: the units that were started (they did not run), type: list}
-waited_s: {description: seconds until every URL answered 200, type: float}
-first: {description: the unit (re)started and waited for before the others (one_first), or null, type: str}
+enabled:
+  description: The units that were enabled (would be, in check mode).
+  type: list
+  elements: str
+  returned: always
+restarted:
+  description: The units that were restarted.
+  type: list
+  elements: str
+  returned: always
+started:
+  description: The units that were started (they did not run).
+  type: list
+  elements: str
+  returned: always
+waited_s:
+  description: Seconds until every URL answered 200.
+  type: float
+  returned: always
+first:
+  description: The unit (re)started and waited for before the others (one_first), or null.
+  type: str
+  returned: always
 """
 
 # Unit-file states that need no `systemctl enable` (a template instance reads as its template's).

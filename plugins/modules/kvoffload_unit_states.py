@@ -32,6 +32,8 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: kvoffload_unit_states
 short_description: Read the states of the kvoffload units of a host with one systemctl show
+version_added: "0.1.0"
+author: kvoffload-lab
 description:
   - Asks C(systemctl show) for I(units) and for one I(replica_unit) instance per C(replica-<n>.env)
     file in I(replica_dir), and returns the properties of those systemd has loaded.
@@ -48,11 +50,47 @@ options:
     {type: bool, default: false, description: "Stop the running ones first (one systemctl stop), then read."}
 """
 
+EXAMPLES = r"""
+- name: Record the states of the kvoffload units and of every vLLM replica
+  kvoffload.lab.kvoffload_unit_states:
+    units: [kvoffload-lmcache.service, kvoffload-caddy.service]
+    properties: [Result, NRestarts, ExecMainStartTimestamp, ExecMainStatus]
+    settle: 10
+  register: unit_states
+
+- name: Stop the units, then read how they ended
+  kvoffload.lab.kvoffload_unit_states:
+    units: [kvoffload-gpu-telemetry.service]
+    properties: [Result]
+    stop: true
+    settle: 0
+  register: unit_stop
+
+- name: Name the units that stopped
+  ansible.builtin.debug:
+    msg: "stopped {{ unit_stop.stopped }}; still changing state: {{ unit_stop.unsettled }}"
+"""
+
 RETURN = r"""
-units: {description: loaded unit name -> its properties (strings as systemctl prints them), type: dict}
-asked: {description: every unit name asked, in order, type: list}
-unsettled: {description: units still in a transition when the module gave up waiting, type: list}
-stopped: {description: "with stop: the units that ran and were stopped (would be, in check mode)", type: list}
+units:
+  description: Loaded unit name -> its properties (strings as systemctl prints them).
+  type: dict
+  returned: always
+asked:
+  description: Every unit name asked, in order.
+  type: list
+  elements: str
+  returned: always
+unsettled:
+  description: Units still in a transition when the module gave up waiting.
+  type: list
+  elements: str
+  returned: always
+stopped:
+  description: "With stop: the units that ran and were stopped (would be, in check mode)."
+  type: list
+  elements: str
+  returned: always
 """
 
 _REPLICA_ENV = re.compile(r"^replica-([0-9]+)\.env$")
