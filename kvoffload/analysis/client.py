@@ -1,4 +1,4 @@
-"""Client-side figures from request records of one cell (DESIGN.md section 7, "Client side").
+"""Client-side figures from request records of one cell (docs/metrics.md, "Client side").
 
 Latency figures use requests with status `ok` only; percentiles interpolate linearly between order
 statistics (numpy's default). The run's wall time is from the first `t_start` to the last

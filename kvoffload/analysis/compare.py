@@ -1,4 +1,4 @@
-"""Comparison rules and validity warnings (DESIGN.md sections 6 and 7), over summary rows.
+"""Comparison rules and validity warnings (docs/metrics.md), over summary rows.
 
 A tier comparison holds model, concurrency, num_rounds, ISL, OSL and repeat fixed (GROUP_KEYS).
 Cells of a group whose session counts (achieved, complete, error, incomplete) differ, or any of which

@@ -1,4 +1,4 @@
-"""Service health during a cell: Caddy upstream flaps and systemd unit restarts (DESIGN.md section 7).
+"""Service health during a cell: Caddy upstream flaps and systemd unit restarts (docs/metrics.md).
 
 Pure: one cell's samples and its cells-table `units` JSON text in, flat dicts out. A flap is a fall of
 `caddy_reverse_proxy_upstreams_healthy` from 1 to 0 between two consecutive run samples of one upstream

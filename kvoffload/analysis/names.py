@@ -1,4 +1,4 @@
-"""Metric names the analysis reads, with the older spellings it also accepts (DESIGN.md section 7).
+"""Metric names the analysis reads, with the older spellings it also accepts (docs/metrics.md).
 
 Each figure lists candidate names in preference order; `resolve` picks the first one present in the
 data, so a server exposing both a new and a deprecated name is never counted twice. Histogram bases

@@ -1,4 +1,4 @@
-"""Whether the nodes of a node-parallel campaign are alike (DESIGN.md section 3).
+"""Whether the nodes of a node-parallel campaign are alike (docs/architecture.md section 3).
 
 A comparison group runs on one node, so a tier comparison never mixes hardware; but figures of groups
 that ran on different nodes (a concurrency sweep spread over two nodes) compare only when the nodes

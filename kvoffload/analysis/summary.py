@@ -1,4 +1,4 @@
-"""One summary row per cell (every figure of DESIGN.md section 7) and the per-round TTFT table.
+"""One summary row per cell (every figure of docs/metrics.md) and the per-round TTFT table.
 
 Inputs are the ingest tables as DataFrames; output DataFrames are what the report renders and what
 `report --format json|csv` prints. Each row's `data_notes` (JSON text: a list of {kind, message}) says

@@ -29,7 +29,8 @@ from kvoffload.replay.outcome import MEANING
 log = logging.getLogger("kvoffload.replay")
 
 _WHERE = "kvoffload-lab replay"
-# Warm-ups go out all at once, one connection each: a few are enough to open the path (DESIGN: 4).
+# Warm-ups go out all at once, one connection each: a few are enough to open the path
+# (docs/architecture.md section 6).
 MAX_WARMUP = 1024
 DEFAULT_STALL_TIMEOUT_S = 300.0
 MAX_WORKERS = 256

@@ -1,4 +1,4 @@
-"""Validated inventory and campaign, and the campaign's resolved cells (DESIGN.md section 3).
+"""Validated inventory and campaign, and the campaign's resolved cells (docs/architecture.md section 3).
 
 The bottom layer of the controller: everything above (orchestrate, playbook, profiles, cli) reads the
 lab through these models. Reads YAML files and validates; never touches a host, runs Ansible or reads

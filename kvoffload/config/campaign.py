@@ -1,4 +1,4 @@
-"""The campaign model: what to replay against which tiers, and the matrix of cells (DESIGN.md section 3).
+"""The campaign model: what to replay against which tiers, and the matrix of cells (docs/contracts.md).
 
 Lives in an inventory's `all.vars.kvoffload_campaign` or in its own YAML file (`--campaign`). Strict:
 unknown keys and wrong types are errors, numbers come as YAML numbers, and the rules that tie two keys

@@ -85,8 +85,9 @@ class LabConfig:
 
     @property
     def nodes(self) -> list[Host]:
-        """The nodes: every host of group vllm, in inventory order. A run is node-local (DESIGN.md
-        section 3): a cell runs on one node, with that node's lmcache-server and Caddy."""
+        """The nodes: every host of group vllm, in inventory order. A run is node-local
+        (docs/architecture.md section 3): a cell runs on one node, with that node's lmcache-server
+        and Caddy."""
         return self.inventory.group("vllm")
 
     @property

@@ -1,4 +1,4 @@
-"""Paths of a campaign's results folder (DESIGN.md section 5); the one place that spells them.
+"""Paths of a campaign's results folder (docs/architecture.md section 9); the one place that spells them.
 
     results/<campaign>/campaign.json, status.json, cells/<cell-id>/{cell.json, requests.jsonl, sessions.json,
     metrics/, units/, logs/, software/, DONE}, attempts/<cell-id>-<stamp>/ (earlier unfinished

@@ -1,4 +1,4 @@
-"""requests.jsonl and sessions.json: the request record and the session counts (DESIGN.md section 6).
+"""requests.jsonl and sessions.json: the request record and the session counts (docs/contracts.md).
 
 One model per file, used by the replay that writes it and by ingest that reads it; ingest's column
 schema is derived from `RequestRecord` (contracts/arrow.py). Bump `SCHEMA` on any change of fields or

@@ -1,7 +1,7 @@
 """Recorded multi-turn conversations: loaders per dataset code, sessions and virtual users.
 
 Used by the replay runner (on the client host) and by `plan` (virtual-user ceilings). Depends only on
-the standard library (and pyarrow for parquet). See DESIGN.md section 6 for the semantics.
+the standard library (and pyarrow for parquet). See docs/architecture.md section 6 for the semantics.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Controller-side ingestion: a campaign's raw files -> typed parquet tables with a schema version.
 
 Reads `results/<campaign>/cells/*/{cell.json, requests.jsonl, sessions.json, metrics/*.jsonl}` (layout in
-DESIGN.md section 5 and docs/metrics.md "## Files") and writes `tables/{cells,requests,sessions,
+docs/architecture.md section 9 and docs/metrics.md "## Files") and writes `tables/{cells,requests,sessions,
 samples}.parquet` plus `tables/manifest.json`. Needs the `controller` extra (pyarrow, pandas). Computes
 no figures: derived tables (rounds, summary) come from `kvoffload.analysis` via `kvoffload.report`.
 """

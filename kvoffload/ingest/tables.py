@@ -6,7 +6,7 @@ Tables (all carry `cell_id`; parquet metadata and the manifest carry `TABLES_SCH
   hosts, targets, timings, versions (controller), software (lab hosts), config (every key of the
   resolved cell), profiles and units (systemd states); the node that ran the cell and its cold-start
   method (restart or reset); `done` says whether DONE exists).
-- requests: requests.jsonl rows (DESIGN.md section 6 schema), plus each request's LMCache L1 and L2 hit
+- requests: requests.jsonl rows (docs/contracts.md schema), plus each request's LMCache L1 and L2 hit
   chunks from the KV cache server's prefetch lines in units/ (kvoffload/ingest/lmcache_log.py; null
   where no line names the request).
 - sessions: sessions.json, one row per cell that has one.

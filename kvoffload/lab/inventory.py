@@ -1,6 +1,6 @@
 """Render the Ansible inventory of a running virtual lab (`inventories/local/hosts.yml`).
 
-Host 1 is the client; the next hosts are the nodes (one by default; DESIGN.md section 3: a run is
+Host 1 is the client; the next hosts are the nodes (one by default; docs/architecture.md section 3: a run is
 node-local, because LMCache's MP server shares KV with the replicas through CUDA IPC inside one host):
 each runs two vLLM replicas, its own lmcache-server with its own loop device as its NVMe device, and
 its own Caddy. Further hosts are spare, in no kvoffload group. The hosts have no GPU, so real vLLM runs

@@ -1,13 +1,13 @@
 """A tiny random-weight Llama model folder that real vLLM (its CPU build) can serve, built offline.
 
-The real-engine lane of the virtual lab needs a model, and the lab has no route to the Hugging Face
-hub. This module writes one from nothing: the architecture of the captured reference model
-(`../shared/fixtures/vllm-0.32-cpu/tiny-llama-config/`), a byte-level BPE tokenizer trained here on
-the shipped conversations (so token counts of replayed prompts are realistic), and random bfloat16
-weights in a safetensors file written by hand (no torch, no safetensors package). Output is a pure
-function of (recipe, corpus bytes, seed); a finished folder carries a stamp with the hash of those
-inputs and is reused as it is. It writes only inside the folder it is given (and a lock file beside
-it); it never downloads anything and never starts an engine.
+The real-engine lane of the virtual lab needs a model, and the lab has no route to the Hugging Face hub.
+This module writes one from nothing: the architecture of the captured reference model
+(`tests/fixtures/vllm-0.32-cpu/tiny-llama-config/`, from a real vLLM run), a byte-level BPE tokenizer
+trained here on the shipped conversations (so token counts of replayed prompts are realistic), and random
+bfloat16 weights in a safetensors file written by hand (no torch, no safetensors package). Output is a
+pure function of (recipe, corpus bytes, seed); a finished folder carries a stamp with the hash of those
+inputs and is reused as it is. It writes only inside the folder it is given (and a lock file beside it);
+it never downloads anything and never starts an engine.
 """
 
 from __future__ import annotations

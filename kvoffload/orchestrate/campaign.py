@@ -5,7 +5,7 @@ Resume: cells whose folder holds DONE are skipped; any other cell runs again fro
 unfinished attempt is kept under attempts/). Ctrl-C: the current cell is marked interrupted, the lab is
 torn down, and KeyboardInterrupt propagates to the CLI. Phase timings, host facts, versions (the
 controller's tools), software (what ran on each lab host, from the collect role), targets and unit
-restart counts go to cell.json (DESIGN.md section 5).
+restart counts go to cell.json (docs/architecture.md section 9).
 """
 
 from __future__ import annotations

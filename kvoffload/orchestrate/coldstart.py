@@ -1,4 +1,4 @@
-"""Making a cell cold without restarting its engines, and proving it (DESIGN.md section 5).
+"""Making a cell cold without restarting its engines, and proving it (docs/architecture.md section 5).
 
 An engine restart reloads the model (minutes for a 70B model on real hardware), so between cells
 that share an engine configuration the orchestrator empties the caches in place instead:

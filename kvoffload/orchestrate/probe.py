@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-# current name first, the older alias second (DESIGN.md section 7)
+# current name first, the older alias second (docs/metrics.md)
 VLLM_HITS = ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
 VLLM_RUNNING = ("vllm:num_requests_running",)
 VLLM_SUCCESS = ("vllm:request_success",)

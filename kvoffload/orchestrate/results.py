@@ -1,4 +1,4 @@
-"""The results folder of a campaign (DESIGN.md section 5): resume markers, never overwriting.
+"""The results folder of a campaign (docs/architecture.md section 9): resume markers, never overwriting.
 
 Its layout is kvoffload/contracts/layout.py's. A cell is done when its DONE file exists; DONE is
 written last and atomically. A cell folder without it is an unfinished attempt: before the cell runs

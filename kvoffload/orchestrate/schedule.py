@@ -1,4 +1,4 @@
-"""Which node runs which cells, and in which order (DESIGN.md sections 3 and 5).
+"""Which node runs which cells, and in which order (docs/architecture.md sections 3 and 5).
 
 A run is node-local, and a tier comparison never mixes hardware: every cell of a comparison group
 (the cells that differ only in tier), and of its repeats, runs on one node. Groups are spread over the

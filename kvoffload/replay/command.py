@@ -1,7 +1,8 @@
 """The resolved replay command line, as the orchestrator and the replay role run it.
 
-Fixed flags follow DESIGN.md section 6. The gpt-oss agentic row is added only for gpt-oss models: for any
-other model the argv is byte-identical to one built without that row (a test holds this).
+Fixed flags follow docs/architecture.md section 6. The gpt-oss agentic row is added only for
+gpt-oss models: for any other model the argv is byte-identical to one built without that row (a test
+holds this).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The closed-loop replay: `concurrency` slots, each replaying one virtual user's rounds in order, then
 taking the next user, until the pool, `--duration`, the stall watchdog or a stop request ends it
-(DESIGN.md section 6).
+(docs/architecture.md section 6).
 
 Records are appended to requests.jsonl as each request finishes (flushed), so an interrupted run keeps
 every finished record; sessions.json is written at the end, also after an interruption, a stall or

@@ -29,7 +29,7 @@ BASE_INVENTORY: dict[str, Any] = {
         "vars": {"ansible_user": "root"},
         "hosts": {
             "h1": {"ansible_host": "10.0.0.1"},
-            # The node of every run (DESIGN.md section 3): replicas, lmcache-server and Caddy.
+            # The node of every run (docs/architecture.md section 3): replicas, lmcache-server and Caddy.
             "h2": {
                 "ansible_host": "10.0.0.2",
                 "vllm_replicas": [{"index": 0, "gpus": "0"}, {"index": 1, "gpus": "1"}],

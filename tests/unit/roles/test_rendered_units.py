@@ -24,7 +24,7 @@ from tests.unit.roles.render import render, role_defaults
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("KVOFFLOAD_REGEN_GOLDEN") == "1"
-# One node (DESIGN.md section 3): replicas, lmcache-server and Caddy all on gpu1, its lab address NODE.
+# One node (docs/architecture.md section 3): replicas, lmcache-server and Caddy all on gpu1, its lab address NODE.
 NODE = "10.0.0.11"
 REPLICAS = (
     r.Replica(host="gpu1", address=NODE, index=0, gpus="0"),
