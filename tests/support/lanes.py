@@ -52,18 +52,18 @@ class Lane:
 
 
 LANES: tuple[Lane, ...] = (
-    # Longest first (minutes of a clean-clone run on a fresh 2-core machine, two at a time, in
-    # brackets), so that the short lanes fill the slots at the end: molecule holds one slot for most of
+    # Longest first (the comments: minutes of a clean-clone run on a fresh 2-core machine, two at a
+    # time), so that the short lanes fill the slots at the end: molecule holds one slot for most of
     # the run and the other lanes share the other. Molecule is one lane by choice, not need (its
     # scenarios skip molecule's prerun, so two at once no longer race on an installed collection): alone
     # it keeps the cores only 45-65 % busy, so it is the lane that best shares the machine.
-    Lane("molecule", ("tests/molecule",)),  # 30.3
-    # 13.4: the engines' wheels, a lab, doctor's smoke check, three engine starts, six cells
+    Lane("molecule", ("tests/molecule",)),  # 23.4
+    # 10.5: the engines' wheels, a lab, doctor's smoke check, three engine starts, six cells
     Lane("real-engine", (REAL_ENGINE,)),
-    Lane("lab", ("tests/lab", f"--ignore={REAL_ENGINE}", f"--ignore={FAULTS}")),  # 12.4
-    Lane("lab-faults", (FAULTS,)),  # 7.6
-    Lane("integration", ("tests/integration",)),  # 7.3: real processes on loopback
-    # Everything else (2.8): the unit tier (and any new folder of tests).
+    Lane("lab", ("tests/lab", f"--ignore={REAL_ENGINE}", f"--ignore={FAULTS}")),  # 9.2
+    Lane("lab-faults", (FAULTS,)),  # 6.4
+    Lane("integration", ("tests/integration",)),  # 6.3: real processes on loopback
+    # Everything else (2.1): the unit tier (and any new folder of tests).
     Lane("local", ("tests", "--ignore=tests/lab", "--ignore=tests/molecule", "--ignore=tests/integration")),
 )
 
