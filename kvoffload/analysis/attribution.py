@@ -31,6 +31,10 @@ from kvoffload.analysis.engine import increase
 from kvoffload.tiers import TIERS
 
 SOURCES = ("gpu", "l1", "l2", "recomputed")
+# Where the server does not split the GPU prefix cache from LMCache per request (vLLM 0.32 streams no
+# cached_token_stats), the coarser split every tier says: cached tokens other than LMCache L2 hits (GPU
+# prefix cache or LMCache L1), LMCache L2 hits, and recomputed tokens.
+COARSE = ("cached_other", "l2_hit", "missed")
 # Beyond this share of the counter (or one LMCache chunk of 256 tokens, whichever is more) the
 # per-request sums and the counters disagree (docs/metrics.md says why).
 RECONCILE_TOLERANCE = 0.05
@@ -115,6 +119,15 @@ def token_sources(requests: pd.DataFrame, connector: bool, chunk: float | None =
         },
         index=ok.index,
     )
+    # The coarse split (COARSE), from what every tier says: the engine's cached tokens (GPU prefix cache
+    # and LMCache loads together) with LMCache's L2 hits among them, and the rest recomputed.
+    cached = out["cached"]
+    l2_hit = (
+        np.minimum(l2_hits, cached) if connector else pd.Series(0.0, index=ok.index).where(cached.notna())
+    )
+    out["l2_hit"] = l2_hit
+    out["cached_other"] = cached - l2_hit
+    out["missed"] = prompt - cached
     return out
 
 
@@ -229,22 +242,23 @@ class Cost:
     stderr: float | None
 
 
-def source_costs(sources: pd.DataFrame) -> dict[str, Any]:
+def source_costs(sources: pd.DataFrame, names: tuple[str, ...] = SOURCES) -> dict[str, Any]:
     """TTFT = base + sum over sources of cost x tokens/1000, by ordinary least squares over the requests
     whose sources and TTFT are known. The TTFT is the server's own (scheduling to first token: loads
     and prefill, no queue, no network; `basis` "server") when every one of those requests has it, else
     the client's (`basis` "client"). A source with no tokens in any request has no cost (None). The
     standard errors are the usual OLS ones (residual variance times the diagonal of (X'X)^-1); None
-    when the fit has no spare degree of freedom. `requests`: how many the fit used."""
-    known = sources.dropna(subset=[*SOURCES, "ttft_s"])
+    when the fit has no spare degree of freedom. `requests`: how many the fit used. `names`: the
+    source columns (SOURCES, or COARSE where the server does not split the caches)."""
+    known = sources.dropna(subset=[*names, "ttft_s"])
     server = not known.empty and bool(known["server_ttft_s"].notna().all())
     out: dict[str, Any] = {
         "requests": len(known),
         "basis": "server" if server else "client",
         "base_s": None,
-        **dict.fromkeys(SOURCES),
+        **dict.fromkeys(names),
     }
-    used = [s for s in SOURCES if not known.empty and (known[s] > 0).any()]
+    used = [s for s in names if not known.empty and (known[s] > 0).any()]
     n, k = len(known), len(used) + 1
     if not used or n < MIN_PER_COEFFICIENT * k:
         return out
@@ -270,6 +284,9 @@ SOURCE_WORDS = {
     "l1": "LMCache L1",
     "l2": "LMCache L2",
     "recomputed": "recomputed",
+    "cached_other": "the GPU prefix cache or LMCache L1",
+    "l2_hit": "LMCache L2",
+    "missed": "recomputed",
 }
 
 
@@ -302,10 +319,10 @@ class TierAttribution:
         }
 
 
-def _shares(sources: pd.DataFrame) -> dict[str, float | None]:
-    known = sources.dropna(subset=list(SOURCES))
+def _shares(sources: pd.DataFrame, names: tuple[str, ...] = SOURCES) -> dict[str, float | None]:
+    known = sources.dropna(subset=list(names))
     total = float(known["prompt"].sum()) if not known.empty else 0.0
-    return {s: (float(known[s].sum()) / total if total > 0 else None) for s in SOURCES}
+    return {s: (float(known[s].sum()) / total if total > 0 else None) for s in names}
 
 
 def _ms(cost: Any) -> str | None:
@@ -317,20 +334,26 @@ def _ms(cost: Any) -> str | None:
 
 def statement(tier: str, shares: dict[str, float | None], costs: dict[str, Any]) -> str | None:
     """One findings sentence: where later rounds' prompt tokens came from, and what a hit and a miss
-    cost; None when no later-round request has all its sources known."""
-    if any(v is None for v in shares.values()):
+    cost; None when no later-round request has all its sources known. `shares` has the keys of SOURCES
+    or of COARSE, and `costs` the same."""
+    if not shares or any(v is None for v in shares.values()):
         return None
-    top = max(SOURCES, key=lambda s: shares[s] or 0.0)
+    names = tuple(shares)
+    top = max(names, key=lambda s: shares[s] or 0.0)
     rest = ", ".join(
-        f"{SOURCE_WORDS[s]} {100 * (shares[s] or 0.0):.0f} %" for s in SOURCES if s != top and shares[s]
+        f"{SOURCE_WORDS[s]} {100 * (shares[s] or 0.0):.0f} %" for s in names if s != top and shares[s]
     )
+    where = "were recomputed" if top in ("recomputed", "missed") else f"came from {SOURCE_WORDS[top]}"
     text = (
-        f"{tier}: from round {LATER_ROUND} on, {100 * (shares[top] or 0.0):.0f} % of prompt tokens came from "
-        f"{SOURCE_WORDS[top]}" + (f" ({rest})" if rest else "")
+        f"{tier}: from round {LATER_ROUND} on, {100 * (shares[top] or 0.0):.0f} % of prompt tokens {where}"
+        + (f" ({rest})" if rest else "")
     )
-    loads = [(s, _ms(costs.get(s))) for s in ("gpu", "l1", "l2")]
+    hits, missed = (
+        (("cached_other", "l2_hit"), "missed") if "missed" in names else (("gpu", "l1", "l2"), "recomputed")
+    )
+    loads = [(s, _ms(costs.get(s))) for s in hits]
     said = [f"from {SOURCE_WORDS[s]} {m}" for s, m in loads if m is not None]
-    miss = _ms(costs.get("recomputed"))
+    miss = _ms(costs.get(missed))
     if said and miss is not None:
         text += f"; a hit cost {' and '.join(said)} of TTFT, against {miss} recomputed"
     elif miss is not None:
@@ -362,7 +385,11 @@ def tier_attribution(
         ]
         sources = pd.concat(parts) if parts else token_sources(requests.iloc[0:0], False)
         costs = source_costs(sources)
-        shares = _shares(sources[sources["round"] >= LATER_ROUND])
+        later = sources[sources["round"] >= LATER_ROUND]
+        shares = _shares(later)
+        if tier in OFFLOAD_TIERS and not costs["requests"]:
+            # the server did not split the caches per request: the coarse split, which it does say
+            costs, shares = {**source_costs(sources, COARSE), "split": "coarse"}, _shares(later, COARSE)
         view = TierAttribution(
             tier, ids, rounds(sources), by_age(sources), costs, shares, statement(tier, shares, costs)
         )

@@ -368,6 +368,18 @@ def knee_table(knees: Sequence[Knee]) -> Table:
     return Table("Measured sweep", headers, rows)
 
 
+# The cost table's rows: a source (attribution.SOURCES, or the coarse split COARSE) and its label.
+COST_NAMES = {
+    "gpu": "gpu",
+    "l1": "l1",
+    "l2": "l2",
+    "recomputed": "recomputed",
+    "cached_other": "GPU prefix cache or L1",
+    "l2_hit": "L2",
+    "missed": "recomputed",
+}
+
+
 def attribution_tables(view: TierAttribution) -> tuple[Table, Table, Table]:
     """The turn-by-turn tables of one tier: per round TTFT p50/p95 with the round's prompt tokens by
     source stacked beside it, the cost of each source (ms of TTFT per 1K tokens, ± its standard
@@ -384,11 +396,16 @@ def attribution_tables(view: TierAttribution) -> tuple[Table, Table, Table]:
         "Tokens of the requests whose server said every source (docs/metrics.md, Per-request attribution).",
     )  # fmt: skip
     costs = [
-        [name, fmt(c.s_per_1k, 2, 1000.0), fmt(c.stderr, 2, 1000.0)]
-        for name, c in ((s, view.costs.get(s)) for s in ("gpu", "l1", "l2", "recomputed"))
+        [COST_NAMES[name], fmt(c.s_per_1k, 2, 1000.0), fmt(c.stderr, 2, 1000.0)]
+        for name, c in ((s, view.costs.get(s)) for s in COST_NAMES)
         if isinstance(c, Cost)
     ]
     note = f"Least-squares fit of TTFT over {view.costs.get('requests', 0)} requests."
+    if view.costs.get("split") == "coarse":
+        note += (
+            " The server did not split the GPU prefix cache from LMCache per request (vLLM 0.32 streams no "
+            "cached_token_stats), so the fit splits cached tokens into LMCache L2 hits and the rest."
+        )
     ages = Table(
         f"{view.tier}: hit share by the turn's age",
         ["time since the user's previous turn", "requests", "median s", "hit share %", "LMCache share %"],

@@ -186,3 +186,37 @@ def test_hit_share_by_age_bucket_by_hand() -> None:
     assert table["lmcache_share"].tolist() == pytest.approx([0.0, 0.0, 0.0, 0.0])
     # without the record fields that make an age, no row (older results still report)
     assert A.by_age(A.token_sources(AGED.drop(columns=["t_start"]), connector=False)).empty
+
+
+def test_the_coarse_split_where_the_server_does_not_split_the_caches() -> None:
+    # An nvme cell streamed by vLLM 0.32: no cached_token_stats, so the GPU/LMCache split is unknown;
+    # cached_tokens and the L2 lines are known. TTFT = 0.01 + 0.002 s/1K (GPU or L1) + 0.02 s/1K (L2)
+    # + 0.05 s/1K recomputed, exactly, so the fit recovers the three costs.
+    rows = []
+    for i, (cached, l2_chunks, prompt) in enumerate(
+        [(0, 0, 1000), (512, 0, 1500), (1024, 2, 2000), (2048, 4, 2600), (768, 1, 1800), (1536, 3, 2400),
+         (256, 0, 900), (2048, 0, 3000), (1280, 5, 1900), (512, 2, 800), (1792, 2, 2200), (0, 0, 700)]
+    ):  # fmt: skip
+        l2 = min(l2_chunks * 256, cached)
+        ttft = 0.01 + 0.002 * (cached - l2) / 1000 + 0.02 * l2 / 1000 + 0.05 * (prompt - cached) / 1000
+        said = {"cached_tokens": cached, "lmcache_l2_hit_chunks": l2_chunks, "lmcache_l1_hit_chunks": 0}
+        rows.append(_req(1 + i % 3, prompt, ttft, user_id=f"u{i}", t_start=float(i), latency_s=0.5, **said))
+    s = A.token_sources(pd.DataFrame(rows), connector=True, chunk=256.0)
+    assert s["gpu"].isna().all() and s["recomputed"].isna().all()  # the fine split is unknown
+    assert s["l2_hit"].tolist()[:4] == [0, 0, 512, 1024] and s["missed"].tolist()[:2] == [1000, 988]
+    assert s["l2_hit"].iloc[9] == 512 and s["cached_other"].iloc[9] == 0  # L2 hits capped at the cached
+    assert A.source_costs(s)["requests"] == 0
+    costs = A.source_costs(s, A.COARSE)
+    assert costs["requests"] == 12 and costs["base_s"] == pytest.approx(0.01)
+    assert costs["cached_other"].s_per_1k == pytest.approx(0.002)
+    assert costs["l2_hit"].s_per_1k == pytest.approx(0.02)
+    assert costs["missed"].s_per_1k == pytest.approx(0.05)
+    smp = _counters(lmcache_mp_lookup_hit_l2_tokens_total=4096, lmcache_mp_lookup_hit_l2_keys_total=16)
+    smp["cell_id"] = "c"
+    views = A.tier_attribution(pd.DataFrame({"tier": ["nvme"], "cell_id": ["c"]}), pd.DataFrame(rows), smp)
+    [nvme] = views
+    assert nvme.costs["split"] == "coarse" and set(nvme.shares_later) == set(A.COARSE)
+    said = nvme.statement or ""
+    assert said.startswith("nvme: from round 2 on, 42 % of prompt tokens were recomputed"), said
+    assert "from LMCache L2 20 ± " in said and "against 50 ± " in said, said
+    assert "(the GPU prefix cache or LMCache L1 36 %, LMCache L2 21 %)" in said, said
