@@ -156,9 +156,15 @@ def _post(client: httpx.Client, i: int) -> tuple[int, str, float]:
 
 
 def _kill_one_and_send(
-    tmp_path: Path, binary: Path, text: str, port: int, victim: ThreadingHTTPServer
+    tmp_path: Path,
+    binary: Path,
+    text: str,
+    port: int,
+    victim: ThreadingHTTPServer,
+    fresh_after: bool = False,
 ) -> tuple[list[Any], list[Any]]:
-    """(burst, after): 8 x 3 concurrent POSTs right after one replica (`victim`) dies, then 10 one by one."""
+    """(burst, after): 8 x 3 concurrent POSTs right after one replica (`victim`) dies, then 10 one by one
+    (on one keep-alive connection, or with `fresh_after` each on a new one)."""
     proc = _caddy(tmp_path, binary, text, port)
     burst: list[tuple[int, str, float]] = []
     try:
@@ -177,8 +183,14 @@ def _kill_one_and_send(
             t.start()
         for t in threads:
             t.join(timeout=120)
+        after = []
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            after = [_post(client, i) for i in range(10)]
+            for i in range(10):
+                if fresh_after:
+                    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as fresh:
+                        after.append(_post(fresh, i))
+                else:
+                    after.append(_post(client, i))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -186,14 +198,20 @@ def _kill_one_and_send(
 
 
 def _failover(
-    tmp_path: Path, binary: Path, tier: str, live: int, edit: Any = None, **over: Any
+    tmp_path: Path,
+    binary: Path,
+    tier: str,
+    live: int,
+    edit: Any = None,
+    fresh_after: bool = False,
+    **over: Any,
 ) -> tuple[str, list[Any], list[Any]]:
     """The rendered Caddyfile (after `edit`), and what `_kill_one_and_send` got through it."""
     victim = _serve()
     upstreams = [f"127.0.0.1:{victim.server_address[1]}", f"127.0.0.1:{live}"]
     text, port = caddyfile(tmp_path, binary, tier, upstreams, **over)
     text = edit(text) if edit else text
-    burst, after = _kill_one_and_send(tmp_path, binary, text, port, victim)
+    burst, after = _kill_one_and_send(tmp_path, binary, text, port, victim, fresh_after)
     return text, burst, after
 
 
@@ -204,7 +222,10 @@ WHOLE = (200, str(len(BODY)))
 @pytest.mark.parametrize("tier", ["gpu", "cpu"])
 def test_on_caddy_2_6_a_dead_replica_costs_one_fast_failure(tmp_path: Path, live: int, tier: str) -> None:
     assert DEBIAN_2_6 is not None
-    text, burst, after = _failover(tmp_path, DEBIAN_2_6, tier, live)
+    # After the burst, each request on a new connection: on one keep-alive connection Caddy 2.6.2
+    # sometimes cut a response right after the failover (headers, then no body; 2 of 6 runs on
+    # 2026-12-04, never on the wheel's Caddy, whose test below keeps one connection).
+    text, burst, after = _failover(tmp_path, DEBIAN_2_6, tier, live, fresh_after=True)
     # the workaround: never retried (whatever the profile asks), one refused connection marks it down
     assert "lb_try_duration 0s" in text and "\tlb_retries" not in text and "max_fails 1" in text, text
     log = (tmp_path / "caddy.log").read_text()[-3000:]
