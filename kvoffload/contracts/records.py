@@ -9,8 +9,8 @@ Schema history: 1: first version. 2: request records gained `ttft_clock` and `la
 read as `ttft_clock: "read"`, `late_s: null`). 3: request records gained the server's own per-request
 answer (`response_id`, `server_queue_s`, `server_ttft_s`, `vllm_cached_tokens`, `lmcache_cached_tokens`,
 `lmcache_loaded_tokens`; older files read them as null: the server was not asked). sessions.json's
-`exceptions`, `stop_reason` and `first_error` were added without a bump: readers ignore keys they do not
-know.
+`exceptions`, `stop_reason`, `first_error` and `warmup_errors` were added without a bump: readers ignore
+keys they do not know.
 """
 
 from __future__ import annotations
@@ -145,6 +145,11 @@ class SessionCounts(BaseModel):
     stopped_by: str = Field(default="pool", description="pool, duration, interrupt, stall or warmup")
     stop_reason: str | None = Field(default=None, description="why, in words, for stall and warmup")
     first_error: str | None = Field(default=None, description="the first failure seen")
+    warmup_errors: list[str] = Field(
+        default_factory=list,
+        description="the first failure of each warm-up round in which every warm-up failed (the round "
+        "was repeated; `warmup` in stopped_by when the last one failed too)",
+    )
     duration_s: float = Field(default=0.0, ge=0, description="wall time of the replay")
 
     @property

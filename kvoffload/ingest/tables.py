@@ -54,7 +54,12 @@ TABLES_SCHEMA_VERSION = 7
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 # Every field of sessions.json but its schema version, as the model defines them.
-SESSIONS_SCHEMA = pa.schema([("cell_id", pa.string()), *arrow_schema(SessionCounts, exclude=["schema"])])
+# sessions.json keys that stay out of the sessions table: its version, and the warm-up rounds' failures
+# (diagnostics in words, a list: the cell's sessions.json keeps them).
+SESSIONS_JSON_ONLY = ("schema", "warmup_errors")
+SESSIONS_SCHEMA = pa.schema(
+    [("cell_id", pa.string()), *arrow_schema(SessionCounts, exclude=SESSIONS_JSON_ONLY)]
+)
 REQUESTS_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), *REQUEST_SCHEMA, *lmcache_log.COLUMNS])
 SAMPLES_TABLE_SCHEMA = pa.schema([("cell_id", pa.string()), ("phase", pa.string()), *SAMPLE_SCHEMA])
 

@@ -79,6 +79,61 @@ def _error_text(body: bytes) -> str:
     return text or "empty response body"
 
 
+def _stream_error(data: bytes) -> str | None:
+    """The message of an error event inside a 200 stream, else None.
+
+    vLLM answers 200 before the engine has run the request; a request that fails later (a KV load that
+    failed under `kv_load_failure_policy: fail`, an engine error) ends its stream with a data line
+    `{"error": {"message": ..., "type": ..., "code": ...}}` (older servers: `{"object": "error",
+    "message": ...}`) and then `[DONE]`.
+    """
+    if b'"error"' not in data:
+        return None
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        text = str(err.get("message") or err)
+        kind = err.get("type") or err.get("code")
+        return f"error event in the stream: {text}" + (f" ({kind})" if kind else "")
+    if isinstance(err, str) and err:
+        return f"error event in the stream: {err}"
+    if obj.get("object") == "error":
+        return f"error event in the stream: {obj.get('message') or obj}"
+    return None
+
+
+def _finish_reason(data: bytes) -> str | None:
+    """The finish_reason a chunk gives its first choice, if any (read only while no token has come)."""
+    if b'"finish_reason"' not in data:
+        return None
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        return None
+    for choice in obj.get("choices") or () if isinstance(obj, dict) else ():
+        reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+        if isinstance(reason, str):
+            return reason
+    return None
+
+
+def _tokenless(finish: str | None, usage: dict[str, Any] | None, ended: bool) -> str:
+    """Why a 200 stream carried no token, in the server's own terms where it gave them."""
+    if not ended:
+        return "the stream ended before [DONE] without a token (cut by the server or a proxy)"
+    said = []
+    if usage is not None and _count(usage.get("completion_tokens")) is not None:
+        said.append(f"{usage['completion_tokens']} completion tokens, none with text")
+    if finish is not None:
+        said.append(f"finish_reason {finish!r}")
+    return "stream ended without a token" + (f" ({'; '.join(said)})" if said else "")
+
+
 def _usage(data: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(data)
@@ -237,6 +292,8 @@ async def stream_chat(
     clock: Clock = "read"
     late_s: float | None = None
     answer = ServerAnswer()
+    finish: str | None = None  # the finish_reason of a stream that ends before any token
+    ended = False  # `[DONE]` came
     try:
         async with asyncio.timeout(timeout_s) as deadline:
             if activity is not None:
@@ -287,9 +344,15 @@ async def stream_chat(
                             ):
                                 late_s = stamped.last_read - stamped.last_rx
                             if data == b"[DONE]":
-                                done, t_end = True, now
+                                done = ended = True
+                                t_end = now
                                 break
                             answer.read(data)
+                            said = _stream_error(data)
+                            if said is not None:
+                                status, error = "error", said[:500]
+                            if t_first is None and finish is None:
+                                finish = _finish_reason(data)
                             if b'"usage"' in data:
                                 found = _usage(data)
                                 if found is not None:
@@ -326,7 +389,7 @@ async def stream_chat(
         details = usage.get("prompt_tokens_details") or {}
         cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     if status == "ok" and t_first is None:
-        status, error = "error", error or "stream ended without a token"
+        status, error = "error", error or _tokenless(finish, usage, ended)
     ttft = t_first - t0 if t_first is not None else None
     tpot = None
     if t_first is not None and t_last is not None and completion_tokens and completion_tokens > 1:

@@ -88,13 +88,20 @@ def build_payload(call: Call, opts: RequestOptions) -> dict[str, Any]:
     return payload
 
 
-def warmup_payload(model: str, index: int, nonce: str) -> dict[str, Any]:
-    """A throwaway request whose first tokens are a random nonce: it shares no prefix with any dataset."""
-    return {
-        "model": model,
+def warmup_payload(opts: RequestOptions, index: int, nonce: str) -> dict[str, Any]:
+    """A throwaway request whose first tokens are a random nonce: it shares no prefix with any dataset.
+
+    It asks for `ignore_eos` as the replayed requests do, so a model whose first choice is its end
+    token (a random-weight test model can be) still answers with tokens.
+    """
+    payload: dict[str, Any] = {
+        "model": opts.model,
         "messages": [{"role": "user", "content": f"{nonce} warm-up {index}: count from one to ten."}],
         "max_tokens": 8,
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": 0.0,
     }
+    if opts.ignore_eos:
+        payload["ignore_eos"] = True
+    return payload

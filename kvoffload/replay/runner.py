@@ -38,6 +38,11 @@ from kvoffload.replay.watchdog import Activity, watch
 log = logging.getLogger(__name__)
 
 
+# Warm-up rounds in which every request failed although the server answered: repeated this often.
+WARMUP_ROUNDS = 3
+WARMUP_PAUSE_S = 2.0
+
+
 @dataclass(frozen=True)
 class ReplayConfig:
     base_url: str
@@ -160,40 +165,58 @@ class ReplayRunner:
         self._on_progress(self.progress)
 
     async def _warmup(self, client: httpx.AsyncClient) -> bool:
-        """Send the warm-ups; False (with `counts` saying why) when the replay cannot go on."""
+        """Send the warm-ups; False (with `counts` saying why) when the replay cannot go on.
+
+        A round in which every warm-up failed although the server answered (an HTTP status, an error
+        inside a 200 stream: an engine still settling after a cache reset) is repeated, at most
+        WARMUP_ROUNDS rounds WARMUP_PAUSE_S apart; each such round's first failure is kept in
+        `warmup_errors`. A round that reached no server is not repeated.
+        """
         nonce = uuid.uuid4().hex
-        results = await asyncio.gather(
-            *(
-                stream_chat(
-                    client,
-                    self._url,
-                    warmup_payload(self.config.request.model, i, nonce),
-                    {"x-user-id": f"warmup-{nonce[:8]}-{i}"},
-                    self.config.request_timeout_s,
-                    self.activity,
+        for round_no in range(1, WARMUP_ROUNDS + 1):
+            results = await asyncio.gather(
+                *(
+                    stream_chat(
+                        client,
+                        self._url,
+                        warmup_payload(self.config.request, i, f"{nonce}{round_no}"),
+                        {"x-user-id": f"warmup-{nonce[:8]}-{i}"},
+                        self.config.request_timeout_s,
+                        self.activity,
+                    )
+                    for i in range(self.config.warmup)
                 )
-                for i in range(self.config.warmup)
             )
-        )
-        if self.counts.stopped_by == "stall":
-            return False
-        failed = [r for r in results if r.status != "ok"]
-        if failed and len(failed) < len(results):
-            log.warning(
-                "%d of %d warm-up requests failed (%s); the others answered, going on",
-                len(failed), len(results), failed[0].error,
-            )  # fmt: skip
-        elif failed:
+            if self.counts.stopped_by == "stall":
+                return False
+            failed = [r for r in results if r.status != "ok"]
+            if len(failed) < len(results):
+                if failed:
+                    log.warning(
+                        "%d of %d warm-up requests failed (%s); the others answered, going on",
+                        len(failed), len(results), failed[0].error,
+                    )  # fmt: skip
+                return True
             first = _failure(failed[0])
-            self._note_error(first)
-            self.counts.stopped_by = "warmup"
-            self.counts.stop_reason = (
-                f"{self._url}: all {len(results)} warm-up requests failed ({first}); "
-                "check --base-url and --model"
-            )
-            log.error("%s; nothing was replayed", self.counts.stop_reason)
-            return False
-        return True
+            self.counts.warmup_errors.append(first)
+            answered = any(r.http_status is not None for r in failed)
+            if not answered or round_no == WARMUP_ROUNDS:
+                break
+            log.warning(
+                "warm-up round %d of %d: all %d requests failed (%s); trying again in %g s",
+                round_no, WARMUP_ROUNDS, len(results), first, WARMUP_PAUSE_S,
+            )  # fmt: skip
+            await asyncio.sleep(WARMUP_PAUSE_S)
+        self._note_error(first)
+        self.counts.stopped_by = "warmup"
+        rounds = len(self.counts.warmup_errors)
+        self.counts.stop_reason = (
+            f"{self._url}: all {len(results)} warm-up requests failed"
+            + (f" in each of {rounds} rounds" if rounds > 1 else "")
+            + f" ({first}); check --base-url and --model"
+        )
+        log.error("%s; nothing was replayed", self.counts.stop_reason)
+        return False
 
     async def _send(self, client: httpx.AsyncClient, user: VirtualUser, rnd: int, out: RecordLog) -> bool:
         call = user.calls[rnd - 1]

@@ -77,6 +77,7 @@ def merge_counts(parent: SessionCounts, parts: list[SessionCounts]) -> None:
             parent.stop_reason = p.stop_reason
         if parent.first_error is None and p.first_error:
             parent.first_error = p.first_error
+        parent.warmup_errors.extend(p.warmup_errors)
 
 
 def merge_records(folders: list[Path], path: Path) -> int:

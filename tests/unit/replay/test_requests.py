@@ -56,7 +56,8 @@ def test_warmup_shares_no_prefix_with_data() -> None:
     data = render_chat(build_payload(CALL, RequestOptions(model="m"))["messages"])
     user_data = render_chat([{"role": "user", "content": "hi there, please count from one to ten."}])
     tok = FallbackTokenizer()
-    warmups = [render_chat(warmup_payload("m", i, n)["messages"]) for i, n in ((0, "f00d"), (0, "beef"))]
+    opts = RequestOptions(model="m")
+    warmups = [render_chat(warmup_payload(opts, i, n)["messages"]) for i, n in ((0, "f00d"), (0, "beef"))]
     for warmup in warmups:
         for other in (data, user_data):
             shared = _common_prefix(tok.encode(warmup), tok.encode(other))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from kvoffload.datasets import Call, VirtualUser
+from kvoffload.replay import runner as runner_module
 from kvoffload.replay.outcome import ExitCode, exit_code
 from kvoffload.replay.records import SessionCounts
 from kvoffload.replay.requests import RequestOptions, build_payload
@@ -128,12 +131,16 @@ def test_a_zero_stall_timeout_disables_the_watchdog(tmp_path: Path) -> None:
     assert exit_code(counts) is ExitCode.ALL_FAILED
 
 
-def test_failed_warmups_are_written_to_sessions_json_with_the_reason(tmp_path: Path) -> None:
+def test_failed_warmups_are_written_to_sessions_json_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_module, "WARMUP_PAUSE_S", 0.01)
     out = tmp_path / "out"
     counts = _replay(out, users(2, 2), sse_app(fail_user="warmup-"), warmup=2)
     assert counts.stopped_by == "warmup" and counts.requests == 0
     assert counts.stop_reason is not None
-    assert "all 2 warm-up requests failed (HTTP 500: injected failure)" in counts.stop_reason
+    said = "all 2 warm-up requests failed in each of 3 rounds (HTTP 500: injected failure)"
+    assert said in counts.stop_reason
     assert sessions(out)["stop_reason"] == counts.stop_reason
     assert exit_code(counts) is ExitCode.ALL_FAILED
 
@@ -229,3 +236,92 @@ def test_read_time_stamps_are_recorded_and_said_once(
     said = [r.getMessage() for r in caplog.records if "read-time" in r.getMessage()]
     assert len(said) == 2  # the first one, then the run's total
     assert said[-1].startswith("4 of 4 ok requests")
+
+
+def _settling_app(failing_warmups: int, mode: str) -> tuple[web.Application, list[dict[str, Any]]]:
+    """A vLLM-like server whose first `failing_warmups` warm-ups answer 200 and then fail in the
+    stream: an error event (mode "event", what vLLM 0.32 streams when the engine fails a request,
+    e.g. a KV load under kv_load_failure_policy fail), end tokenless (mode "eos") or end before
+    [DONE] (mode "cut")."""
+    bodies: list[dict[str, Any]] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        bodies.append(body)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        base = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": body["model"]}
+        role = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        lines = [role]
+        warmups = sum(1 for b in bodies if "warm-up" in b["messages"][0]["content"])
+        failing = "warm-up" in body["messages"][0]["content"] and warmups <= failing_warmups
+        if failing and mode == "event":
+            lines.append({"error": {"message": "KV load failed", "type": "InternalServerError", "code": 500}})
+        elif failing:
+            stop = {**base, "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}
+            lines += [stop, {**base, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}}]
+        else:
+            tok = {**base, "choices": [{"index": 0, "delta": {"content": " a"}, "finish_reason": "length"}]}
+            lines += [tok, {**base, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}}]
+        if failing and mode == "cut":
+            lines = lines[:1]  # the role chunk, and the body ends: a proxy or a server cut it
+        for line in lines:
+            await resp.write(f"data: {json.dumps(line)}\n\n".encode())
+        if not (failing and mode == "cut"):
+            await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app, bodies
+
+
+@pytest.mark.parametrize("mode", ["event", "eos", "cut"])
+def test_a_warmup_round_that_fails_in_the_stream_is_repeated_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setattr(runner_module, "WARMUP_PAUSE_S", 0.01)
+    app, bodies = _settling_app(failing_warmups=2, mode=mode)
+    counts = _replay(tmp_path / "out", users(2, 2), app, warmup=2)
+    assert counts.stopped_by == "pool" and counts.requests == 4 and counts.failed_requests == 0
+    # One failed round (both of its warm-ups), then a round that answered.
+    assert len(counts.warmup_errors) == 1
+    said = "error event in the stream: KV load failed (InternalServerError)"
+    if mode == "eos":
+        said = "stream ended without a token (1 completion tokens, none with text; finish_reason 'stop')"
+    if mode == "cut":
+        said = "the stream ended before [DONE] without a token (cut by the server or a proxy)"
+    assert counts.warmup_errors[0] == f"HTTP 200: {said}"
+    assert sessions(tmp_path / "out")["warmup_errors"] == counts.warmup_errors
+    # Warm-ups ask ignore_eos as the replayed requests do.
+    assert all(b.get("ignore_eos") is True for b in bodies)
+
+
+def test_warmups_that_keep_failing_stop_after_the_last_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_module, "WARMUP_PAUSE_S", 0.01)
+    app, bodies = _settling_app(failing_warmups=100, mode="event")
+    counts = _replay(tmp_path / "out", users(2, 2), app, warmup=2)
+    assert counts.stopped_by == "warmup" and counts.requests == 0
+    assert len(counts.warmup_errors) == runner_module.WARMUP_ROUNDS == len(bodies) // 2
+    assert counts.stop_reason is not None
+    assert f"in each of {runner_module.WARMUP_ROUNDS} rounds (HTTP 200: error event" in counts.stop_reason
+
+
+def test_warmups_that_reach_no_server_are_not_repeated(tmp_path: Path) -> None:
+    async def scenario() -> SessionCounts:
+        config = ReplayConfig(
+            base_url="http://127.0.0.1:9",  # discard: nothing listens
+            concurrency=1,
+            num_rounds=1,
+            output=tmp_path / "out",
+            request=RequestOptions(model="m"),
+            warmup=2,
+        )
+        counts = SessionCounts(requested_concurrency=1, num_rounds=1, virtual_users_available=1)
+        return await asyncio.wait_for(ReplayRunner(config, users(1, 1), counts).run(), GUARD_S)
+
+    counts = asyncio.run(scenario())
+    assert counts.stopped_by == "warmup" and len(counts.warmup_errors) == 1
+    assert "ConnectError" in counts.warmup_errors[0]
