@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.errors import UserError
-from kvoffload.sim.ignored_flags import add_ignored_flags, log_ignored
+from kvoffload.sim.args_common import add_ignored_flags, checked_type, json_number, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE, CostProfile
 
 log = logging.getLogger(__name__)
@@ -115,18 +115,14 @@ class VllmArgumentParser(argparse.ArgumentParser):
     """argparse that reports errors as vLLM's CLI does (prog `vllm serve`, exit status 2)."""
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _utilization(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+_positive_int = checked_type("_positive_int", int, lambda v: v <= 0, "must be a positive integer, got {}")
+_utilization = checked_type("_utilization", float, lambda v: not 0.0 < v <= 1.0, "must be in (0, 1], got {}")
+_seconds = checked_type(
+    "_seconds",
+    float,
+    lambda v: not math.isfinite(v) or v < 0,
+    "must be a number of seconds >= 0, got {}",
+)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -148,13 +144,6 @@ def _memory_bytes(text: str) -> int:
     if not math.isfinite(value) or value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive size")
     return int(value)
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
 
 
 def build_parser() -> VllmArgumentParser:
@@ -266,13 +255,9 @@ def _connector(cfg: dict[str, Any] | None) -> ConnectorConfig | None:
         raise UserError("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
     host = str(extra.get("lmcache.mp.host", "tcp://localhost"))
     host = host.split("://", 1)[-1]
-    try:
-        port = int(extra.get("lmcache.mp.port", 5555))
-        timeout = float(extra.get("lmcache.mp.mq_timeout", 300))
-    except (TypeError, ValueError) as exc:
-        raise UserError(
-            "--kv-transfer-config: lmcache.mp.port must be an int and lmcache.mp.mq_timeout a number"
-        ) from exc
+    bad = "--kv-transfer-config: lmcache.mp.port must be an int and lmcache.mp.mq_timeout a number"
+    port = json_number(extra, "lmcache.mp.port", 5555, int, bad)
+    timeout = json_number(extra, "lmcache.mp.mq_timeout", 300, float, bad)
     log.info("Using external %s from %s", name, module)
     return ConnectorConfig(host=host, port=port, mq_timeout_s=timeout, kv_role=str(role), module_path=module)
 
