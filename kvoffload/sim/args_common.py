@@ -6,21 +6,27 @@ flags that the simulator does not model, log them once and ignore them, so a uni
 the real binary starts the simulator unchanged (`add_ignored_flags`, `log_ignored`); both check a
 flag's value in its argparse type, so a bad one exits 2 with argparse's message as the real CLI does
 (`checked_type`); both read numbers out of a JSON flag (`--kv-transfer-config`, `--l2-adapter`) with
-one error naming the keys (`json_number`). No IO.
+one error naming the keys (`json_number`); both turn the parsed flags into a frozen dataclass of the
+flags they model (`args_from`). No IO.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvoffload.errors import UserError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PREFIX = "ignored_"
 
 T = TypeVar("T")
+D = TypeVar("D", bound="DataclassInstance")
 
 
 def add_ignored_flags(
@@ -79,3 +85,12 @@ def json_number(
         return convert(obj.get(key, default))
     except (TypeError, ValueError) as exc:
         raise UserError(message) from exc
+
+
+def args_from(cls: type[D], ns: argparse.Namespace, **given: Any) -> D:
+    """`cls`, the dataclass of the modelled flags, from the parsed ones.
+
+    Each field not in `given` (values worked out from the flags) is the flag of the same name.
+    """
+    parsed = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if f.name not in given}
+    return cls(**given, **parsed)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.errors import UserError
-from kvoffload.sim.args_common import add_ignored_flags, checked_type, json_number, log_ignored
+from kvoffload.sim.args_common import add_ignored_flags, args_from, checked_type, json_number, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,8 @@ class FsAdapter:
 
 @dataclass(frozen=True)
 class CacheArgs:
-    """The flags the simulated cache server models."""
+    """The flags the simulated cache server models (a field without its own line in `parse_cache_args` is
+    its flag)."""
 
     host: str
     port: int
@@ -233,19 +234,4 @@ def parse_cache_args(argv: list[str]) -> CacheArgs:
     if ns.eviction_policy in ("ARC", "IsolatedLRU"):
         log.info("--eviction-policy %s is modelled as LRU", ns.eviction_policy)
     ignored = log_ignored(ns, log, "lmcache server")
-    return CacheArgs(
-        host=ns.host,
-        port=ns.port,
-        chunk_size=ns.chunk_size,
-        l1_size_gb=ns.l1_size_gb,
-        eviction_policy=ns.eviction_policy,
-        eviction_trigger_watermark=ns.eviction_trigger_watermark,
-        eviction_ratio=ns.eviction_ratio,
-        l2_adapters=tuple(_adapter(a) for a in ns.l2_adapter),
-        http_host=ns.http_host,
-        http_port=ns.http_port,
-        supported_transfer_mode=ns.supported_transfer_mode,
-        sim_profile=ns.sim_profile,
-        sim_l2_scale=ns.sim_l2_scale,
-        ignored=ignored,
-    )
+    return args_from(CacheArgs, ns, l2_adapters=tuple(_adapter(a) for a in ns.l2_adapter), ignored=ignored)

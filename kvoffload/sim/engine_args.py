@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.errors import UserError
-from kvoffload.sim.args_common import add_ignored_flags, checked_type, json_number, log_ignored
+from kvoffload.sim.args_common import add_ignored_flags, args_from, checked_type, json_number, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE, CostProfile
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class ConnectorConfig:
 
 @dataclass(frozen=True)
 class EngineArgs:
-    """The flags the simulator models."""
+    """The flags the simulator models (a field without its own line in `parse_engine_args` is its flag)."""
 
     model: str
     served_model_names: tuple[str, ...]
@@ -269,28 +269,13 @@ def parse_engine_args(argv: list[str]) -> EngineArgs:
     if not model:
         raise UserError("sim serve: give the model as the first argument (or --model), as for vllm serve")
     ignored = log_ignored(ns, log, "vllm serve")
-    return EngineArgs(
+    return args_from(
+        EngineArgs,
+        ns,
         model=model,
         served_model_names=tuple(ns.served_model_name or [model]),
-        host=ns.host,
-        port=ns.port,
-        block_size=ns.block_size,
-        gpu_memory_utilization=ns.gpu_memory_utilization,
-        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
-        num_gpu_blocks_override=ns.num_gpu_blocks_override,
-        max_model_len=ns.max_model_len,
-        max_num_seqs=ns.max_num_seqs,
-        max_num_batched_tokens=ns.max_num_batched_tokens,
-        enable_prefix_caching=ns.enable_prefix_caching,
-        tensor_parallel_size=ns.tensor_parallel_size,
         connector=_connector(ns.kv_transfer_config),
-        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
-        enable_per_request_metrics=ns.enable_per_request_metrics,
-        sim_profile=ns.sim_profile,
         ignored=ignored,
-        enforce_eager=ns.enforce_eager,
-        sim_model_load_s=ns.sim_model_load_s,
-        sim_graph_capture_s=ns.sim_graph_capture_s,
     )
 
 
