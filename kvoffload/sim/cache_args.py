@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.errors import UserError
-from kvoffload.sim.ignored_flags import add_ignored_flags, log_ignored
+from kvoffload.sim.args_common import add_ignored_flags, args_from, checked_type, json_number, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,8 @@ class FsAdapter:
 
 @dataclass(frozen=True)
 class CacheArgs:
-    """The flags the simulated cache server models."""
+    """The flags the simulated cache server models (a field without its own line in `parse_cache_args` is
+    its flag)."""
 
     host: str
     port: int
@@ -97,18 +98,10 @@ class CacheArgs:
     ignored: tuple[str, ...]
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0.0 and 1.0, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+_fraction = checked_type(
+    "_fraction", float, lambda v: not 0.0 <= v <= 1.0, "must be between 0.0 and 1.0, got {}"
+)
+_positive_float = checked_type("_positive_float", float, lambda v: v <= 0, "must be > 0, got {}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,13 +166,9 @@ def _eviction(spec: dict[str, Any]) -> L2Eviction | None:
             f"--l2-adapter: eviction.eviction_policy must be one of {', '.join(EVICTION_POLICIES)}, "
             f"got {policy!r}"
         )
-    try:
-        watermark = float(block.get("trigger_watermark", 0.8))
-        ratio = float(block.get("eviction_ratio", 0.2))
-    except (TypeError, ValueError) as exc:
-        raise UserError(
-            "--l2-adapter: eviction.trigger_watermark and eviction_ratio must be numbers"
-        ) from exc
+    bad = "--l2-adapter: eviction.trigger_watermark and eviction_ratio must be numbers"
+    watermark = json_number(block, "trigger_watermark", 0.8, float, bad)
+    ratio = json_number(block, "eviction_ratio", 0.2, float, bad)
     return L2Eviction(str(policy), watermark, ratio)
 
 
@@ -245,19 +234,4 @@ def parse_cache_args(argv: list[str]) -> CacheArgs:
     if ns.eviction_policy in ("ARC", "IsolatedLRU"):
         log.info("--eviction-policy %s is modelled as LRU", ns.eviction_policy)
     ignored = log_ignored(ns, log, "lmcache server")
-    return CacheArgs(
-        host=ns.host,
-        port=ns.port,
-        chunk_size=ns.chunk_size,
-        l1_size_gb=ns.l1_size_gb,
-        eviction_policy=ns.eviction_policy,
-        eviction_trigger_watermark=ns.eviction_trigger_watermark,
-        eviction_ratio=ns.eviction_ratio,
-        l2_adapters=tuple(_adapter(a) for a in ns.l2_adapter),
-        http_host=ns.http_host,
-        http_port=ns.http_port,
-        supported_transfer_mode=ns.supported_transfer_mode,
-        sim_profile=ns.sim_profile,
-        sim_l2_scale=ns.sim_l2_scale,
-        ignored=ignored,
-    )
+    return args_from(CacheArgs, ns, l2_adapters=tuple(_adapter(a) for a in ns.l2_adapter), ignored=ignored)

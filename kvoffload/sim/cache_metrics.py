@@ -12,10 +12,13 @@ there is no `_created` series. Instruments only; the server updates them. No IO.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from kvoffload.sim.metrics_common import Buckets
 
 # OpenTelemetry's default explicit bucket boundaries (what LMCache's GB/s histograms show).
 OTEL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0,
@@ -24,10 +27,6 @@ L1_TAG = "_default"
 L1_BACKEND = "dram"
 
 _LabelKey = tuple[tuple[str, str], ...]
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def _key(labels: dict[str, str]) -> _LabelKey:
@@ -98,29 +97,30 @@ class OtelHistogram(_Instrument):
     def __init__(self, name: str, doc: str, buckets: tuple[float, ...] = OTEL_BUCKETS) -> None:
         super().__init__(name, doc)
         self.bounds = buckets
-        # label set -> (per-bucket counts incl. +Inf, sum)
-        self.series: dict[_LabelKey, tuple[list[int], float]] = {}
+        self.series: dict[_LabelKey, Buckets] = {}
 
     def record(self, value: float, **labels: str) -> None:
         key = _key(labels)
-        counts, total = self.series.get(key, ([0] * (len(self.bounds) + 1), 0.0))
-        idx = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
-        counts[idx] += 1
-        self.series[key] = (counts, total + value)
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = Buckets(self.bounds)
+        series.observe(value)
 
     def metric(self) -> Metric | None:
         if not self.series:
             return None
         m = Metric(self.name, self.doc, "histogram")
-        for key, (counts, total) in self.series.items():
+        for key, series in self.series.items():
             labels = dict(key)
-            acc = 0
-            for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
-                acc += count
-                m.add_sample(f"{self.name}_bucket", {**labels, "le": _le(bound)}, float(acc))
-            m.add_sample(f"{self.name}_count", labels, float(acc))
-            m.add_sample(f"{self.name}_sum", labels, total)
+            cumulative = series.cumulative()
+            for le, count in cumulative:
+                m.add_sample(f"{self.name}_bucket", {**labels, "le": le}, count)
+            m.add_sample(f"{self.name}_count", labels, cumulative[-1][1])
+            m.add_sample(f"{self.name}_sum", labels, series.sum)
         return m
+
+
+_I = TypeVar("_I", bound=_Instrument)
 
 
 class CacheMetrics(Collector):
@@ -236,20 +236,19 @@ class CacheMetrics(Collector):
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
-    def _counter(self, name: str, doc: str) -> OtelCounter:
-        inst = OtelCounter(name, doc)
+    def _declare(self, inst: _I) -> _I:
+        """Keep `inst` for collection, in declaration order (the exposition's order)."""
         self._all.append(inst)
         return inst
+
+    def _counter(self, name: str, doc: str) -> OtelCounter:
+        return self._declare(OtelCounter(name, doc))
 
     def _gauge(self, name: str, doc: str) -> OtelGauge:
-        inst = OtelGauge(name, doc)
-        self._all.append(inst)
-        return inst
+        return self._declare(OtelGauge(name, doc))
 
     def _histogram(self, name: str, doc: str) -> OtelHistogram:
-        inst = OtelHistogram(name, doc)
-        self._all.append(inst)
-        return inst
+        return self._declare(OtelHistogram(name, doc))
 
     def families(self) -> Iterable[str]:
         """Every family name this server can expose (counters without `_total`)."""

@@ -26,28 +26,33 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import time
 from collections import OrderedDict
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvoffload import aio
 from kvoffload.errors import UserError
 from kvoffload.sim import protocol
 from kvoffload.sim.cache_args import STATUS_TYPE, CacheArgs
 from kvoffload.sim.cache_metrics import L1_BACKEND, L1_TAG, CacheMetrics
+from kvoffload.sim.http_common import (
+    BACKLOG,
+    LARGE_BODY,
+    app_runner,
+    detail_response,
+    fastapi_errors,
+    metrics_handler,
+    stop_on_signals,
+    validation_error,
+)
 from kvoffload.sim.l2_fs import FsL2
 from kvoffload.sim.profile import Disk, load_profile
 
 log = logging.getLogger("kvoffload.sim.cache_server")
 
 EVICTION_INTERVAL_S = 1.0
-# On SIGTERM, in-flight requests (a lookup waiting on modelled L2 reads) get this long, then they are
-# cancelled; aiohttp's default of 60 s held the process past systemd's stop timeout.
-SHUTDOWN_GRACE_S = 0.25
 CLEAR_TIERS = ("l1", "l2", "all")  # LMCache's Tier values; /cache/clear supports l1 only
 MAX_DELETE_BATCH = 10_000  # LMCache's limit on the keys of one DELETE /cache/objects
 # LMCache 0.5.6's per-request prefetch line (tests/fixtures/lmcache-0.5.6-cpu-attribution/README.md).
@@ -428,12 +433,6 @@ def _chunk_hash(key: Any) -> str | None:
     return chunk
 
 
-def _validation_error(loc: list[str | int], msg: str, value: Any) -> web.Response:
-    """A 422 shaped like FastAPI's request validation errors."""
-    detail = [{"type": "value_error", "loc": loc, "msg": msg, "input": value}]
-    return web.json_response({"detail": detail}, status=422)
-
-
 class CacheServer:
     """The two aiohttp applications: engine protocol and LMCache's HTTP API."""
 
@@ -445,7 +444,7 @@ class CacheServer:
         self._prefetch_lines = 0  # LMCache's prefetch_request_id: a count of the lookups that hit
 
     def engine_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 2**20)
+        app = web.Application(client_max_size=LARGE_BODY)
         app.router.add_get(protocol.PING, self.ping)
         app.router.add_post(protocol.LOOKUP, self.lookup)
         app.router.add_post(protocol.STORE, self.store_chunks)
@@ -453,14 +452,14 @@ class CacheServer:
         return app
 
     def http_app(self) -> web.Application:
-        app = web.Application(middlewares=[_json_errors])
+        app = web.Application(middlewares=[fastapi_errors])
         app.router.add_get("/", self.root)
         app.router.add_get("/healthcheck", self.health)
         app.router.add_get("/status", self.status)
         app.router.add_post("/cache/clear", self.cache_clear)
         app.router.add_get("/cache/objects", self.list_objects)
         app.router.add_delete("/cache/objects", self.delete_objects)
-        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.router.add_get("/metrics", metrics_handler(self.metrics.registry))
         return app
 
     # ---- engine protocol ------------------------------------------------------------------------
@@ -509,17 +508,17 @@ class CacheServer:
             try:
                 body = json.loads(raw)
             except json.JSONDecodeError as exc:
-                return _validation_error(["body", exc.pos], "JSON decode error", raw.decode(errors="replace"))
+                return validation_error(["body", exc.pos], "JSON decode error", raw.decode(errors="replace"))
             if not isinstance(body, dict):
-                return _validation_error(["body"], "Input should be a valid dictionary", body)
+                return validation_error(["body"], "Input should be a valid dictionary", body)
         tier = body.get("tier", "l1")
         force = body.get("force", False)
         if tier not in CLEAR_TIERS:
-            return _validation_error(["body", "tier"], "Input should be 'l1', 'l2' or 'all'", tier)
+            return validation_error(["body", "tier"], "Input should be 'l1', 'l2' or 'all'", tier)
         if not isinstance(force, bool):
-            return _validation_error(["body", "force"], "Input should be a valid boolean", force)
+            return validation_error(["body", "force"], "Input should be a valid boolean", force)
         if tier != "l1":
-            return web.json_response({"detail": f"tier {tier!r} not supported; only 'l1'"}, status=400)
+            return detail_response(400, f"tier {tier!r} not supported; only 'l1'")
         self.store.clear(force)
         return web.json_response({"status": "ok", "cleared": {"tier": "l1"}})
 
@@ -527,45 +526,40 @@ class CacheServer:
         """fs / fs_native cannot list their keys in LMCache 0.5.6: the same 503."""
         tier = request.query.get("tier", "l2")
         if tier != "l2":
-            return web.json_response({"detail": f"tier {tier!r} not supported; only 'l2'"}, status=400)
+            return detail_response(400, f"tier {tier!r} not supported; only 'l2'")
         if not self.store.l2:
-            return web.json_response({"detail": "no L2 adapters configured"}, status=503)
+            return detail_response(503, "no L2 adapters configured")
         name = self.store.l2[0].name
         impl = "NativeConnectorL2Adapter" if name == "fs_native" else "FSL2Adapter"
         detail = f"L2 adapter {name!r} does not support listing: {impl} does not implement list_l2_keys"
-        return web.json_response({"detail": detail}, status=503)
+        return detail_response(503, detail)
 
     async def delete_objects(self, request: web.Request) -> web.Response:
         """Key-addressed delete, body `{"tier", "keys": [EncodedObjectKey], "force"}` as LMCache takes it."""
         try:
             body = json.loads(await request.read())
         except json.JSONDecodeError as exc:
-            return _validation_error(["body", exc.pos], "JSON decode error", None)
+            return validation_error(["body", exc.pos], "JSON decode error", None)
         if not isinstance(body, dict):
-            return _validation_error(["body"], "Input should be a valid dictionary", body)
+            return validation_error(["body"], "Input should be a valid dictionary", body)
         tier, keys = body.get("tier", "l2"), body.get("keys")
         if tier not in CLEAR_TIERS:
-            return _validation_error(["body", "tier"], "Input should be 'l1', 'l2' or 'all'", tier)
+            return validation_error(["body", "tier"], "Input should be 'l1', 'l2' or 'all'", tier)
         if not isinstance(keys, list):
-            return _validation_error(["body", "keys"], "Field required (a list of object keys)", keys)
+            return validation_error(["body", "keys"], "Field required (a list of object keys)", keys)
         if len(keys) > MAX_DELETE_BATCH:
             detail = f"too many keys in a single request (limit={MAX_DELETE_BATCH}, got={len(keys)})"
-            return web.json_response({"detail": detail}, status=400)
+            return detail_response(400, detail)
         hashes = []
         for i, key in enumerate(keys):
             chunk = _chunk_hash(key)
             if chunk is None:
-                return web.json_response({"detail": f"keys[{i}]: not an object key: {key!r}"}, status=400)
+                return detail_response(400, f"keys[{i}]: not an object key: {key!r}")
             hashes.append(chunk)
         if tier != "l1" and not self.store.l2:
-            return web.json_response({"detail": "no L2 adapters configured"}, status=503)
+            return detail_response(503, "no L2 adapters configured")
         deleted = self.store.delete(tier, hashes)
         return web.json_response({"deleted": deleted, "skipped": 0, "ok": True})
-
-    async def metrics_endpoint(self, _request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
 
     # ---- background -----------------------------------------------------------------------------
     def start_background(self) -> None:
@@ -581,18 +575,6 @@ class CacheServer:
     def stop_background(self) -> None:
         for task in self._tasks:
             task.cancel()
-
-
-@web.middleware
-async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Unknown paths and methods answer as FastAPI does (`{"detail": ...}`), not aiohttp's text."""
-    try:
-        resp: web.StreamResponse = await handler(request)
-    except web.HTTPNotFound:
-        return web.json_response({"detail": "Not Found"}, status=404)
-    except web.HTTPMethodNotAllowed:
-        return web.json_response({"detail": "Method Not Allowed"}, status=405)
-    return resp
 
 
 def serve_cache(args: CacheArgs) -> int:
@@ -622,15 +604,14 @@ async def _run(args: CacheArgs, disk: Disk) -> None:
     store = CacheStore(args, disk, metrics)
     server = CacheServer(args, store, metrics)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    engine_runner = web.AppRunner(server.engine_app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
-    http_runner = web.AppRunner(server.http_app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    stop_on_signals(stop)
+    # In-flight requests (a lookup waiting on modelled L2 reads) get SHUTDOWN_GRACE_S at a stop.
+    engine_runner = app_runner(server.engine_app())
+    http_runner = app_runner(server.http_app())
     await engine_runner.setup()
     await http_runner.setup()
     try:
-        await web.TCPSite(engine_runner, args.host, args.port, backlog=1024).start()
+        await web.TCPSite(engine_runner, args.host, args.port, backlog=BACKLOG).start()
         await web.TCPSite(http_runner, args.http_host, args.http_port).start()
         server.start_background()
         log.info(

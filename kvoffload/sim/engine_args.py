@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.errors import UserError
-from kvoffload.sim.ignored_flags import add_ignored_flags, log_ignored
+from kvoffload.sim.args_common import add_ignored_flags, args_from, checked_type, json_number, log_ignored
 from kvoffload.sim.profile import DEFAULT_PROFILE, CostProfile
 
 log = logging.getLogger(__name__)
@@ -115,18 +115,14 @@ class VllmArgumentParser(argparse.ArgumentParser):
     """argparse that reports errors as vLLM's CLI does (prog `vllm serve`, exit status 2)."""
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _utilization(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+_positive_int = checked_type("_positive_int", int, lambda v: v <= 0, "must be a positive integer, got {}")
+_utilization = checked_type("_utilization", float, lambda v: not 0.0 < v <= 1.0, "must be in (0, 1], got {}")
+_seconds = checked_type(
+    "_seconds",
+    float,
+    lambda v: not math.isfinite(v) or v < 0,
+    "must be a number of seconds >= 0, got {}",
+)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -148,13 +144,6 @@ def _memory_bytes(text: str) -> int:
     if not math.isfinite(value) or value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive size")
     return int(value)
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
 
 
 def build_parser() -> VllmArgumentParser:
@@ -218,7 +207,7 @@ class ConnectorConfig:
 
 @dataclass(frozen=True)
 class EngineArgs:
-    """The flags the simulator models."""
+    """The flags the simulator models (a field without its own line in `parse_engine_args` is its flag)."""
 
     model: str
     served_model_names: tuple[str, ...]
@@ -266,13 +255,9 @@ def _connector(cfg: dict[str, Any] | None) -> ConnectorConfig | None:
         raise UserError("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
     host = str(extra.get("lmcache.mp.host", "tcp://localhost"))
     host = host.split("://", 1)[-1]
-    try:
-        port = int(extra.get("lmcache.mp.port", 5555))
-        timeout = float(extra.get("lmcache.mp.mq_timeout", 300))
-    except (TypeError, ValueError) as exc:
-        raise UserError(
-            "--kv-transfer-config: lmcache.mp.port must be an int and lmcache.mp.mq_timeout a number"
-        ) from exc
+    bad = "--kv-transfer-config: lmcache.mp.port must be an int and lmcache.mp.mq_timeout a number"
+    port = json_number(extra, "lmcache.mp.port", 5555, int, bad)
+    timeout = json_number(extra, "lmcache.mp.mq_timeout", 300, float, bad)
     log.info("Using external %s from %s", name, module)
     return ConnectorConfig(host=host, port=port, mq_timeout_s=timeout, kv_role=str(role), module_path=module)
 
@@ -284,28 +269,13 @@ def parse_engine_args(argv: list[str]) -> EngineArgs:
     if not model:
         raise UserError("sim serve: give the model as the first argument (or --model), as for vllm serve")
     ignored = log_ignored(ns, log, "vllm serve")
-    return EngineArgs(
+    return args_from(
+        EngineArgs,
+        ns,
         model=model,
         served_model_names=tuple(ns.served_model_name or [model]),
-        host=ns.host,
-        port=ns.port,
-        block_size=ns.block_size,
-        gpu_memory_utilization=ns.gpu_memory_utilization,
-        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
-        num_gpu_blocks_override=ns.num_gpu_blocks_override,
-        max_model_len=ns.max_model_len,
-        max_num_seqs=ns.max_num_seqs,
-        max_num_batched_tokens=ns.max_num_batched_tokens,
-        enable_prefix_caching=ns.enable_prefix_caching,
-        tensor_parallel_size=ns.tensor_parallel_size,
         connector=_connector(ns.kv_transfer_config),
-        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
-        enable_per_request_metrics=ns.enable_per_request_metrics,
-        sim_profile=ns.sim_profile,
         ignored=ignored,
-        enforce_eager=ns.enforce_eager,
-        sim_model_load_s=ns.sim_model_load_s,
-        sim_graph_capture_s=ns.sim_graph_capture_s,
     )
 
 

@@ -8,13 +8,14 @@ is exported. This module holds the instruments; the engine updates them. No IO.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kvoffload.sim.metrics_common import Buckets
 
 TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -61,27 +62,19 @@ class BatchHistogram(Collector):
     ) -> None:
         self.name = name
         self.doc = doc
-        self.bounds = buckets
         self.labels = labels
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
+        self.buckets = Buckets(buckets)
         self.created = time.time()
         registry.register(self)
 
     def observe_n(self, value: float, n: int) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += n
-        self.sum += value * n
+        self.buckets.observe(value, n)
 
     def collect(self) -> Iterable[Metric]:
         names = list(self.labels)
         values = [self.labels[k] for k in names]
-        cumulative: list[tuple[str, float]] = []
-        acc = 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            acc += count
-            cumulative.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(acc)))
         hist = HistogramMetricFamily(self.name, self.doc, labels=names)
-        hist.add_metric(values, cumulative, self.sum)
+        hist.add_metric(values, self.buckets.cumulative(), self.buckets.sum)
         created = GaugeMetricFamily(f"{self.name}_created", self.doc, labels=names)
         created.add_metric(values, self.created)
         return [hist, created]

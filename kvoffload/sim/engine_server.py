@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import socket
 import sys
 import time
@@ -27,7 +26,6 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvoffload import aio
 from kvoffload.errors import UserError
@@ -35,6 +33,16 @@ from kvoffload.sim.connector import CacheClient, CacheServerUnavailable
 from kvoffload.sim.engine import Engine, Request
 from kvoffload.sim.engine_args import Capacity, EngineArgs, StartupPlan, derive_capacity, derive_startup
 from kvoffload.sim.engine_metrics import VERSION, EngineMetrics
+from kvoffload.sim.http_common import (
+    BACKLOG,
+    LARGE_BODY,
+    Handler,
+    app_runner,
+    fastapi_errors,
+    metrics_handler,
+    stop_on_signals,
+    validation_error,
+)
 from kvoffload.sim.kv_cache import KVCache
 from kvoffload.sim.prep import PrepWorker, WorkerDied
 from kvoffload.sim.profile import CostProfile, load_profile
@@ -46,9 +54,6 @@ TIMINGS_ENV = "KVOFFLOAD_SIM_TIMINGS"
 FINGERPRINT = f"vllm-{VERSION}-kvsim"
 # Without max_tokens real vLLM generates until EOS; the simulator has no EOS, so it stops here.
 DEFAULT_MAX_TOKENS = 128
-# On SIGTERM, in-flight requests get this long to finish, then their handlers are cancelled (twice this
-# at most, in aiohttp's two shutdown phases); the process then exits well within systemd's stop timeout.
-SHUTDOWN_GRACE_S = 0.25
 _WORDS = (" the", " cache", " token", " block", " of", " and", " to", " prefix", " a", " is")
 
 
@@ -121,7 +126,8 @@ class EngineServer:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._replica_middleware], client_max_size=64 * 2**20)
+        # The replica header goes on every answer, the FastAPI-shaped 404 and 405 included.
+        app = web.Application(middlewares=[self._replica_header, fastapi_errors], client_max_size=LARGE_BODY)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/tokenize", self.tokenize)
@@ -130,7 +136,7 @@ class EngineServer:
         app.router.add_post("/ping", self.empty)
         app.router.add_get("/load", self.load)
         app.router.add_get("/version", self.version)
-        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.router.add_get("/metrics", metrics_handler(self.metrics.registry))
         if self.dev_mode:
             app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         if self.timings is not None:
@@ -213,13 +219,8 @@ class EngineServer:
         self.prep.close()
 
     @web.middleware
-    async def _replica_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        try:
-            resp: web.StreamResponse = await handler(request)
-        except web.HTTPNotFound:
-            resp = web.json_response({"detail": "Not Found"}, status=404)
-        except web.HTTPMethodNotAllowed:
-            resp = web.json_response({"detail": "Method Not Allowed"}, status=405)
+    async def _replica_header(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        resp = await handler(request)
         if not resp.prepared:
             resp.headers[REPLICA_HEADER] = self.replica
         return resp
@@ -234,11 +235,6 @@ class EngineServer:
     async def version(self, _request: web.Request) -> web.Response:
         return web.json_response({"version": VERSION})
 
-    async def metrics_endpoint(self, _request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
         """vLLM's dev endpoint; `reset_external=true` also has the connector clear the cache server's L1.
 
@@ -250,8 +246,7 @@ class EngineServer:
             raw = request.query.get(name, "false")
             value = _query_bool(raw)
             if value is None:
-                detail = [{"type": "bool_parsing", "loc": ["query", name], "msg": _BOOL_MSG, "input": raw}]
-                return web.json_response({"detail": detail}, status=422)
+                return validation_error(["query", name], _BOOL_MSG, raw, kind="bool_parsing")
             flags[name] = value
         success = self.kv.reset()
         if flags["reset_external"] and self.cache is not None:
@@ -656,9 +651,7 @@ async def _until_stopped(server: EngineServer, work: Coroutine[Any, Any, None]) 
 
 async def _run(server: EngineServer, plan: StartupPlan) -> None:
     # Signals first: a stop during the modelled start-up ends it at once, and exits 0 like any stop.
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.stop.set)
+    stop_on_signals(server.stop)
     runner: web.AppRunner | None = None
     try:
         if not await _until_stopped(server, server.start_up(plan)):
@@ -669,11 +662,9 @@ async def _run(server: EngineServer, plan: StartupPlan) -> None:
         # cancels its server and engine, cutting open requests, so the simulator gives them a moment
         # and then cancels them too. A client that hangs up has its request aborted, as vLLM does
         # (aiohttp would otherwise run the handler on: a queued request kept the engine busy for nobody).
-        runner = web.AppRunner(
-            server.app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, handler_cancellation=True
-        )
+        runner = app_runner(server.app(), handler_cancellation=True)
         await runner.setup()
-        site = web.TCPSite(runner, server.args.host, server.args.port, backlog=1024)
+        site = web.TCPSite(runner, server.args.host, server.args.port, backlog=BACKLOG)
         await site.start()
         log.info("Starting vLLM API server on http://%s:%d", server.args.host, server.args.port)
         await server.stop.wait()
