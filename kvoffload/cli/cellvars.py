@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from kvoffload import playbook
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, hosts_python_flag
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.errors import UserError
+from kvoffload.orchestrate.checks import check_folder_flag
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,8 +38,6 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flag and the wheel options `run` has (they decide the wheel paths in the extravars)."""
-    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
-
     group = parser.add_argument_group("plain Ansible")
     group.add_argument(
         "--emit-extravars",
@@ -80,8 +82,6 @@ def cell_node(lab: LabConfig, cell_id: str, results: Path, schedule: Callable[..
 
 def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
     """The wheels `run` builds for this lab (CampaignRunner.prepare_wheelhouse)."""
-    from kvoffload.cli.args import hosts_python_flag
-    from kvoffload.cli.checks import check_folder_flag
     from kvoffload.orchestrate import wheelhouse
 
     check_folder_flag(args.wheel_cache, "--wheel-cache")
@@ -99,13 +99,10 @@ def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
 def _learn_hosts_python(lab: LabConfig) -> str:
     """The Python the hosts report, as `run` asks them; the playbook's artifacts go to a scratch folder
     (no results folder is created)."""
-    import tempfile
-
     from kvoffload.orchestrate import host_python
-    from kvoffload.playbook import PlaybookRunner
 
     with tempfile.TemporaryDirectory(prefix="kvoffload-host-python-") as scratch:
-        runner = PlaybookRunner(Path(lab.inventory.file), Path(scratch))
+        runner = playbook.PlaybookRunner(Path(lab.inventory.file), Path(scratch))
         return host_python.learn_hosts_python(runner)
 
 

@@ -8,10 +8,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from kvoffload.datasets import DATASET_CODES, ceiling_table, chunk_floor, load_dataset
+from kvoffload.errors import UserError
+
 
 def register(sub: Any) -> None:
-    from kvoffload.datasets import DATASET_CODES
-
     p = sub.add_parser("datasets", help="inspect recorded conversation datasets")
     dsub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
     i = dsub.add_parser(
@@ -43,9 +44,7 @@ def register(sub: Any) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from kvoffload.datasets import ceiling_table, chunk_floor, load_dataset
     from kvoffload.datasets.tokens import round_tokens
-    from kvoffload.errors import UserError
     from kvoffload.tokenizer import describe, open_tokenizer
 
     if args.max_rounds < 1:

@@ -12,8 +12,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import add_lab_arguments, hosts_python_flag
-from kvoffload.cli.checks import check_folder_flag
+from kvoffload import playbook
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
+from kvoffload.orchestrate.checks import check_folder_flag
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
@@ -72,14 +73,13 @@ def register(sub: Any) -> None:
 def doctor(args: argparse.Namespace) -> int:
     from kvoffload.config import load_lab
     from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
-    from kvoffload.playbook import PlaybookRunner
 
     hosts_python_flag(args.hosts_python)
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     root = args.results.resolve() / lab.campaign.name
     inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
-    runner = PlaybookRunner(inventory, root / "ansible")
+    runner = playbook.PlaybookRunner(inventory, root / "ansible")
     reports = run_doctor(
         lab,
         runner,
@@ -102,7 +102,6 @@ def _smoke(args: argparse.Namespace, lab: LabConfig, inventory: Path) -> Smoke |
     None for the simulator (no pair to check) or with --no-smoke."""
     if args.no_smoke or lab.campaign.engine != "vllm":
         return None
-    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
     from kvoffload.orchestrate.campaign import CampaignRunner
     from kvoffload.orchestrate.doctor import DOCTOR_DIR
     from kvoffload.orchestrate.results import CampaignResults
