@@ -19,6 +19,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -124,15 +125,17 @@ def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any])
     variables = cell_extravars(lab, cell, cell_dir, build(lab, args), node)
     # In a lab of several nodes the cell's playbooks run on its node's hosts and the client only, as in
     # `run` (the extravars, Caddy's upstreams say, are that node's).
-    campaign_flag = f" --campaign {args.campaign}" if args.campaign is not None else ""
+    # The commands to copy into a shell: every path and host name quoted for it.
+    campaign_flag = f" --campaign {quote(str(args.campaign))}" if args.campaign is not None else ""
     limit = ""
     if lab.multi_node:
-        limit = " --limit " + ",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name])
+        limit = " --limit " + quote(",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name]))
+    inventory, results = quote(str(args.inventory)), quote(str(args.results))
     sys.stdout.write(
         f"# kvoffload-lab extravars of cell {cell.id} on node {node}; run it with\n"
-        f"#   ansible-playbook -i {args.inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
+        f"#   ansible-playbook -i {inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
         f"# then complete the cell's results (cell.json, DONE) with\n"
-        f"#   kvoffload-lab plan {args.inventory}{campaign_flag} --results {args.results} "
+        f"#   kvoffload-lab plan {inventory}{campaign_flag} --results {results} "
         f"--finish-cell {cell.id}\n"
     )
     sys.stdout.write(yaml.safe_dump(variables, sort_keys=True, default_flow_style=False, width=1000))
