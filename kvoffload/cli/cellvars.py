@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from kvoffload import playbook
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, hosts_python_flag
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.errors import UserError
@@ -101,9 +100,10 @@ def _learn_hosts_python(lab: LabConfig) -> str:
     """The Python the hosts report, as `run` asks them; the playbook's artifacts go to a scratch folder
     (no results folder is created)."""
     from kvoffload.orchestrate import host_python
+    from kvoffload.playbook import PlaybookRunner
 
     with tempfile.TemporaryDirectory(prefix="kvoffload-host-python-") as scratch:
-        runner = playbook.PlaybookRunner(Path(lab.inventory.file), Path(scratch))
+        runner = PlaybookRunner(Path(lab.inventory.file), Path(scratch))
         return host_python.learn_hosts_python(runner)
 
 

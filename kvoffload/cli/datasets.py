@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload.datasets import DATASET_CODES, ceiling_table, chunk_floor, load_dataset
-from kvoffload.datasets.tokens import round_tokens
 from kvoffload.errors import UserError
-from kvoffload.tokenizer import describe, open_tokenizer
 
 
 def register(sub: Any) -> None:
@@ -74,6 +72,9 @@ class _DatasetCode(argparse.Action):
 
 
 def inspect(args: argparse.Namespace) -> int:
+    from kvoffload.datasets.tokens import round_tokens
+    from kvoffload.tokenizer import describe, open_tokenizer
+
     code = args.dataset_code
     if args.max_rounds < 1:
         raise UserError(f"--max-rounds {args.max_rounds}: must be 1 or more")

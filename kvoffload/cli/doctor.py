@@ -12,7 +12,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload import playbook
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
 from kvoffload.orchestrate.checks import check_folder_flag
 
@@ -73,13 +72,14 @@ def register(sub: Any) -> None:
 def doctor(args: argparse.Namespace) -> int:
     from kvoffload.config import load_lab
     from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
+    from kvoffload.playbook import PlaybookRunner
 
     hosts_python_flag(args.hosts_python)
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     root = args.results.resolve() / lab.campaign.name
     inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
-    runner = playbook.PlaybookRunner(inventory, root / "ansible")
+    runner = PlaybookRunner(inventory, root / "ansible")
     reports = run_doctor(
         lab,
         runner,

@@ -18,10 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kvoffload.cli import cellvars
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.datasets import virtual_users
-from kvoffload.datasets.tokens import round_tokens
 from kvoffload.orchestrate.checks import check_folder_flag, check_sim_profile, load_campaign_dataset
-from kvoffload.replay.users import select_users
-from kvoffload.tokenizer import describe, load_tokenizer
 
 if TYPE_CHECKING:
     from kvoffload.tiers import Tier
@@ -63,6 +60,8 @@ def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bo
     """`knee_search.max_concurrency` beyond the load the campaign can produce: the virtual users a cell
     replays (the dataset's at this num_rounds, less those the isl filter drops, cut at max_sessions).
     The ramp stops there (kvoffload/orchestrate/knee.py); plan says so before the campaign runs."""
+    from kvoffload.replay.users import select_users
+
     campaign = lab.campaign
     knee = campaign.knee_search
     assert knee is not None
@@ -94,12 +93,16 @@ def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bo
 def _tokenizer(lab: Any) -> Any:
     """What counts tokens for the isl filter, as `run` loads it: the model folder's tokenizer.json, the
     Hugging Face cache's for a hub id, else the approximate fallback."""
+    from kvoffload.tokenizer import load_tokenizer
+
     return load_tokenizer(str(lab.model_folder) if lab.model_folder is not None else lab.campaign.model)
 
 
 def _token_table(lab: Any, sessions: list[Any], tokenizer: Any) -> Any:
     """Input tokens per round of the campaign's longest users."""
     from rich.table import Table
+
+    from kvoffload.datasets.tokens import round_tokens
 
     rounds = max(lab.campaign.num_rounds)
     title = f"input tokens per round (users of {rounds} rounds; a cell's isl bounds the last)"
@@ -199,6 +202,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
     console.print(f"client: {lab.client_host.name}")
     console.print(f"dataset: {campaign.dataset.code} at {lab.dataset_path}")
+    from kvoffload.tokenizer import describe
 
     tokenizer = _tokenizer(lab)
     console.print(f"tokens (isl, token table) counted by {describe(tokenizer)}")

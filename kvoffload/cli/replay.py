@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, PositiveInt, TypeAdapter, ValidationError
+from pydantic import Field, PositiveInt
 
 from kvoffload import aio
 from kvoffload.contracts.layout import CellPaths
@@ -31,15 +31,6 @@ from kvoffload.datasets import DATASET_CODES, chunk_floor, load_dataset
 from kvoffload.errors import UserError
 from kvoffload.replay.outcome import MEANING, exit_code, verdict
 from kvoffload.replay.records import ResultsUnwritable, SessionCounts
-from kvoffload.replay.requests import RequestOptions
-from kvoffload.replay.users import select_users
-from kvoffload.tokenizer import (
-    FallbackTokenizer,
-    ServerTokenizer,
-    describe,
-    find_tokenizer_file,
-    open_tokenizer,
-)
 
 log = logging.getLogger("kvoffload.replay")
 
@@ -76,6 +67,8 @@ def _constrained(annotation: Any, name: str) -> Callable[[str], Any]:
     numeric = base in (int, float)
 
     def parse(text: str) -> Any:
+        from pydantic import ConfigDict, TypeAdapter, ValidationError
+
         from kvoffload.config.campaign import Campaign
 
         try:
@@ -96,6 +89,7 @@ def _campaign(key: str) -> Callable[[str], Any]:
     """
 
     def parse(text: str) -> Any:
+
         from kvoffload.config.campaign import Campaign
 
         info = Campaign.model_fields[key]
@@ -123,6 +117,8 @@ def _osl(text: str) -> int | str:
 
 
 def _dataset_code(text: str) -> str:
+    from pydantic import ValidationError
+
     from kvoffload.config.campaign import DatasetSpec
 
     try:
@@ -395,6 +391,8 @@ def _isl_tokenizer(args: argparse.Namespace) -> Any:
     """The tokenizer for --isl: --tokenizer as given (a URL asks that server); else --model's own
     tokenizer.json when it is on this machine; else the server's /tokenize when it answers (a probe
     before any timed request); else the approximate fallback."""
+    from kvoffload.tokenizer import FallbackTokenizer, ServerTokenizer, find_tokenizer_file, open_tokenizer
+
     if args.tokenizer:
         return open_tokenizer(args.tokenizer, args.model)
     if find_tokenizer_file(args.model) is not None:
@@ -410,7 +408,9 @@ def _isl_tokenizer(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from kvoffload.config.campaign import rounds_problem
+    from kvoffload.replay.requests import RequestOptions
     from kvoffload.replay.runner import ReplayConfig, ReplayRunner
+    from kvoffload.replay.users import select_users
     from kvoffload.replay.workers import WorkerPool, default_workers
 
     floor = args.min_chunk_rounds if args.min_chunk_rounds is not None else chunk_floor(args.dataset_code)
@@ -444,6 +444,8 @@ def run(args: argparse.Namespace) -> int:
             f"--isl {args.isl}: every one of {pool.available} virtual users is deeper; raise --isl"
         )
     if tokenizer is not None:
+        from kvoffload.tokenizer import describe
+
         log.info("--isl counted by %s", describe(tokenizer))
     if args.concurrency > len(pool.users):
         log.warning(

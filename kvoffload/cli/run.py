@@ -20,7 +20,6 @@ from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_pyt
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.beside import start_beside
 from kvoffload.orchestrate.checks import check_folder_flag, check_sim_profile, load_campaign_dataset
-from kvoffload.playbook import PlaybookFailed, request_stop
 
 if TYPE_CHECKING:
     from kvoffload.config import Cell, LabConfig
@@ -241,6 +240,7 @@ def _only(args: argparse.Namespace, lab: LabConfig) -> list[str] | None:
 def _stop_on_signals() -> None:
     """Ctrl-C and SIGTERM stop a campaign: a running playbook is canceled (ansible-playbook runs in its
     own session, so it never sees the terminal's Ctrl-C), then the cell is torn down and marked."""
+    from kvoffload.playbook import request_stop
 
     def handler(_signum: int, _frame: object) -> None:
         if not request_stop():
@@ -269,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(
     args: argparse.Namespace, lab: Any, results: Any, display: _Display, runner: Any, only: Any, t0: float
 ) -> int:
+    from kvoffload.playbook import PlaybookFailed
+
     try:
         with display:
             outcome = runner.run(only=only, provision=not args.skip_provision)

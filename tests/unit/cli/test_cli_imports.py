@@ -1,13 +1,18 @@
-"""The CLI stays thin: no command module uses another's code, no cli module another's private names.
+"""The CLI stays thin: no command module uses another's code, no cli module another's private names,
+and building the parser (`kvoffload-lab --help`) loads none of the heavy layers.
 
 What several commands share lives in kvoffload/cli/args.py or in a lower layer (orchestrate, report,
 ...); a command module (main.COMMAND_MODULES) imports nothing from another command module, and no
-module of kvoffload/cli imports a `_private` name of another.
+module of kvoffload/cli imports a `_private` name of another. The heavy modules are imported inside
+the handlers that need them.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +73,31 @@ def test_the_check_sees_a_cross_import_at_any_depth() -> None:
     assert violations("kvoffload.cli.cellvars", "from kvoffload.cli.run import run, _x\n") == [
         "kvoffload.cli.cellvars imports the private kvoffload.cli.run._x"
     ]
+
+
+# Modules `kvoffload-lab --help` must not load (each costs it 5 ms or more; a handler imports them).
+HEAVY = (
+    "kvoffload.config",
+    "kvoffload.playbook",
+    "kvoffload.tokenizer",
+    "kvoffload.orchestrate.campaign",
+    "kvoffload.report",
+    "kvoffload.metrics.sampler",
+    "kvoffload.lab.lifecycle",
+    "rich.console",
+    "pandas",
+    "ansible_runner",
+    "httpx",
+    "urllib.request",
+)
+
+
+def test_building_the_parser_loads_no_heavy_layer() -> None:
+    probe = (
+        "import json, sys\n"
+        "from kvoffload.cli.main import build_parser\n"
+        "build_parser().format_help()\n"
+        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
