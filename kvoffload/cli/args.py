@@ -1,6 +1,7 @@
-"""Flags that several `kvoffload-lab` commands take with one meaning: the lab and its results.
+"""Flags that several `kvoffload-lab` commands take with one meaning: the lab, its results, the wheels.
 
-CLI layer only: argparse in, nothing else; each command module adds its own flags after these.
+CLI layer only: argparse in, nothing else; each command module adds its own flags after these. The one
+module of this package that the command modules share: a command never imports another's code.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import re
 from pathlib import Path
 
 from kvoffload.errors import UserError
+
+# Where `run`, `plan --emit-extravars`, `doctor` and `demo` build the wheelhouse shipped to the hosts.
+DEFAULT_WHEEL_CACHE = Path.home() / ".cache" / "kvoffload-lab" / "wheels"
 
 
 def add_lab_arguments(p: argparse.ArgumentParser, *, results: bool = True) -> None:

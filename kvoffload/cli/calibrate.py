@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvoffload.calibrate.shapes import SHAPES, get_shape
 from kvoffload.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,6 @@ def _size(text: str) -> int:
 
 
 def register(sub: Any) -> None:
-    from kvoffload.calibrate.shapes import SHAPES
-
     parser = sub.add_parser(
         "calibrate",
         help="measure this GPU host and write a simulator cost profile",
@@ -77,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.calibrate.raw import load_raw, write_raw
     from kvoffload.calibrate.runner import CalibrationOptions, run_calibration
     from kvoffload.calibrate.sanity import failures
-    from kvoffload.calibrate.shapes import get_shape
     from kvoffload.calibrate.to_profile import write_profile
 
     output: Path = args.output

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, hosts_python_flag
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.errors import UserError
+from kvoffload.orchestrate.checks import check_folder_flag
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,8 +38,6 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flag and the wheel options `run` has (they decide the wheel paths in the extravars)."""
-    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
-
     group = parser.add_argument_group("plain Ansible")
     group.add_argument(
         "--emit-extravars",
@@ -80,8 +82,6 @@ def cell_node(lab: LabConfig, cell_id: str, results: Path, schedule: Callable[..
 
 def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
     """The wheels `run` builds for this lab (CampaignRunner.prepare_wheelhouse)."""
-    from kvoffload.cli.args import hosts_python_flag
-    from kvoffload.cli.checks import check_folder_flag
     from kvoffload.orchestrate import wheelhouse
 
     check_folder_flag(args.wheel_cache, "--wheel-cache")
@@ -99,8 +99,6 @@ def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
 def _learn_hosts_python(lab: LabConfig) -> str:
     """The Python the hosts report, as `run` asks them; the playbook's artifacts go to a scratch folder
     (no results folder is created)."""
-    import tempfile
-
     from kvoffload.orchestrate import host_python
     from kvoffload.playbook import PlaybookRunner
 
@@ -127,15 +125,17 @@ def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any])
     variables = cell_extravars(lab, cell, cell_dir, build(lab, args), node)
     # In a lab of several nodes the cell's playbooks run on its node's hosts and the client only, as in
     # `run` (the extravars, Caddy's upstreams say, are that node's).
-    campaign_flag = f" --campaign {args.campaign}" if args.campaign is not None else ""
+    # The commands to copy into a shell: every path and host name quoted for it.
+    campaign_flag = f" --campaign {quote(str(args.campaign))}" if args.campaign is not None else ""
     limit = ""
     if lab.multi_node:
-        limit = " --limit " + ",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name])
+        limit = " --limit " + quote(",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name]))
+    inventory, results = quote(str(args.inventory)), quote(str(args.results))
     sys.stdout.write(
         f"# kvoffload-lab extravars of cell {cell.id} on node {node}; run it with\n"
-        f"#   ansible-playbook -i {args.inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
+        f"#   ansible-playbook -i {inventory} playbooks/site.yml -e @THIS_FILE{limit}\n"
         f"# then complete the cell's results (cell.json, DONE) with\n"
-        f"#   kvoffload-lab plan {args.inventory}{campaign_flag} --results {args.results} "
+        f"#   kvoffload-lab plan {inventory}{campaign_flag} --results {results} "
         f"--finish-cell {cell.id}\n"
     )
     sys.stdout.write(yaml.safe_dump(variables, sort_keys=True, default_flow_style=False, width=1000))

@@ -16,6 +16,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from kvoffload.errors import UserError
+
 DEFAULT_FIGURES = (
     "ttft_p50_s",
     "ttft_p95_s",
@@ -49,7 +51,6 @@ def _compare(args: argparse.Namespace) -> int:
 
     from kvoffload.analysis.compare import MATCH_KEYS, compare_campaigns
     from kvoffload.analysis.software import campaign_differences
-    from kvoffload.errors import UserError
     from kvoffload.report.build import analyse
     from kvoffload.report.views import fmt
 
@@ -76,7 +77,7 @@ def _compare(args: argparse.Namespace) -> int:
         raise UserError(f"--figure {', '.join(unknown)}: not a summary column (see `report --format csv`)")
     table = compare_campaigns(summaries, figures)
     if args.format in ("json", "csv"):
-        from kvoffload.cli.report import round_figure
+        from kvoffload.report.rounding import round_figure
 
         floats = table.select_dtypes("float").columns
         table[floats] = table[floats].map(round_figure)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
+from kvoffload.datasets import DATASET_CODES, ceiling_table, chunk_floor, load_dataset
+from kvoffload.errors import UserError
+
 
 def register(sub: Any) -> None:
-    from kvoffload.datasets import DATASET_CODES
-
     p = sub.add_parser("datasets", help="inspect recorded conversation datasets")
     dsub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
     i = dsub.add_parser(
@@ -24,7 +26,15 @@ def register(sub: Any) -> None:
             "Exit 2 on bad data, naming the file and record."
         ),
     )
-    i.add_argument("--code", required=True, choices=DATASET_CODES, help="dataset loader")
+    i.add_argument(
+        "--dataset-code",
+        "--code",  # its former name, deprecated
+        dest="dataset_code",
+        required=True,
+        choices=DATASET_CODES,
+        action=_DatasetCode,
+        help="dataset loader: the campaign's dataset.code, `replay --dataset-code` (--code: deprecated)",
+    )
     i.add_argument("path", type=Path, help="dataset file or folder")
     i.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     i.add_argument("--max-rounds", type=int, default=50, help="largest num_rounds in the table (default 50)")
@@ -42,26 +52,44 @@ def register(sub: Any) -> None:
     i.set_defaults(func=inspect)
 
 
+class _DatasetCode(argparse.Action):
+    """--dataset-code, named as `replay` and the replay role (replay_dataset_code) name it; its former
+    name --code still works, with a warning."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string == "--code":
+            print(
+                "kvoffload-lab: warning: datasets inspect --code is deprecated; use --dataset-code",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, values)
+
+
 def inspect(args: argparse.Namespace) -> int:
-    from kvoffload.datasets import ceiling_table, chunk_floor, load_dataset
     from kvoffload.datasets.tokens import round_tokens
-    from kvoffload.errors import UserError
     from kvoffload.tokenizer import describe, open_tokenizer
 
+    code = args.dataset_code
     if args.max_rounds < 1:
         raise UserError(f"--max-rounds {args.max_rounds}: must be 1 or more")
     if args.num_rounds is not None and args.num_rounds < 1:
         raise UserError(f"--num-rounds {args.num_rounds}: must be 1 or more")
-    sessions = load_dataset(args.code, args.path)
+    sessions = load_dataset(code, args.path)
     lengths = [len(s.calls) for s in sessions]
-    table = ceiling_table(sessions, args.code, args.max_rounds)
+    table = ceiling_table(sessions, code, args.max_rounds)
     tokenizer = open_tokenizer(args.tokenizer)
     try:
-        tokens = round_tokens(sessions, tokenizer, args.code, args.num_rounds, args.max_rounds)
+        tokens = round_tokens(sessions, tokenizer, code, args.num_rounds, args.max_rounds)
     except (OSError, ValueError) as exc:  # a server that does not answer /tokenize
         raise UserError(f"--tokenizer {args.tokenizer}: {exc}") from exc
     summary = {
-        "code": args.code,
+        "code": code,
         "path": str(args.path),
         "sessions": len(sessions),
         "calls": sum(lengths),
@@ -70,7 +98,7 @@ def inspect(args: argparse.Namespace) -> int:
             "median": statistics.median(lengths),
             "max": max(lengths),
         },
-        "min_chunk_rounds": chunk_floor(args.code),
+        "min_chunk_rounds": chunk_floor(code),
         "virtual_users": {str(k): v for k, v in table.items()},
         "tokenizer": tokenizer.name,
         "tokens_per_round": {
@@ -86,7 +114,7 @@ def inspect(args: argparse.Namespace) -> int:
 
     console = Console(width=WIDTH)
     cps = summary["calls_per_session"]
-    console.print(f"[bold]{args.path}[/] ({args.code})")
+    console.print(f"[bold]{args.path}[/] ({code})")
     console.print(
         f"{len(sessions)} sessions, {sum(lengths)} calls; calls per session "
         f"min {cps['min']} / median {cps['median']:g} / max {cps['max']}"
@@ -104,8 +132,8 @@ def inspect(args: argparse.Namespace) -> int:
             cells += [str(rows[k][0]), str(rows[k][1])] if k < len(rows) else ["", ""]
         t.add_row(*cells)
     console.print(t)
-    if args.code != "sammshen":
-        console.print(f"num_rounds below {chunk_floor(args.code)} yields no users (chunk floor).")
+    if code != "sammshen":
+        console.print(f"num_rounds below {chunk_floor(code)} yields no users (chunk floor).")
     of = "whole sessions" if args.num_rounds is None else f"users of {args.num_rounds} rounds"
     per_round = Table(title=f"input tokens per round ({of})")
     for column in ("round", "calls", "p50", "p90", "p99", "max"):

@@ -19,6 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvoffload.orchestrate.checks import (
+    campaign_where,
+    check_folder_flag,
+    check_sim_profile,
+    load_campaign_dataset,
+)
+
 DEMO_CAMPAIGNS = {
     "sim": Path("inventories/local/campaign-demo.yml"),
     "vllm": Path("inventories/local/campaign-vllm.yml"),
@@ -72,8 +79,7 @@ def register(sub: Any) -> None:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
-    from kvoffload.cli.run import run as run_campaign
+    from kvoffload.cli.main import main as kvoffload_lab
     from kvoffload.lab.lifecycle import UpOptions, down, require_root, status, up
 
     campaign = args.campaign or DEMO_CAMPAIGNS[args.engine]
@@ -96,22 +102,12 @@ def demo(args: argparse.Namespace) -> int:
     )
     up(UpOptions(hosts=hosts, nodes=args.nodes, inventory=DEMO_INVENTORY))
     try:
-        run_args = argparse.Namespace(
-            inventory=DEMO_INVENTORY,
-            campaign=campaign,
-            results=args.results,
-            wheel_cache=DEFAULT_WHEEL_CACHE,
-            no_wheelhouse=False,
-            hosts_python=None,  # learned from the virtual lab's hosts (Debian 12: 3.11.2)
-            cells=None,
-            fresh=not args.resume,
-            skip_provision=False,
-            no_report=False,
-            watch=args.watch,
-            watch_bind="127.0.0.1",
-            watch_port=8765,
-        )
-        return run_campaign(run_args)
+        # `kvoffload-lab run` on the virtual lab's inventory, as a user would type it (run's defaults
+        # otherwise: the wheel cache, a wheelhouse for the Python the lab's hosts report, every cell)
+        run = ["run", str(DEMO_INVENTORY), "--campaign", str(campaign), "--results", str(args.results)]
+        run += [] if args.resume else ["--fresh"]
+        run += ["--watch"] if args.watch else []
+        return kvoffload_lab(["-v", *run] if args.verbose else run)
     finally:
         if not args.keep_lab:
             print("demo: tearing the virtual lab down", file=sys.stderr)
@@ -121,12 +117,6 @@ def demo(args: argparse.Namespace) -> int:
 def _check_campaign(campaign_file: Path, results: Path) -> None:
     """The campaign file, its dataset and --results, checked before the lab is touched: the lab's
     inventory exists only once it is up, so the rules that need it wait for `run`."""
-    from kvoffload.cli.checks import (
-        campaign_where,
-        check_folder_flag,
-        check_sim_profile,
-        load_campaign_dataset,
-    )
     from kvoffload.config import campaign_dataset_path, load_campaign
 
     campaign, key = load_campaign(campaign_file)

@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import add_lab_arguments, hosts_python_flag
-from kvoffload.cli.checks import check_folder_flag
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
+from kvoffload.orchestrate.checks import check_folder_flag
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
@@ -102,7 +102,6 @@ def _smoke(args: argparse.Namespace, lab: LabConfig, inventory: Path) -> Smoke |
     None for the simulator (no pair to check) or with --no-smoke."""
     if args.no_smoke or lab.campaign.engine != "vllm":
         return None
-    from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
     from kvoffload.orchestrate.campaign import CampaignRunner
     from kvoffload.orchestrate.doctor import DOCTOR_DIR
     from kvoffload.orchestrate.results import CampaignResults

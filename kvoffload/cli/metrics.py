@@ -15,6 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kvoffload.errors import UserError
+from kvoffload.orchestrate.checks import check_folder_flag
+
 # kvoffload.metrics.gpu.GPU_TOOLS, spelled out so that building the parser imports no metrics code.
 GPU_TOOL_CHOICES = ("nvidia-smi", "amd-smi")
 
@@ -92,17 +95,12 @@ def register(sub: Any) -> None:
 
 
 def _seconds(value: float, flag: str) -> None:
-    from kvoffload.errors import UserError
-
     if not (math.isfinite(value) and value > 0):
         raise UserError(f"{flag} {value}: must be a finite number of seconds > 0")
 
 
 def _output_file(path: Path) -> None:
     """--output of a single file: not a folder, in a folder that is not a file."""
-    from kvoffload.cli.checks import check_folder_flag
-    from kvoffload.errors import UserError
-
     if path.is_dir():
         raise UserError(f"--output {path}: is a folder; give the file to write")
     for parent in path.parents:
@@ -110,7 +108,6 @@ def _output_file(path: Path) -> None:
 
 
 def _scraper(args: argparse.Namespace) -> Any:
-    from kvoffload.errors import UserError
     from kvoffload.metrics.sampler import Scraper
     from kvoffload.metrics.targets import check_unique, parse_gpu_target, parse_http_target
 
@@ -124,7 +121,6 @@ def _scraper(args: argparse.Namespace) -> Any:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from kvoffload.cli.checks import check_folder_flag
     from kvoffload.metrics.sampler import run_sampler
 
     _seconds(args.interval, "--interval")
@@ -146,7 +142,6 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    from kvoffload.errors import UserError
     from kvoffload.metrics.sampler import take_snapshot
 
     _output_file(args.output)
@@ -162,7 +157,6 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _gpu_textfile(args: argparse.Namespace) -> int:
-    from kvoffload.errors import UserError
     from kvoffload.metrics.textfile import gpu_series, run_textfile, write_once
 
     output: Path = args.output

@@ -15,6 +15,11 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvoffload.cli import cellvars
+from kvoffload.contracts.layout import CampaignPaths
+from kvoffload.datasets import virtual_users
+from kvoffload.orchestrate.checks import check_folder_flag, check_sim_profile, load_campaign_dataset
+
 if TYPE_CHECKING:
     from kvoffload.tiers import Tier
 
@@ -35,9 +40,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--results", type=Path, default=Path("results"), help="results root (default: results/)"
     )
-    from kvoffload.cli.cellvars import add_arguments
-
-    add_arguments(parser)
+    cellvars.add_arguments(parser)
     parser.set_defaults(func=_plan)
 
 
@@ -45,9 +48,6 @@ def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
     """Virtual users per num_rounds of the campaign, or (None, why) when the dataset is not on this
     machine (a campaign may be planned away from its data); a dataset that is here but bad exits 2.
     Also the sessions, for the token table."""
-    from kvoffload.cli.checks import load_campaign_dataset
-    from kvoffload.datasets import virtual_users
-
     path = lab.dataset_path
     if not path.exists():
         return None, f"dataset {path} is not on this machine: virtual-user ceilings unknown", []
@@ -139,9 +139,9 @@ def _schedule(
 
     cost = None
     if weighted:
-        from kvoffload.cli.run import _CellPools
+        from kvoffload.orchestrate.pools import CellPools
 
-        cost = _CellPools(lab, None).expected
+        cost = CellPools(lab).expected
     where: dict[str, str] = {}
     method: dict[str, str] = {}
     order: dict[str, int] = {}
@@ -175,21 +175,15 @@ def _plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from kvoffload.cli.checks import check_folder_flag, check_sim_profile
     from kvoffload.config import load_lab
-    from kvoffload.contracts.layout import CampaignPaths
 
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     check_sim_profile(lab.campaign, lab.where)
     if args.emit_extravars is not None:
-        from kvoffload.cli.cellvars import emit
-
-        return emit(lab, args, _schedule)
+        return cellvars.emit(lab, args, _schedule)
     if args.finish_cell is not None:
-        from kvoffload.cli.cellvars import finish
-
-        return finish(lab, args)
+        return cellvars.finish(lab, args)
     campaign = lab.campaign
     console = Console()
     if not console.is_terminal:
@@ -318,9 +312,9 @@ def _estimate_table(lab: Any, todo: list[Any], results: Path, known: bool) -> An
 
     requests = None
     if known:
-        from kvoffload.cli.run import _CellPools
+        from kvoffload.orchestrate.pools import CellPools
 
-        requests = _CellPools(lab, None).expected
+        requests = CellPools(lab).expected
     e = campaign_estimate(lab, todo, results, requests)
     sources = e.priors.sources
     names = {

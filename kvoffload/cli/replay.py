@@ -9,6 +9,7 @@ drives both; the replay-only flags are defined here. Exit codes come from kvoffl
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -22,9 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+from pydantic import Field, PositiveInt
+
 from kvoffload import aio
+from kvoffload.contracts.layout import CellPaths
+from kvoffload.datasets import DATASET_CODES, chunk_floor, load_dataset
 from kvoffload.errors import UserError
-from kvoffload.replay.outcome import MEANING
+from kvoffload.replay.outcome import MEANING, exit_code, verdict
+from kvoffload.replay.records import ResultsUnwritable, SessionCounts
 
 log = logging.getLogger("kvoffload.replay")
 
@@ -83,6 +89,7 @@ def _campaign(key: str) -> Callable[[str], Any]:
     """
 
     def parse(text: str) -> Any:
+
         from kvoffload.config.campaign import Campaign
 
         info = Campaign.model_fields[key]
@@ -173,7 +180,6 @@ def _output_folder(text: str) -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
-    from kvoffload.contracts.layout import CellPaths
 
     records = CellPaths(path).requests
     if records.is_file() and records.stat().st_size > 0:
@@ -192,8 +198,6 @@ def _epilog() -> str:
 
 
 def register(sub: Any) -> None:
-    from pydantic import Field, PositiveInt
-
     description = (
         "Closed-loop replay: CONCURRENCY slots each replay one virtual user (a chunk of exactly "
         "NUM_ROUNDS consecutive recorded calls, teacher-forced history) and then take the next, until "
@@ -209,7 +213,6 @@ def register(sub: Any) -> None:
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from kvoffload.datasets import DATASET_CODES
 
     positive = _constrained(PositiveInt, "positive integer")
     p.add_argument(
@@ -361,8 +364,6 @@ def _pct(values: list[float], pct: float) -> float:
 def ttft_summary(requests_file: Path) -> str | None:
     """One line of TTFT figures (ms) of the requests that succeeded: all, round 1 (cold by design) and
     the later rounds (where a KV hit shows); None when the file is missing or holds no success."""
-    import json
-
     by_round: dict[bool, list[float]] = {True: [], False: []}
     try:
         lines = requests_file.read_text(encoding="utf-8").splitlines()
@@ -407,9 +408,6 @@ def _isl_tokenizer(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from kvoffload.config.campaign import rounds_problem
-    from kvoffload.datasets import chunk_floor, load_dataset
-    from kvoffload.replay.outcome import exit_code, verdict
-    from kvoffload.replay.records import ResultsUnwritable, SessionCounts
     from kvoffload.replay.requests import RequestOptions
     from kvoffload.replay.runner import ReplayConfig, ReplayRunner
     from kvoffload.replay.users import select_users

@@ -14,22 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload.atomic import write_text_atomic
+from kvoffload.errors import UserError
 
 FORMATS = ("md", "html", "json", "csv")
-# Figures in json/csv keep this many significant digits: 0.13499999999999998 s reads 0.135 s, and no
-# figure the report derives (seconds, shares, rates, bytes) is known to more than that.
-SIGNIFICANT_DIGITS = 6
-
-
-def round_figure(value: Any) -> Any:
-    """A float to SIGNIFICANT_DIGITS, recursively through lists and dicts; anything else unchanged."""
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if value == value else value
-    if isinstance(value, dict):
-        return {k: round_figure(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [round_figure(v) for v in value]
-    return value
 
 
 def register(sub: Any) -> None:
@@ -69,14 +56,11 @@ def register(sub: Any) -> None:
 
 
 def _check_dir(path: Path) -> None:
-    from kvoffload.errors import UserError
-
     if not path.is_dir():
         raise UserError(f"RESULTS_DIR {path}: not a folder; give results/<campaign>")
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from kvoffload.errors import UserError
     from kvoffload.ingest import ingest_campaign, load_tables
     from kvoffload.report.build import analyse, write_derived_tables
 
@@ -98,8 +82,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kvoffload.errors import UserError
     from kvoffload.report.build import analyse, build_report, conclude, report_json, summary_csv
+    from kvoffload.report.rounding import round_figure
 
     _check_dir(args.results_dir)
     formats = tuple(args.format or ("md", "html"))

@@ -1,4 +1,10 @@
-"""`kvoffload-lab run | provision | teardown`: campaigns on a lab described by an Ansible inventory."""
+"""`kvoffload-lab run | provision | teardown`: campaigns on a lab described by an Ansible inventory.
+
+Thin: `run` and `provision` check their input (kvoffload/orchestrate/checks.py), build the campaign
+runner (kvoffload/orchestrate/campaign.py, with the cells' virtual users of
+kvoffload/orchestrate/pools.py) and call it; `teardown` calls kvoffload/orchestrate/teardown.py. This
+module parses flags, shows progress and prints the outcome.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +16,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import add_lab_arguments, hosts_python_flag
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
+from kvoffload.errors import UserError
+from kvoffload.orchestrate.beside import start_beside
+from kvoffload.orchestrate.checks import check_folder_flag, check_sim_profile, load_campaign_dataset
 
 if TYPE_CHECKING:
     from kvoffload.config import Cell, LabConfig
 
 log = logging.getLogger("kvoffload.run")
-DEFAULT_WHEEL_CACHE = Path.home() / ".cache" / "kvoffload-lab" / "wheels"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -176,70 +184,13 @@ class _Display:
             log.info("%s", line)
 
 
-class _CellPools:
-    """Each cell's virtual users, computed once per shape: the requests a cell will send (for the
-    progress display and the node schedule) and the probe that proves a reset cell cold (a request the
-    cell sent: its last user's last round, the most recent and the longest)."""
-
-    def __init__(self, lab: LabConfig, sessions: list[Any] | None) -> None:
-        self.lab = lab
-        self.sessions: list[Any] = list(sessions or [])
-        self._pools: dict[tuple[int, int], Any] = {}
-
-    def _pool(self, cell: Cell) -> Any:
-        from kvoffload.datasets import load_dataset
-        from kvoffload.replay.users import select_users
-        from kvoffload.tokenizer import load_tokenizer
-
-        key = (cell.num_rounds, cell.isl)
-        if key not in self._pools:
-            if not self.sessions:
-                self.sessions.extend(load_dataset(self.lab.campaign.dataset.code, self.lab.dataset_path))
-            self._pools[key] = select_users(
-                self.sessions,
-                self.lab.campaign.dataset.code,
-                cell.num_rounds,
-                isl=cell.isl,
-                tokenizer=load_tokenizer(self.lab.campaign.model),
-                max_sessions=self.lab.campaign.max_sessions,
-            )
-        return self._pools[key]
-
-    def expected(self, cell: Cell) -> int:
-        return len(self._pool(cell).users) * cell.num_rounds
-
-    def probe(self, cell: Cell) -> dict[str, Any] | None:
-        from kvoffload.replay.command import is_gpt_oss
-        from kvoffload.replay.requests import RequestOptions, build_payload
-
-        users = self._pool(cell).users
-        if not users:
-            return None
-        gpt_oss = is_gpt_oss(self.lab.served_model_name)
-        options = RequestOptions(
-            model=self.lab.served_model_name,
-            osl=1,
-            sanitize_harmony_tokens=gpt_oss,
-            agentic_tools=gpt_oss,
-            ask_mode=gpt_oss,
-        )
-        # a replay cut short by duration_s may never reach the last user; the first one always runs
-        user = users[0] if self.lab.campaign.duration_s else users[-1]
-        payload: dict[str, Any] = build_payload(user.calls[-1], options)
-        return payload
-
-
 def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False) -> Any:
     """The validated lab and the campaign runner. Everything that can be checked on this machine is
     checked before the results folder is created, so bad input exits 2 with nothing written and no
     host touched; `replays` adds what only a run replays (the dataset, `--cells`)."""
-    from kvoffload.cli.checks import (
-        check_folder_flag,
-        check_sim_profile,
-        load_campaign_dataset,
-    )
     from kvoffload.config import load_lab
     from kvoffload.orchestrate.campaign import CampaignRunner
+    from kvoffload.orchestrate.pools import CellPools
     from kvoffload.orchestrate.results import CampaignResults
 
     lab = load_lab(args.inventory, args.campaign)
@@ -253,11 +204,10 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
         sessions = load_campaign_dataset(lab.campaign, lab.dataset_path, lab.where)
     results = CampaignResults.open(args.results, lab.campaign.name, fresh=fresh)
     display = _Display(lab.campaign.name, len(lab.cells))
-    pools = _CellPools(lab, sessions)
-    inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
+    pools = CellPools(lab, sessions)
     runner = CampaignRunner(
         lab,
-        inventory,
+        _inventory_file(args),
         results,
         display,
         wheel_cache=args.wheel_cache,
@@ -269,10 +219,14 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
     return lab, results, display, runner
 
 
+def _inventory_file(args: argparse.Namespace) -> Path:
+    """The inventory file: INVENTORY, or the hosts.yml of an INVENTORY folder."""
+    inventory: Path = args.inventory
+    return inventory / "hosts.yml" if inventory.is_dir() else inventory
+
+
 def _only(args: argparse.Namespace, lab: LabConfig) -> list[str] | None:
     """`--cells` as a list of cell ids (None: every cell); an unknown id is an error."""
-    from kvoffload.errors import UserError
-
     only = [c.strip() for c in args.cells.split(",")] if args.cells else None
     if only:
         unknown = sorted(set(only) - {c.id for c in lab.cells})
@@ -301,9 +255,7 @@ def run(args: argparse.Namespace) -> int:
     only = _only(args, lab)
     t0 = time.monotonic()
     beside = None
-    if getattr(args, "watch", False):
-        from kvoffload.cli.watch import start_beside
-
+    if args.watch:
         beside = start_beside(results.root, args.watch_bind, args.watch_port)
         print(f"watch: {beside.url} (the live page, while the run works)", file=sys.stderr, flush=True)
     _stop_on_signals()
@@ -359,23 +311,12 @@ def provision(args: argparse.Namespace) -> int:
 
 
 def teardown(args: argparse.Namespace) -> int:
-    import tempfile
-
     from kvoffload.config import load_lab
-    from kvoffload.orchestrate.campaign import CampaignRunner
-    from kvoffload.orchestrate.results import CampaignResults
-    from kvoffload.orchestrate.wheelhouse import Wheels
+    from kvoffload.orchestrate.teardown import teardown_lab
 
     lab = load_lab(args.inventory, args.campaign)
-    inventory = args.inventory / "hosts.yml" if args.inventory.is_dir() else args.inventory
-    # The playbook's artifacts go to a scratch folder: a teardown belongs to no campaign's results.
-    with tempfile.TemporaryDirectory(prefix="kvoffload-teardown-") as scratch:
-        results = CampaignResults.open(Path(scratch), lab.campaign.name)
-        display = _Display(lab.campaign.name, len(lab.cells))
-        runner = CampaignRunner(lab, inventory, results, display, wheel_cache=Path(scratch) / "wheels")
-        # The teardown tasks install nothing: their extravars only name a wheel, none is built.
-        runner.wheels = Wheels(Path(scratch) / "unused.whl", None)
-        with display:
-            runner.teardown()
+    display = _Display(lab.campaign.name, len(lab.cells))
+    with display:
+        teardown_lab(lab, _inventory_file(args), display)
     print("torn down")
     return 0

@@ -5,7 +5,7 @@ tunnel reaches it; `--bind` exposes it): `/` is the page (kvoffload/report/watch
 what kvoffload/report/live.py computes from the results folder, which this command only reads. The
 findings of finished cells are computed in a thread of their own, at a lowered priority of this
 process, so that a poll never waits for them. `run --watch` starts this command as a process of its
-own beside the run (`start_beside`): the run never waits for the page.
+own beside the run (kvoffload/orchestrate/beside.py): the run never waits for the page.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from kvoffload.errors import UserError
 
 DEFAULT_PORT = 8765
 FINDINGS_EVERY_S = 5.0
@@ -48,8 +48,6 @@ def register(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from kvoffload.errors import UserError
-
     if not args.results_dir.is_dir():
         raise UserError(
             f"{args.results_dir}: no such results folder; give the campaign's folder, e.g. results/<campaign>"
@@ -105,7 +103,6 @@ def _findings_loop(view: Any, stop: threading.Event) -> None:
 
 
 def _server(view: Any, bind: str, port: int, title: str) -> ThreadingHTTPServer:
-    from kvoffload.errors import UserError
     from kvoffload.report.watch_page import page
 
     body = page(title).encode()
@@ -199,50 +196,3 @@ def _terminal(view: Any) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-class Beside:
-    """`kvoffload-lab watch` started beside a run (`run --watch`): its URL, and its end."""
-
-    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
-        self.proc = proc
-        self.url = url
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
-def start_beside(results_dir: Path, bind: str, port: int) -> Beside:
-    """Start the page as a process of its own, at a lower priority, that ends with this one; return
-    once it serves (its first line is the URL)."""
-    import tempfile
-
-    from kvoffload.errors import UserError
-
-    results_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "kvoffload.cli.main", "watch", str(results_dir), "--bind", bind]
-    argv += ["--port", str(port), "--parent", str(os.getpid())]
-    with tempfile.TemporaryFile("w+") as errors:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-            start_new_session=True,  # Ctrl-C stops the run, which then stops the page
-        )
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        if not line.startswith("http://"):
-            proc.wait(timeout=10)
-            errors.seek(0)
-            raise UserError(
-                f"run --watch: the page did not start on {bind}:{port}: {errors.read().strip()[-400:]} "
-                "(run's flags for it: --watch-bind, --watch-port; --watch-port 0 takes any free port)"
-            )
-    return Beside(proc, line)

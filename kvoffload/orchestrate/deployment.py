@@ -16,7 +16,7 @@ from kvoffload.config import Cell, Host, LabConfig
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.profiles.resolve import Deployment, Replica, resolve
-from kvoffload.replay.command import ReplaySpec, fixed_flags
+from kvoffload.replay.command import ReplaySpec, fixed_flags, replay_argv
 
 REMOTE_ROOT = PurePosixPath("/var/lib/kvoffload")
 REMOTE_VENV = PurePosixPath("/opt/kvoffload/venv")
@@ -197,8 +197,8 @@ def cell_extravars(
         # LMCache's cached_token_stats come from its connector: asked where the replicas have one
         # (the gpu tier's cached tokens are all the engine's own, docs/metrics.md).
         attribution="--kv-transfer-config" in resolved["vllm_engine_args"],
+        honor_gaps=campaign.honor_gaps,
     )
-    extra = fixed_flags(spec) + (["--honor-gaps"] if campaign.honor_gaps else [])
     if campaign.cold_start == "reset":
         # POST /reset_prefix_cache exists only in vLLM's dev mode (it also serves other dev endpoints,
         # on the address the replica binds: the lab network).
@@ -216,7 +216,9 @@ def cell_extravars(
         "kvoffload_wheelhouse_python": wheels.python if wheels.wheelhouse else None,
         # the caddy role ships this one wheel to the load balancer's host and runs its binary
         "caddy_wheel": str(wheels.caddy) if wheels.caddy else None,
-        # the replay role builds `kvoffload-lab replay` from these (same argv as replay_argv(spec))
+        # the argv the replay role runs (no shell); the role's own build from the replay_* variables
+        # below, for a role run on its own, gives the same list (tests/unit/roles/test_replay_argv.py)
+        "replay_argv": replay_argv(spec, executable=str(REMOTE_VENV / "bin" / "kvoffload-lab")),
         "replay_cell_id": cell.id,
         "replay_remote_root": str(REMOTE_CELLS),
         "replay_controller_dir": str(local_cell_dir),
@@ -228,7 +230,7 @@ def cell_extravars(
         "replay_isl": cell.isl,
         "replay_osl": str(cell.osl),
         "replay_max_sessions": campaign.max_sessions,
-        "replay_extra_args": extra,
+        "replay_extra_args": fixed_flags(spec),
         "replay_metrics_interval": campaign.sample_interval_s,
         # the GPU telemetry on vllm hosts (vllm role) polls as often as the client samples
         "vllm_gpu_telemetry_interval": campaign.sample_interval_s,
@@ -236,26 +238,9 @@ def cell_extravars(
 
 
 def replay_command(extravars: dict[str, Any]) -> list[str]:
-    """The replay argv the role will run, for cell.json (the role composes the same list)."""
-    argv = [
-        str(REMOTE_VENV / "bin" / "kvoffload-lab"), "replay",
-        "--base-url", extravars["replay_base_url"],
-        "--model", extravars["replay_model"],
-        "--dataset-code", extravars["replay_dataset_code"],
-        "--dataset", extravars["replay_dataset_path"],
-        "--concurrency", str(extravars["replay_concurrency"]),
-        "--num-rounds", str(extravars["replay_num_rounds"]),
-    ]  # fmt: skip
-    if extravars["replay_isl"] is not None:
-        argv += ["--isl", str(extravars["replay_isl"])]
-    argv += ["--osl", extravars["replay_osl"]]
-    if extravars["replay_max_sessions"] is not None:
-        argv += ["--max-sessions", str(extravars["replay_max_sessions"])]
-    return (
-        argv
-        + list(extravars["replay_extra_args"])
-        + ["--output", f"{extravars['replay_remote_root']}/{extravars['replay_cell_id']}"]
-    )
+    """The replay argv the role runs, for cell.json: the extravars' `replay_argv`
+    (kvoffload.replay.command.replay_argv, the one build)."""
+    return [str(a) for a in extravars["replay_argv"]]
 
 
 # Extravars that only the replay, sampling and bookkeeping read: a change in them needs no new engines.

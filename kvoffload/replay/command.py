@@ -1,5 +1,12 @@
 """The resolved replay command line, as the orchestrator and the replay role run it.
 
+`replay_argv` is the one place the argv of `kvoffload-lab replay` for a cell is built: the
+orchestrator (kvoffload/orchestrate/deployment.py) passes it to the replay role as the list extravar
+`replay_argv`, which the role runs as a command argv (no shell), and records it in cell.json. The role
+builds the same list from its `replay_*` variables only when run on its own without `replay_argv`
+(roles/replay/vars/main.yml, e.g. its molecule scenario); tests/unit/roles/test_replay_argv.py renders
+that build for the orchestrator's extravars and holds it equal to `replay_argv`.
+
 Fixed flags follow docs/architecture.md section 6. The gpt-oss agentic row is added only for
 gpt-oss models: for any other model the argv is byte-identical to one built without that row (a test
 holds this).
@@ -43,6 +50,7 @@ class ReplaySpec:
     # Ask each answer where its prompt came from (`--attribution`): on for a campaign's replicas with a
     # KV connector (vLLM with LMCacheMPConnector, or the simulator's), whose connector answers it.
     attribution: bool = True
+    honor_gaps: bool = False  # sleep each round's recorded gap first (the campaign's honor_gaps)
 
 
 def fixed_flags(spec: ReplaySpec) -> list[str]:
@@ -63,11 +71,15 @@ def fixed_flags(spec: ReplaySpec) -> list[str]:
         flags += ["--workers", str(spec.workers)]
     if is_gpt_oss(spec.model):
         flags += list(GPT_OSS_FLAGS)
+    if spec.honor_gaps:
+        flags.append("--honor-gaps")
     return flags
 
 
 def replay_argv(spec: ReplaySpec, executable: str = "kvoffload-lab") -> list[str]:
-    """The argv of `kvoffload-lab replay` for one cell (no shell involved: pass it as a list)."""
+    """The argv of `kvoffload-lab replay` for one cell (no shell involved: pass it as a list): the
+    cell's own parameters, the fixed flags, then `--output`. Its order is the replay role's
+    (roles/replay/vars/main.yml `_replay_argv`), so that either build gives the same list."""
     argv = [
         executable, "replay",
         "--base-url", spec.base_url,
@@ -76,11 +88,10 @@ def replay_argv(spec: ReplaySpec, executable: str = "kvoffload-lab") -> list[str
         "--dataset", spec.dataset,
         "--concurrency", str(spec.concurrency),
         "--num-rounds", str(spec.num_rounds),
-        "--osl", spec.osl,
-        "--output", spec.output,
     ]  # fmt: skip
     if spec.isl is not None:
         argv += ["--isl", str(spec.isl)]
+    argv += ["--osl", spec.osl]
     if spec.max_sessions is not None:
         argv += ["--max-sessions", str(spec.max_sessions)]
-    return argv + fixed_flags(spec)
+    return argv + fixed_flags(spec) + ["--output", spec.output]

@@ -56,6 +56,8 @@ def test_a_bad_line_is_named_by_a_real_process(tmp_path: Path) -> None:
     """The same check through a child process: a traceback on its stderr would show here."""
     case = next(c for c in DATA_CASES if c.id == "generic-not-utf8")
     path = _write(case, tmp_path / "ds")
-    outcome, sprung = cli_subprocess(["datasets", "inspect", "--code", "generic", str(path)], tmp_path)
+    outcome, sprung = cli_subprocess(
+        ["datasets", "inspect", "--dataset-code", "generic", str(path)], tmp_path
+    )
     assert_refused(outcome, f"{path}: line 4: not UTF-8 text (byte 0xe9")
     assert sprung == []

@@ -256,6 +256,16 @@ def test_replay_role_completes_on_some_failed_and_fails_with_the_verdict_otherwi
             "outcome_file": str(tmp_path / f"outcome{rc}"),
             "replay_remote_root": str(tmp_path / f"cells{rc}"),
         }
+    # the orchestrator's way: the whole argv given (its executable replaced by the venv's), run as is
+    given = [
+        "/opt/kvoffload/venv/bin/kvoffload-lab",
+        "replay",
+        "--base-url",
+        "http://lb:8100",
+        "--x",
+        "a b;$(c)",
+    ]
+    hosts["rc0"]["replay_argv"] = given
     inventory = {
         "all": {
             "hosts": hosts,
@@ -294,7 +304,8 @@ def test_replay_role_completes_on_some_failed_and_fails_with_the_verdict_otherwi
         task, message = outcome[rc].split("\n", 1)
         assert task == "Fail the cell unless the replay completed"
         assert message.strip() == f"kvoffload-lab replay exited {rc}: kvoffload-lab: the verdict of exit {rc}"
-    argv = (tmp_path / "argv3").read_text().splitlines()
+    assert (tmp_path / "argv0").read_text().splitlines() == given[1:]  # no shell: one word stays one
+    argv = (tmp_path / "argv3").read_text().splitlines()  # the role's own build
     assert argv[:3] == ["replay", "--base-url", "http://127.0.0.1:8000"]
     assert argv[-4:] == ["--warmup", "4", "--output", str(tmp_path / "cells3" / "cell1")]
 

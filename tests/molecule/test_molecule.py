@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE
 from kvoffload.orchestrate.wheelhouse import Wheels, build_wheels
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from kvoffload.cli.run import DEFAULT_WHEEL_CACHE
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE
 from kvoffload.orchestrate import wheelhouse
 
 DEBIAN_CADDY = Path("/usr/bin/caddy")

@@ -262,27 +262,27 @@ CASES = [
     # datasets inspect
     FlagCase(
         "datasets-code-unknown",
-        ("datasets", "inspect", "--code", "sharegpt", "{dir}"),
-        ("argument --code: invalid choice: 'sharegpt'",),
+        ("datasets", "inspect", "--dataset-code", "sharegpt", "{dir}"),
+        ("argument --dataset-code/--code: invalid choice: 'sharegpt'",),
     ),
     FlagCase(
         "datasets-code-missing",
         ("datasets", "inspect", "{dir}"),
-        ("the following arguments are required: --code",),
+        ("the following arguments are required: --dataset-code/--code",),
     ),
     FlagCase(
         "datasets-max-rounds-zero",
-        ("datasets", "inspect", "--code", "generic", "{tmp}/data", "--max-rounds", "0"),
+        ("datasets", "inspect", "--dataset-code", "generic", "{tmp}/data", "--max-rounds", "0"),
         ("--max-rounds 0: must be 1 or more",),
     ),
     FlagCase(
         "datasets-max-rounds-negative",
-        ("datasets", "inspect", "--code", "generic", "{tmp}/data", "--max-rounds", "-3"),
+        ("datasets", "inspect", "--dataset-code", "generic", "{tmp}/data", "--max-rounds", "-3"),
         ("--max-rounds -3: must be 1 or more",),
     ),
     FlagCase(
         "datasets-max-rounds-word",
-        ("datasets", "inspect", "--code", "generic", "{tmp}/data", "--max-rounds", "all"),
+        ("datasets", "inspect", "--dataset-code", "generic", "{tmp}/data", "--max-rounds", "all"),
         ("argument --max-rounds: invalid int value: 'all'",),
     ),
     FlagCase("datasets-no-action", ("datasets",), ("the following arguments are required: SUBCOMMAND",)),

@@ -542,7 +542,7 @@ def test_malformed_dataset_is_refused(
     folder = tmp_path / "ds"
     path = _write(case, folder)
     touched = install_traps(monkeypatch)
-    outcome = cli(["datasets", "inspect", "--code", case.code, str(path)], capsys)
+    outcome = cli(["datasets", "inspect", "--dataset-code", case.code, str(path)], capsys)
     assert_refused(outcome, *(n.format(d=folder) for n in case.needles))
     assert touched == []
 

@@ -34,7 +34,7 @@ def test_json_names_the_tokenizer_and_gives_percentiles_per_round(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _dataset(tmp_path)
-    assert main(["datasets", "inspect", "--code", "generic", str(path), "--json"]) == 0
+    assert main(["datasets", "inspect", "--dataset-code", "generic", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tokenizer"] == "kvoffload-fallback"
     expected = round_tokens(load_dataset("generic", path), FallbackTokenizer(), "generic")
@@ -51,7 +51,7 @@ def test_a_hub_id_in_the_hf_cache_counts(
     tokenizer = _word_tokenizer(snapshot)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     path = _dataset(tmp_path)
-    argv = ["datasets", "inspect", "--code", "generic", str(path), "--tokenizer", "Qwen/Qwen3-8B"]
+    argv = ["datasets", "inspect", "--dataset-code", "generic", str(path), "--tokenizer", "Qwen/Qwen3-8B"]
     assert main([*argv, "--json", "--num-rounds", "5"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tokenizer"] == str(tokenizer)
@@ -66,7 +66,7 @@ def test_a_hub_id_in_the_hf_cache_counts(
 def test_tables_fit_80_columns_and_say_who_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["datasets", "inspect", "--code", "generic", str(_dataset(tmp_path))]) == 0
+    assert main(["datasets", "inspect", "--dataset-code", "generic", str(_dataset(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "input tokens per round (whole sessions)" in out
@@ -80,6 +80,19 @@ def test_a_server_that_does_not_tokenize_exits_2(tmp_path: Path, capsys: pytest.
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
-    argv = ["datasets", "inspect", "--code", "generic", str(_dataset(tmp_path)), "--tokenizer", url]
+    argv = ["datasets", "inspect", "--dataset-code", "generic", str(_dataset(tmp_path)), "--tokenizer", url]
     assert main(argv) == 2
     assert f"--tokenizer {url}" in capsys.readouterr().err
+
+
+def test_the_former_code_flag_still_works_and_says_it_is_deprecated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _dataset(tmp_path)
+    assert main(["datasets", "inspect", "--dataset-code", "generic", str(path), "--json"]) == 0
+    current = capsys.readouterr()
+    assert "deprecated" not in current.err
+    assert main(["datasets", "inspect", "--code", "generic", str(path), "--json"]) == 0
+    former = capsys.readouterr()
+    assert json.loads(former.out) == json.loads(current.out)
+    assert "--code is deprecated; use --dataset-code" in former.err

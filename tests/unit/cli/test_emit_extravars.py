@@ -126,3 +126,21 @@ def test_an_unknown_cell_exits_2(capsys: pytest.CaptureFixture[str], wheels: lis
     assert main(["plan", str(EXAMPLE), "--emit-extravars", "nope"]) == 2
     assert "--emit-extravars nope: no such cell" in capsys.readouterr().err
     assert not wheels  # nothing built for bad input
+
+
+def test_the_header_quotes_what_it_hands_to_a_shell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wheels: list[dict[str, object]]
+) -> None:
+    import shlex
+
+    from kvoffload.config import load_lab
+
+    cell = load_lab(EXAMPLE, None).cells[0].id
+    results = tmp_path / "my results; $(touch x)"
+    assert main(["plan", str(EXAMPLE), "--results", str(results), "--emit-extravars", cell]) == 0
+    header = capsys.readouterr().out.splitlines()[:4]
+    # each command, split as a shell would, gives back the paths as given, one word each
+    words = shlex.split(header[3].removeprefix("#"))
+    assert words[:3] == ["kvoffload-lab", "plan", str(EXAMPLE)]
+    assert words[words.index("--results") + 1] == str(results)
+    assert shlex.split(header[1].removeprefix("#"))[:3] == ["ansible-playbook", "-i", str(EXAMPLE)]

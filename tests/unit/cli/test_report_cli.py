@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kvoffload.cli.main import main
-from kvoffload.cli.report import round_figure
+from kvoffload.report.rounding import round_figure
 
 
 def _digits(value: float) -> int:

@@ -187,8 +187,8 @@ def test_bad_tau2_file(tmp_path: Path) -> None:
 def test_cli_exits_2_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"session_id": "a", "messages": [}\n')
-    assert main(["datasets", "inspect", "--code", "generic", str(path)]) == 2
+    assert main(["datasets", "inspect", "--dataset-code", "generic", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: line 1: invalid JSON" in err
     assert "Traceback" not in err
-    assert main(["datasets", "inspect", "--code", "generic", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["datasets", "inspect", "--dataset-code", "generic", str(tmp_path / "missing.jsonl")]) == 2

@@ -50,7 +50,7 @@ def test_inspect_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         for s in SESSIONS:
             for c in s.calls:
                 fh.write(json.dumps({"session_id": s.session_id, "messages": list(c.messages)}) + "\n")
-    assert main(["datasets", "inspect", "--code", "generic", str(path), "--json"]) == 0
+    assert main(["datasets", "inspect", "--dataset-code", "generic", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["sessions"] == 3 and out["calls"] == 21
     assert out["calls_per_session"] == {"min": 4, "median": 5, "max": 12}

@@ -29,8 +29,9 @@ def test_fixed_flags_are_present() -> None:
 
 def test_gpt_oss_row_only_for_gpt_oss() -> None:
     oss = replay_argv(replace(SPEC, model="openai/gpt-oss-120b"))
-    assert oss[-len(GPT_OSS_FLAGS) :] == list(GPT_OSS_FLAGS)
-    base = replay_argv(replace(SPEC, model="openai/gpt-oss-120b"))[: -len(GPT_OSS_FLAGS)]
+    row = slice(-len(GPT_OSS_FLAGS) - 2, -2)  # the row, then --output
+    assert oss[row] == list(GPT_OSS_FLAGS)
+    base = oss[: row.start] + oss[row.stop :]
     # everything but the row (and the model-dependent values) is identical
     assert [a for a in base if "gpt-oss" not in a] == [a for a in replay_argv(SPEC) if "Qwen" not in a]
     other = replay_argv(replace(SPEC, model="meta-llama/Llama-3.1-8B"))
@@ -53,3 +54,12 @@ def test_workers_flag_only_when_set() -> None:
 def test_campaigns_ask_for_attribution_and_a_spec_can_leave_it_out() -> None:
     assert "--attribution" in replay_argv(SPEC)
     assert "--attribution" not in replay_argv(replace(SPEC, attribution=False))
+
+
+def test_the_cell_parameters_come_first_and_the_output_last() -> None:
+    argv = replay_argv(replace(SPEC, max_sessions=3, honor_gaps=True), executable="/venv/bin/kvoffload-lab")
+    assert argv[:2] == ["/venv/bin/kvoffload-lab", "replay"]
+    assert argv[2:20:2] == ["--base-url", "--model", "--dataset-code", "--dataset", "--concurrency",
+                            "--num-rounds", "--isl", "--osl", "--max-sessions"]  # fmt: skip
+    assert argv[-3:] == ["--honor-gaps", "--output", "/results/c1"]
+    assert "--honor-gaps" not in replay_argv(SPEC)

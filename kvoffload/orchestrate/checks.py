@@ -1,4 +1,6 @@
-"""Checks that `plan`, `run` and `demo` make on the controller before any host is touched.
+"""Checks the lab commands (`plan`, `run`, `demo`, `doctor`) make on the controller, before any host.
+
+Orchestration layer, below the CLI (which calls them before it creates a results folder).
 
 What the config models cannot know on their own (they read only the YAML): that the dataset on this
 machine loads and yields virtual users at every num_rounds, that a simulator profile name is one we

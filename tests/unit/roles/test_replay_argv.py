@@ -1,0 +1,84 @@
+"""The replay argv is built once: the role runs the orchestrator's `replay_argv`, and its own build (for
+the role run on its own, e.g. its molecule scenario) gives the same list for the same variables.
+
+Renders roles/replay's `_replay_argv` (vars/main.yml) and the "Replay the dataset" task's argv
+(tasks/run.yml) with ansible-core's Templar, for the extravars `cell_extravars` gives a few campaigns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from kvoffload.config import load_lab
+from kvoffload.orchestrate.deployment import cell_extravars, replay_command
+from kvoffload.orchestrate.wheelhouse import Wheels
+from tests.unit.roles.render import REPO, ROLES, role_defaults
+
+EXAMPLE = REPO / "inventories" / "example" / "hosts.yml"
+# Campaign keys that change the replay's argv, beside the example's own campaign.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "example": {},
+    "limits": {"max_sessions": 3, "duration_s": 600, "osl": 256, "honor_gaps": True},
+    "tau2-gpt-oss": {"model": "openai/gpt-oss-120b", "dataset": {"code": "tau2-bench-v1", "path": "/data/t"}},
+}
+
+
+def _replay_task_argv() -> str:
+    """The argv expression of the role's task that runs the replay."""
+    tasks = yaml.safe_load((ROLES / "replay" / "tasks" / "run.yml").read_text())
+    for task in tasks:
+        for inner in task.get("block", []):
+            if inner["name"] == "Replay the dataset":
+                argv = inner["ansible.builtin.command"]["argv"]
+                assert isinstance(argv, str)
+                return argv
+    raise AssertionError("roles/replay/tasks/run.yml: no task 'Replay the dataset'")
+
+
+def _render(expression: str, variables: dict[str, Any]) -> Any:
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
+
+
+def _extravars(tmp_path: Path, variant: str) -> list[dict[str, Any]]:
+    inventory = yaml.safe_load(EXAMPLE.read_text())
+    inventory["all"]["vars"]["kvoffload_campaign"].update(VARIANTS[variant])
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    lab = load_lab(path)
+    wheels = Wheels(tmp_path / "kvoffload.whl", None)
+    cells = [next(c for c in lab.cells if c.tier == tier) for tier in ("gpu", "nvme")]
+    return [cell_extravars(lab, cell, tmp_path / cell.id, wheels) for cell in cells]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_role_runs_the_orchestrators_argv_and_its_own_build_is_the_same(tmp_path: Path, variant: str) -> None:
+    task_argv = _replay_task_argv()
+    for extravars in _extravars(tmp_path, variant):
+        built = extravars["replay_argv"]
+        assert built == replay_command(extravars)  # what cell.json records
+        given = {**role_defaults("replay"), **extravars}
+        assert _render(task_argv, given) == built  # the role runs it as given
+        own = {**role_defaults("replay"), **{k: v for k, v in extravars.items() if k != "replay_argv"}}
+        assert _render("{{ _replay_argv }}", own) == built  # the standalone build: the same list
+        assert _render(task_argv, own) == built
+
+
+def test_the_role_takes_its_own_venvs_executable(tmp_path: Path) -> None:
+    extravars = _extravars(tmp_path, "example")[0]
+    variables = {**role_defaults("replay"), **extravars, "kvoffload_venv": "/srv/venv"}
+    argv = _render(_replay_task_argv(), variables)
+    assert argv == ["/srv/venv/bin/kvoffload-lab", *extravars["replay_argv"][1:]]
+
+
+def test_the_comparison_sees_a_difference(tmp_path: Path) -> None:
+    """A flag the orchestrator adds that the role's own build would not: the renders differ."""
+    extravars = _extravars(tmp_path, "example")[0]
+    own = {**role_defaults("replay"), **{k: v for k, v in extravars.items() if k != "replay_argv"}}
+    own["replay_extra_args"] = extravars["replay_extra_args"][:-1]
+    assert _render("{{ _replay_argv }}", own) != extravars["replay_argv"]
