@@ -94,8 +94,8 @@ def deployment(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> De
     extra: dict[str, Any] = {}
     if nvme is not None:
         extra["nvme_mount"] = nvme.mount
-    # node-exporter targets: the hosts of this run and the client (another node's are not this cell's)
-    sampled = [*lab.node_hosts(host), lab.client_host.name]
+    # node-exporter targets: the hosts of this run and its client host (another node's are not this cell's)
+    sampled = [*lab.node_hosts(host), lab.client_of(host).name]
     return Deployment(
         tier=cell.tier,
         gpu_vendor=campaign.gpu_vendor,
