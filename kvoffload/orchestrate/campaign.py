@@ -730,6 +730,7 @@ class CampaignRunner:
             "status": "running",
             "config": {**cell.config, "id": cell.id},
             "node": node,
+            "client": self.lab.client_of(self.lab.node(node)).name,
             "engine_key": key,
             "profiles": {
                 "engine": cell.engine_profile,
