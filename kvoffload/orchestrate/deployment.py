@@ -207,6 +207,8 @@ def cell_extravars(
         **resolved,
         **models,
         "kvoffload_node": cell_node(lab, node).name,
+        # the client host that replays the node's cells (preflight refuses a play reaching another)
+        "replay_client_host": lab.client_of(cell_node(lab, node)).name,
         "replay_model": lab.served_model_name,
         "kvoffload_campaign_name": campaign.name,
         "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,

@@ -40,9 +40,11 @@ def _lab_files(
 ) -> tuple[Path, Path]:
     inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
     inventory["all"]["vars"].pop("kvoffload_campaign")
-    for i in range(2, clients + 1):
-        inventory["all"]["hosts"][f"client0{i}.lab.example"] = {"ansible_host": f"192.0.2.{20 + i}"}
-        inventory["all"]["children"]["client"]["hosts"][f"client0{i}.lab.example"] = None
+    # The example has two client hosts: keep `clients` of them (one: the nodes share it).
+    if clients == 1:
+        del inventory["all"]["hosts"]["client02.lab.example"]
+        del inventory["all"]["children"]["client"]["hosts"]["client02.lab.example"]
+        del inventory["all"]["hosts"]["gpu01.lab.example"]["kvoffload_client"]
     if nodes == 1:
         del inventory["all"]["hosts"]["gpu02.lab.example"]
         for group in ("vllm", "lmcache", "lb"):
