@@ -24,6 +24,13 @@ to the floor client's in the same run. Targets (issue 16): p99 <= 1 ms at 64 str
 late flag on every late record, and at most half the SDK client's p99.
 
     .venv/bin/python bench/replay_fidelity.py [--streams 64 512] [--seconds 20] [--ttft 0.5 --itl 0.02]
+
+`--pin SERVER_CPU CLIENT_CPU` runs the server on one CPU and the client on another (each client run
+alone on its core): how many streams ONE core of the replay client drives, the per-core budget that
+`plan` sizes the client pool with (kvoffload/config/clients.py STREAMS_PER_CORE):
+
+    .venv/bin/python bench/replay_fidelity.py --pin 0 1 --clients floor conn/kernel --workers 0 \
+        --streams 64 128 192 256 --ttft 0.3 --itl 0.02 --seconds 20
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import resource
 import statistics
 import sys
@@ -329,6 +337,13 @@ def main() -> None:
         nargs="+",
         help="only these clients (floor sdk pool/read pool/kernel conn/read conn/kernel)",
     )
+    parser.add_argument(
+        "--pin",
+        type=int,
+        nargs=2,
+        metavar=("SERVER_CPU", "CLIENT_CPU"),
+        help="pin the server to one CPU and the client to another: the client's per-core figure",
+    )
     args = parser.parse_args()
     _raise_fd_limit()  # 512 streams hold over a thousand sockets at once; the server inherits the limit
     kinds = ["floor", "sdk", "pool/read", "pool/kernel", "conn/read", "conn/kernel"]
@@ -339,7 +354,11 @@ def main() -> None:
         for name in names:
             # a fresh server per run, so the timings of one client never mix with another's
             server_args = ("--ttft", str(args.ttft), "--itl", str(args.itl), "--tokens", str(args.tokens))
+            if args.pin:
+                os.sched_setaffinity(0, {args.pin[0]})  # the server inherits it as it starts
             with sse_server(*server_args, script=SERVER) as url:
+                if args.pin:
+                    os.sched_setaffinity(0, {args.pin[1]})
                 # The kernel turns receive stamping on host-wide a moment after a socket first asks for
                 # it (and off when the last such socket closes): one request turns it on, then a pause.
                 httpx.post(f"{url}/v1/chat/completions", json=_payload(1), timeout=30)
@@ -350,7 +369,9 @@ def main() -> None:
             print(f"  done: {streams} streams, {name}", file=sys.stderr, flush=True)
     print(
         f"injected TTFT {args.ttft * 1000:.0f} ms, inter-token {args.itl * 1000:.0f} ms, "
-        f"{args.tokens} tokens, {args.seconds:.0f} s each, client loop {args.loop}; "
+        f"{args.tokens} tokens, {args.seconds:.0f} s each, client loop {args.loop}"
+        + (f", server on CPU {args.pin[0]}, client on CPU {args.pin[1]}" if args.pin else "")
+        + "; "
         "errors in ms; CPU s per 1000 tokens"
     )
     print(

@@ -24,7 +24,12 @@ from typing import Any
 
 import pandas as pd
 
-from kvoffload.analysis.nodes import node_differences, node_warning_text
+from kvoffload.analysis.nodes import (
+    client_differences,
+    client_warning_text,
+    node_differences,
+    node_warning_text,
+)
 from kvoffload.analysis.software import version_splits
 
 GROUP_KEYS = ["model", "concurrency", "num_rounds", "isl", "osl", "repeat"]
@@ -489,8 +494,8 @@ def warnings_table(
     cells: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Every validity warning of a campaign: skipped cells, software changes (when `software`, the
-    `software_frame` of the cells, is given), nodes whose hardware differs (when `cells`, the cells
-    table, is given), cell warnings, group warnings."""
+    `software_frame` of the cells, is given), nodes or client hosts whose hardware differs (when
+    `cells`, the cells table, is given), cell warnings, group warnings."""
     rows: list[dict[str, Any]] = [
         _w("cell", s["cell_id"], "", "skipped_cell", f"not ingested: {s['reason']}") for s in skipped
     ]
@@ -500,6 +505,9 @@ def warnings_table(
         text = node_warning_text(node_differences(cells))
         if text is not None:
             rows.append(_w("campaign", None, "", "nodes_differ", text))
+        text = client_warning_text(client_differences(cells))
+        if text is not None:
+            rows.append(_w("campaign", None, "", "clients_differ", text))
     for _, row in summary.iterrows():
         rows.extend(cell_warnings(row))
     if not summary.empty:

@@ -1,4 +1,5 @@
-"""Whether the nodes of a node-parallel campaign are alike (docs/architecture.md section 3).
+"""Whether the nodes of a node-parallel campaign, and its client hosts, are alike (docs/architecture.md
+section 3).
 
 A comparison group runs on one node, so a tier comparison never mixes hardware; but figures of groups
 that ran on different nodes (a concurrency sweep spread over two nodes) compare only when the nodes
@@ -13,6 +14,7 @@ one role's hosts).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -27,6 +29,8 @@ COMPARED_FACTS = {
     "gpus": "GPUs",
     "nvme": "NVMe",
 }
+# What decides how many streams a client host drives well: its CPU, memory and OS.
+CLIENT_FACTS = {key: COMPARED_FACTS[key] for key in ("cpu", "vcpus", "ram_gib", "os", "kernel")}
 
 
 # Keys of a device record that name it on its host rather than say what it is: left out of the
@@ -49,42 +53,66 @@ def _fact_text(value: Any) -> str:
     return "unknown" if value is None else str(value)
 
 
-def node_facts(cells: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """node -> compared fact -> its text, for every node that ran a cell (facts from any cell.json)."""
-    if "node" not in cells or cells.empty:
+def node_facts(
+    cells: pd.DataFrame, column: str = "node", compared: Mapping[str, str] = COMPARED_FACTS
+) -> dict[str, dict[str, str]]:
+    """host -> compared fact -> its text, for every host named in `column` (the node a cell ran on,
+    or the client host that replayed it) of a cell (facts from any cell.json)."""
+    if column not in cells or cells.empty:
         return {}
     hosts: dict[str, dict[str, Any]] = {}
     for text in cells["hosts"].dropna():
         hosts.update(json.loads(text))
     out = {}
-    for node in sorted({str(n) for n in cells["node"].dropna()}):
-        facts = hosts.get(node, {})
-        out[node] = {key: _fact_text(facts.get(key)) for key in COMPARED_FACTS}
+    for name in sorted({str(n) for n in cells[column].dropna()}):
+        facts = hosts.get(name, {})
+        out[name] = {key: _fact_text(facts.get(key)) for key in compared}
     return out
 
 
-def node_differences(cells: pd.DataFrame) -> list[dict[str, Any]]:
-    """One entry per compared fact whose value differs between the campaign's nodes:
-    {fact, values: {node: text}}. Empty with one node, or when every node is alike."""
-    facts = node_facts(cells)
+def node_differences(
+    cells: pd.DataFrame, column: str = "node", compared: Mapping[str, str] = COMPARED_FACTS
+) -> list[dict[str, Any]]:
+    """One entry per compared fact whose value differs between the hosts of `column` (the nodes by
+    default): {fact, values: {host: text}}. Empty with one host, or when every host is alike."""
+    facts = node_facts(cells, column, compared)
     if len(facts) < 2:
         return []
     out = []
-    for key, words in COMPARED_FACTS.items():
+    for key, words in compared.items():
         values = {node: f[key] for node, f in facts.items()}
         if len(set(values.values())) > 1:
             out.append({"fact": words, "values": values})
     return out
 
 
+def _parts(differences: list[dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{d['fact']} ({', '.join(f'{n}: {v}' for n, v in sorted(d['values'].items()))})" for d in differences
+    )
+
+
 def node_warning_text(differences: list[dict[str, Any]]) -> str | None:
     """The campaign warning for nodes that differ, or None when they are alike."""
     if not differences:
         return None
-    parts = [
-        f"{d['fact']} ({', '.join(f'{n}: {v}' for n, v in sorted(d['values'].items()))})" for d in differences
-    ]
     return (
-        "the nodes differ in " + "; ".join(parts) + ": tier comparisons stay within one node and remain "
+        "the nodes differ in " + _parts(differences) + ": tier comparisons stay within one node and remain "
         "valid, but figures of groups that ran on different nodes do not compare with each other"
+    )
+
+
+def client_differences(cells: pd.DataFrame) -> list[dict[str, Any]]:
+    """The client hosts that replayed the campaign's cells, where their CPU, RAM or OS differ."""
+    return node_differences(cells, "client", CLIENT_FACTS)
+
+
+def client_warning_text(differences: list[dict[str, Any]]) -> str | None:
+    """The campaign warning for client hosts that differ, or None when they are alike."""
+    if not differences:
+        return None
+    return (
+        "the client hosts differ in " + _parts(differences) + ": a node keeps its client host, so tier "
+        "comparisons remain valid, but the replay client's own share of TTFT may differ between groups "
+        "replayed from different client hosts"
     )

@@ -42,6 +42,7 @@ CONFIG_COLUMNS = [
     "valid",
     "invalid_reasons",
     "node",
+    "client",
     "cold_start",
 ]
 # sessions.json key -> summary column.

@@ -123,13 +123,14 @@ def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any])
     # The folder `run` gives the cell (CampaignResults.open resolves the base), without creating it.
     cell_dir = CampaignResults(args.results.resolve() / lab.campaign.name).cell_dir(cell)
     variables = cell_extravars(lab, cell, cell_dir, build(lab, args), node)
-    # In a lab of several nodes the cell's playbooks run on its node's hosts and the client only, as in
-    # `run` (the extravars, Caddy's upstreams say, are that node's).
+    # In a lab of several nodes or client hosts the cell's playbooks run on its node's hosts and its
+    # client host only, as in `run` (the extravars, Caddy's upstreams say, are that node's).
     # The commands to copy into a shell: every path and host name quoted for it.
     campaign_flag = f" --campaign {quote(str(args.campaign))}" if args.campaign is not None else ""
     limit = ""
-    if lab.multi_node:
-        limit = " --limit " + quote(",".join([*lab.node_hosts(lab.node(node)), lab.client_host.name]))
+    if lab.multi_node or len(lab.clients) > 1:
+        host = lab.node(node)
+        limit = " --limit " + quote(",".join([*lab.node_hosts(host), lab.client_of(host).name]))
     inventory, results = quote(str(args.inventory)), quote(str(args.results))
     sys.stdout.write(
         f"# kvoffload-lab extravars of cell {cell.id} on node {node}; run it with\n"

@@ -32,7 +32,8 @@ def register(subparsers: Any) -> None:
         help="build the image if needed and boot the hosts; writes the inventory",
         description=(
             "Boot a virtual lab on this machine (root, Debian): systemd-nspawn hosts on a private bridge, "
-            "the first the client, the next --nodes each a node with 2 replicas and a loop-device NVMe. "
+            "the first --clients the client hosts, the next --nodes each a node with 2 replicas and a "
+            "loop-device NVMe. "
             "The base image is built once and cached. Writes an Ansible inventory (--inventory) for "
             "`plan`, `run` and `teardown`; `lab down` stops everything it started."
         ),
@@ -47,6 +48,13 @@ def register(subparsers: Any) -> None:
         help="how many of the hosts after the client are nodes, each with 2 replicas, its own "
         "lmcache-server, Caddy and loop-device NVMe (default 1); a campaign runs its comparison "
         "groups on the nodes in parallel",
+    )
+    up.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="how many of the first hosts are client hosts (default 1); the nodes after them are shared "
+        "out among them, each node replayed from one client host",
     )
     up.add_argument("--bridge", default="kvlab0", help="name of the private bridge (default kvlab0)")
     up.add_argument(
@@ -95,6 +103,7 @@ def _up(args: argparse.Namespace) -> int:
         UpOptions(
             hosts=args.hosts,
             nodes=args.nodes,
+            clients=args.clients,
             bridge=args.bridge,
             subnet=args.subnet,
             prefix=args.prefix,
@@ -110,15 +119,14 @@ def _up(args: argparse.Namespace) -> int:
 def _check_up_flags(args: argparse.Namespace) -> None:
     """The flags `up` would refuse, checked before it looks at (or pings) an existing lab; the same
     rules as `lifecycle.up`, which also guards callers other than this command."""
+    from kvoffload.lab.inventory import shape_problem
     from kvoffload.lab.network import plan_addresses
 
     if not 1 <= args.hosts <= 32:
         raise UserError(f"--hosts {args.hosts}: choose between 1 and 32 hosts")
-    if not 1 <= args.nodes <= max(1, args.hosts - 1):
-        raise UserError(
-            f"--nodes {args.nodes}: choose 1 to {max(1, args.hosts - 1)} (the first host is the client; "
-            "give more --hosts for more nodes)"
-        )
+    problem = shape_problem(args.hosts, args.nodes, args.clients)
+    if problem is not None:
+        raise UserError(problem)
     # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
     if len(f"vb-{args.prefix}{args.hosts}") > 15 or not args.prefix.isalnum():
         raise UserError(f"--prefix {args.prefix}: use up to 10 letters/digits")

@@ -200,7 +200,6 @@ def _plan(args: argparse.Namespace) -> int:
             f"node {node.name}: {len(node.replicas)} replica(s); "
             f"lmcache: {lmcache.name if lmcache else '-'}; lb: {lb.name if lb else '-'}"
         )
-    console.print(f"client: {lab.client_host.name}")
     console.print(f"dataset: {campaign.dataset.code} at {lab.dataset_path}")
     from kvoffload.tokenizer import describe
 
@@ -277,6 +276,12 @@ def _plan(args: argparse.Namespace) -> int:
                 f"max_sessions {campaign.max_sessions}; the extra slots add no load"
             )
     console.print(cells)
+    from kvoffload.orchestrate.client_plan import client_plan
+
+    pool = client_plan(lab, where, lab.cells, results)
+    for line in pool.lines():
+        console.print(line)
+    warnings += pool.warnings
     knee = campaign.knee_search
     if knee is not None:
         limits = []

@@ -4,7 +4,8 @@ Ansible parses the inventory (config/ansible_inventory.py: host ranges, INI or Y
 this module checks it through strict models. A YAML inventory's structure (`all`, groups with `hosts`,
 `vars`, `children`) is strict too. Host variables are Ansible's and open-ended, so only the ones this
 tool reads are typed and checked: `vllm_replicas` (vllm role) and `nvme_storage_devices`
-(nvme_storage role), with the same shape the roles take, so the file feeds Ansible unchanged. Pure
+(nvme_storage role), with the same shape the roles take, so the file feeds Ansible unchanged, and
+`kvoffload_client` (which client host replays a node's cells; kvoffload.config.clients). Pure
 validation of already-parsed data; no file IO.
 """
 
@@ -85,6 +86,11 @@ class HostVars(BaseModel):
     )
     nvme_storage_devices: list[NvmeDevice] | None = Field(
         default=None, description="NVMe devices for the L2 cache (the lmcache host, nvme tier)"
+    )
+    kvoffload_client: str | None = Field(
+        default=None,
+        description="the client host (group client) that replays this node's cells (hosts of group "
+        "vllm; default: the client hosts share the nodes evenly)",
     )
 
     @field_validator("ansible_host")

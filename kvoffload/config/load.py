@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from kvoffload.config.ansible_inventory import read_ansible_inventory
 from kvoffload.config.campaign import Campaign
 from kvoffload.config.cells import Cell, resolve_cells
+from kvoffload.config.clients import assign_clients, client_problems
 from kvoffload.config.errors import ConfigError, format_validation_error
 from kvoffload.config.inventory import (
     CAMPAIGN_VAR,
@@ -122,8 +123,18 @@ class LabConfig:
         return names
 
     @property
-    def client_host(self) -> Host:
-        return self.inventory.group("client")[0]
+    def clients(self) -> list[Host]:
+        """The client hosts (group client), in inventory order."""
+        return self.inventory.group("client")
+
+    @property
+    def client_assignment(self) -> dict[str, str]:
+        """node name -> the client host that replays its cells (kvoffload/config/clients.py)."""
+        return assign_clients(self.nodes, self.clients)
+
+    def client_of(self, node: Host) -> Host:
+        """The client host that replays `node`'s cells."""
+        return self.inventory.host(self.client_assignment[node.name])
 
 
 VAULT_HEADER = "$ANSIBLE_VAULT;"
@@ -241,10 +252,7 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
     """The rules between groups, host vars and the campaign; all problems at once."""
     problems: list[str] = []
     f = inv.file
-    client = inv.group("client")
-    if len(client) != 1:
-        names = ", ".join(h.name for h in client) or "none"
-        problems.append(f"{f}: all.children.client: needs exactly one host, has {len(client)} ({names})")
+    problems += client_problems(inv)
     vllm = inv.group("vllm")
     if not vllm:
         problems.append(f"{f}: all.children.vllm: needs at least one host running vLLM replicas")

@@ -82,6 +82,9 @@ class CellMeta(_Lenient):
         default_factory=dict, description="`<host>--<unit>` -> systemctl show fields (NRestarts, ActiveState)"
     )
     node: str | None = Field(default=None, description="the node (vllm host) the cell ran on")
+    client: str | None = Field(
+        default=None, description="the client host that replayed the cell (null: older files, one client)"
+    )
     cold_start: dict[str, Any] = Field(
         default_factory=dict, description="how the cell started cold: method restart or reset, and the proof"
     )

@@ -49,8 +49,9 @@ log = logging.getLogger(__name__)
 # (kvoffload/contracts): requests gained `ttft_clock` and `late_s`, sessions every sessions.json field;
 # 6: cells derived from CellMeta too (kvoffload/contracts/cells_table.py): every cell.json field a column.
 # 7: requests gained the schema-3 record fields and the LMCache L1/L2 hit chunks of each request.
+# 8: cells gained `client` (the client host that replayed the cell).
 # Tables of an older version are rebuilt from the raw files (`ingest_needed`).
-TABLES_SCHEMA_VERSION = 7
+TABLES_SCHEMA_VERSION = 8
 TABLE_NAMES = ("cells", "requests", "sessions", "samples")
 
 # Every field of sessions.json but its schema version, as the model defines them.

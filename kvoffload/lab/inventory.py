@@ -1,7 +1,8 @@
 """Render the Ansible inventory of a running virtual lab (`inventories/local/hosts.yml`).
 
-Host 1 is the client; the next hosts are the nodes (one by default; docs/architecture.md section 3: a run is
-node-local, because LMCache's MP server shares KV with the replicas through CUDA IPC inside one host):
+Host 1 is the client (the first `--clients` hosts are client hosts, one by default); the next hosts are
+the nodes (one by default; docs/architecture.md section 3: a run is node-local, because LMCache's MP
+server shares KV with the replicas through CUDA IPC inside one host):
 each runs two vLLM replicas, its own lmcache-server with its own loop device as its NVMe device, and
 its own Caddy. Further hosts are spare, in no kvoffload group. The hosts have no GPU, so real vLLM runs
 its CPU build there (`kvoffload_engine_build: cpu`); the simulator ignores the setting. Host variables
@@ -31,15 +32,31 @@ HEADER = (
 REPLICAS_PER_NODE = 2
 
 
-def assign_groups(names: list[str], nodes: int = 1) -> dict[str, list[str]]:
-    """Groups of each host: the first is the client, the next `nodes` are nodes (vllm, lmcache, lb:
-    a run is node-local), the rest spare. A one-host lab is client and node at once."""
+def shape_problem(hosts: int, nodes: int, clients: int = 1) -> str | None:
+    """Why `lab up` cannot give `hosts` hosts this many nodes and client hosts, else None."""
+    if hosts == 1:
+        if nodes == 1 and clients == 1:
+            return None
+        return "a one-host lab is its own client and node: give more --hosts for more --nodes or --clients"
+    if clients < 1 or nodes < 1 or clients + nodes > hosts:
+        return (
+            f"--nodes {nodes} --clients {clients}: choose at least 1 of each and at most {hosts} "
+            "together (the first --clients hosts replay, the next --nodes are nodes; give more --hosts "
+            "for more)"
+        )
+    return None
+
+
+def assign_groups(names: list[str], nodes: int = 1, clients: int = 1) -> dict[str, list[str]]:
+    """Groups of each host: the first `clients` are client hosts, the next `nodes` are nodes (vllm,
+    lmcache, lb: a run is node-local), the rest spare. A one-host lab is client and node at once."""
     groups: dict[str, list[str]] = {name: [] for name in names}
     if len(names) == 1:
         groups[names[0]] = ["client", "vllm", "lmcache", "lb"]
         return groups
-    groups[names[0]] = ["client"]
-    for name in names[1 : 1 + nodes]:
+    for name in names[:clients]:
+        groups[name] = ["client"]
+    for name in names[clients : clients + nodes]:
         groups[name] = ["vllm", "lmcache", "lb"]
     return groups
 

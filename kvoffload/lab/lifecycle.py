@@ -20,7 +20,7 @@ from kvoffload.errors import UserError
 from kvoffload.lab import hosts as lab_hosts
 from kvoffload.lab import network
 from kvoffload.lab.image import ensure_base_image
-from kvoffload.lab.inventory import HEADER, assign_groups, render
+from kvoffload.lab.inventory import HEADER, assign_groups, render, shape_problem
 from kvoffload.lab.paths import state_dir
 from kvoffload.lab.proc import is_ours, terminate
 from kvoffload.lab.state import STATE_FILE, LabHost, LabState
@@ -35,7 +35,8 @@ class UpOptions:
     """What `lab up` builds."""
 
     hosts: int = 2
-    nodes: int = 1  # hosts 2..nodes+1 are nodes (vllm, lmcache, lb), each with its own loop device
+    nodes: int = 1  # the hosts after the client hosts are nodes (vllm, lmcache, lb), each with a loop device
+    clients: int = 1  # the first hosts are client hosts (group client); the nodes are shared out among them
     bridge: str = "kvlab0"
     subnet: str = "10.213.0.0/24"
     prefix: str = "kvlab"
@@ -89,11 +90,9 @@ def require_root() -> None:
 def _check_options(opts: UpOptions) -> None:
     if not 1 <= opts.hosts <= 32:
         raise UserError(f"--hosts {opts.hosts}: choose between 1 and 32 hosts")
-    if not 1 <= opts.nodes <= max(1, opts.hosts - 1):
-        raise UserError(
-            f"--nodes {opts.nodes}: choose 1 to {max(1, opts.hosts - 1)} (the first host is the client; "
-            "give more --hosts for more nodes)"
-        )
+    problem = shape_problem(opts.hosts, opts.nodes, opts.clients)
+    if problem is not None:
+        raise UserError(problem)
     # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
     if len(f"vb-{opts.prefix}{opts.hosts}") > 15 or not opts.prefix.isalnum():
         raise UserError(f"--prefix {opts.prefix}: use up to 10 letters/digits")
@@ -123,7 +122,7 @@ def up(opts: UpOptions) -> LabStatus:
     image = ensure_base_image()
     sdir.mkdir(parents=True, exist_ok=True, mode=0o700)
     names = [f"{opts.prefix}{i}" for i in range(1, opts.hosts + 1)]
-    groups = assign_groups(names, opts.nodes)
+    groups = assign_groups(names, opts.nodes, opts.clients)
     state = LabState(
         state_dir=str(sdir),
         bridge=opts.bridge,

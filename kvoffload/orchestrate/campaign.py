@@ -32,6 +32,7 @@ from kvoffload.config import Cell, LabConfig
 from kvoffload.contracts.cell import CELL_SCHEMA, cell_json_text
 from kvoffload.contracts.layout import CellPaths
 from kvoffload.orchestrate import knee
+from kvoffload.orchestrate.client_install import ClientInstalls
 from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
 from kvoffload.orchestrate.deployment import (
     cell_extravars,
@@ -256,6 +257,9 @@ class CampaignRunner:
         self._knee: list[knee.RampLog] = []
         # facts, once a node's install gathered them, serve its later cells (_node_facts)
         self._facts_dir = results.ansible / "facts"
+        # The client hosts' installs that run beside the nodes' first deploys (_prepare).
+        self._clients = ClientInstalls(self._install_client)
+        self._client_extravars: dict[str, Any] | None = None
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
@@ -400,9 +404,13 @@ class CampaignRunner:
             raise
         finally:
             self.status.finish(ended)
-            if self._client_install is not None:
-                with _signals_deferred():
-                    self._client_install.join()  # canceled with the cells when the run stops
+            with _signals_deferred():
+                self._clients.join()  # canceled with the cells when the run stops
+            beside = self._clients.seconds()  # the installs that ran beside the nodes' deploys
+            if beside is not None:
+                self._campaign_timings["install-client"] = max(
+                    self._campaign_timings.get("install-client", 0.0), beside
+                )
             self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
             if self._estimate is not None:
                 self._estimate["measured"] = measured_phases(
@@ -422,82 +430,58 @@ class CampaignRunner:
 
     _provision = True
     _prepared = False
-    # The client's install when it runs beside the nodes' first deploys (_prepare): the thread, the
-    # nodes whose installs it still waits for, its extravars, its end and its error.
-    _client_install: threading.Thread | None = None
-    _client_after: frozenset[str] = frozenset()
-    _client_extravars: dict[str, Any] | None = None
-    _client_done: threading.Event | None = None
-    _client_error: BaseException | None = None
 
     def _prepare(self, cell: Cell, total: int, nodes: Sequence[str]) -> None:
-        """Once per run, before its first cell: provision, then the client's software and dataset (the
-        node threads' replays then skip those).
+        """Once per run, before its first cell: provision, then the client hosts' software and dataset
+        (the node threads' replays then skip those).
 
-        The client's install does not hold up the nodes: it starts once every node of the run has
-        installed its own software (so that the pip runs never share a host's cores) and runs while the
-        nodes start their first engines (a model load: minutes on GPUs). Every replay waits for it
+        A client host's install does not hold up the nodes (kvoffload/orchestrate/client_install.py):
+        it starts once every node of the run has installed its own software and runs while the nodes
+        start their first engines. Every replay waits for its own client host's install
         (`_client_ready`). A client host that is also one of the nodes' hosts installs first, alone."""
         if self._prepared:
             return
         self._prepared = True
         if self._provision:
             self.provision()
-        extravars = cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels())
-        client = self.lab.client_host.name
-        if any(client in self.lab.node_hosts(self.lab.node(n)) for n in nodes) or not nodes:
-            self._campaign_phase("install (client)", total)
-            t0 = time.monotonic()
-            self.playbooks.run("replay.yml", extravars, tags=["install"], ident=self._ident("install-client"))
-            self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
-            return
-        self._client_extravars = extravars
-        self._client_after = frozenset(nodes)
-        self._client_done = threading.Event()
+        self._client_extravars = cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels())
+        assignment = self.lab.client_assignment
+        clients = list(dict.fromkeys(assignment[n] for n in nodes)) if nodes else [self.lab.clients[0].name]
+        node_hosts = {h for n in nodes for h in self.lab.node_hosts(self.lab.node(n))}
+        for client in clients:
+            if client in node_hosts or not nodes:
+                self._campaign_phase("install (client)" + (f" {client}" if len(clients) > 1 else ""), total)
+                t0 = time.monotonic()
+                self._install_client(client)
+                self._campaign_timings["install-client"] = max(
+                    self._campaign_timings.get("install-client", 0.0), round(time.monotonic() - t0, 3)
+                )
+            else:
+                self._clients.add(client, nodes)
+
+    def _install_client(self, client: str) -> None:
+        """One client host's install (replay.yml, tag install), limited to it where the lab has more."""
+        assert self._client_extravars is not None
+        several = len(self.lab.clients) > 1
+        self.playbooks.run(
+            "replay.yml",
+            self._client_extravars,
+            tags=["install"],
+            limit=client if several else None,
+            ident=self._ident(f"install-client-{client}" if several else "install-client"),
+            cancel=self._stopping,
+        )
 
     def _node_installed(self, node: str) -> None:
-        """`node`'s install is over (or will not happen): the client's starts after the last one."""
-        with self._lock:
-            if node not in self._client_after:
-                return
-            self._client_after -= {node}
-            if self._client_after or self._client_install is not None:
-                return
-            self._client_install = threading.Thread(target=self._install_client, name="install-client")
-        self._client_install.start()
+        """`node`'s install is over (or will not happen): client installs waiting for it last start."""
+        self._clients.node_installed(node)
 
-    def _install_client(self) -> None:
-        assert self._client_extravars is not None and self._client_done is not None
-        t0 = time.monotonic()
-        try:
-            self.playbooks.run(
-                "replay.yml",
-                self._client_extravars,
-                tags=["install"],
-                ident=self._ident("install-client"),
-                cancel=self._stopping,
-            )
-        except BaseException as exc:  # handed to the replays waiting for it
-            self._client_error = exc
-        finally:
-            with self._lock:
-                self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
-            self._client_done.set()
+    def _client_pending(self, node: str) -> bool:
+        return self._clients.pending(self.lab.client_of(self.lab.node(node)).name)
 
-    def _client_pending(self) -> bool:
-        return self._client_done is not None and not self._client_done.is_set()
-
-    def _client_ready(self) -> None:
-        """Before a replay: wait for the client's install; a failed one fails the cell."""
-        if self._client_done is None:
-            return
-        while not self._client_done.wait(0.5):
-            if self._stopping():
-                raise KeyboardInterrupt
-        if isinstance(self._client_error, KeyboardInterrupt):  # PlaybookCanceled too: a stop
-            raise KeyboardInterrupt
-        if self._client_error is not None:
-            raise RuntimeError(f"the client host's install failed: {self._client_error}")
+    def _client_ready(self, node: str) -> None:
+        """Before a replay on `node`: wait for its client host's install; a failed one fails the cell."""
+        self._clients.ready(self.lab.client_of(self.lab.node(node)).name, self._stopping)
 
     def _knee_search(self, total: int, outcome: CampaignOutcome) -> None:
         """The campaign's knee search (kvoffload/orchestrate/knee.py): each ramp on the node that ran
@@ -680,16 +664,18 @@ class CampaignRunner:
 
     # -- one cell -------------------------------------------------------------------------------
     def _limit(self, node: str, *, client: bool) -> str | None:
-        """`--limit` for a cell's playbooks: None in a lab of one node (every group is this run's);
-        else the node's hosts, and the client when the playbook replays or collects there."""
-        if not self.lab.multi_node:
+        """`--limit` for a cell's playbooks: None in a lab of one node and one client host (every group
+        is this run's); else the node's hosts, and its client host when the playbook replays or
+        collects there."""
+        if not self.lab.multi_node and len(self.lab.clients) == 1:
             return None
-        hosts = self.lab.node_hosts(self.lab.node(node))
-        return ",".join([*hosts, self.lab.client_host.name] if client else hosts)
+        host = self.lab.node(node)
+        hosts = self.lab.node_hosts(host)
+        return ",".join([*hosts, self.lab.client_of(host).name] if client else hosts)
 
     def _client_of_another_node(self, node: str) -> bool:
         """Whether the client host deploys cells of a node other than `node` (a lab may put it there)."""
-        client = self.lab.client_host.name
+        client = self.lab.client_of(self.lab.node(node)).name
         return any(client in self.lab.node_hosts(other) for other in self.lab.nodes if other.name != node)
 
     def _node_facts(self, node: str) -> Path:
@@ -744,6 +730,7 @@ class CampaignRunner:
             "status": "running",
             "config": {**cell.config, "id": cell.id},
             "node": node,
+            "client": self.lab.client_of(self.lab.node(node)).name,
             "engine_key": key,
             "profiles": {
                 "engine": cell.engine_profile,
@@ -926,10 +913,11 @@ class CampaignRunner:
 
             if has_l2:  # the trim after the last wipe of L2 before this cell (null: none this run)
                 record["l2_trim"] = self._l2_trims.get(node)
-            if self._client_pending():
-                phase("wait-client", self._client_ready)  # once per run: not this cell's overhead
+            if self._client_pending(node):
+                # once per run and client host: not this cell's overhead
+                phase("wait-client", lambda: self._client_ready(node))
             else:
-                self._client_ready()  # raises when the client's install failed
+                self._client_ready(node)  # raises when the client host's install failed
             try:
                 result = phase("replay", replay)
             except PlaybookFailed as exc:

@@ -94,8 +94,8 @@ def deployment(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> De
     extra: dict[str, Any] = {}
     if nvme is not None:
         extra["nvme_mount"] = nvme.mount
-    # node-exporter targets: the hosts of this run and the client (another node's are not this cell's)
-    sampled = [*lab.node_hosts(host), lab.client_host.name]
+    # node-exporter targets: the hosts of this run and its client host (another node's are not this cell's)
+    sampled = [*lab.node_hosts(host), lab.client_of(host).name]
     return Deployment(
         tier=cell.tier,
         gpu_vendor=campaign.gpu_vendor,
@@ -207,6 +207,8 @@ def cell_extravars(
         **resolved,
         **models,
         "kvoffload_node": cell_node(lab, node).name,
+        # the client host that replays the node's cells (preflight refuses a play reaching another)
+        "replay_client_host": lab.client_of(cell_node(lab, node)).name,
         "replay_model": lab.served_model_name,
         "kvoffload_campaign_name": campaign.name,
         "kvoffload_wheelhouse": str(wheels.wheelhouse) if wheels.wheelhouse else None,

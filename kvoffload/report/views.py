@@ -208,6 +208,7 @@ SESSION_COLUMNS: list[Column] = [
     ("Caddy upstream flaps", _int("caddy_upstream_flaps")),
     ("unit restarts", _int("unit_restarts")),
     ("node", lambda r: str(r.get("node") or MISSING)),
+    ("client host", lambda r: str(r.get("client") or MISSING)),
     ("cold start", lambda r: str(r.get("cold_start") or MISSING)),  # restart, or reset in place
     ("status", lambda r: f"{r['status']}{'' if bool(r['done']) else ' (no DONE)'}"),
 ]

@@ -208,6 +208,29 @@ def test_a_plain_cell_run_reaches_only_its_node_and_the_client(tmp_path: Path) -
     assert ansible_playbook("-i", str(inv), "playbooks/preflight.yml").returncode == 0
 
 
+def test_a_plain_cell_run_reaches_only_its_own_client_host(tmp_path: Path) -> None:
+    # two client hosts: the cell's extravars name gpu2's (replay_client_host); the other would replay
+    # the cell a second time
+    inv = local_inventory(tmp_path, {"gpu1": {}, "gpu2": {}})
+    data = yaml.safe_load(inv.read_text())
+    for group in ("lmcache", "lb"):
+        data["all"]["children"][group]["hosts"] = {"gpu1": None, "gpu2": None}
+    data["all"]["hosts"]["client2"] = {"ansible_connection": "local", "ansible_host": "127.0.0.1"}
+    data["all"]["children"]["client"]["hosts"]["client2"] = None
+    inv.write_text(yaml.safe_dump(data))
+    cell = {"kvoffload_node": "gpu2", "kvoffload_tier": "cpu", "replay_client_host": "client2"}
+    both = ansible_playbook(
+        "-i", str(inv), "--limit", "gpu2,client1,client2", "playbooks/preflight.yml", extravars=cell
+    )  # fmt: skip
+    assert both.returncode != 0
+    text = " ".join(both.stdout.split())
+    assert "the play also reaches client1, " in text and "use --limit gpu2,client2" in text, text[-2000:]
+    limited = ansible_playbook(
+        "-i", str(inv), "--limit", "gpu2,client2", "playbooks/preflight.yml", extravars=cell
+    )  # fmt: skip
+    assert limited.returncode == 0, limited.stdout[-2000:]
+
+
 def test_a_plain_replay_keeps_the_earlier_attempt_and_never_touches_a_done_cell(tmp_path: Path) -> None:
     # the replay role's first tasks on the controller, as site.yml runs them before a replay
     play = [

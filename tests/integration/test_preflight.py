@@ -71,9 +71,9 @@ def test_a_complete_inventory_passes(tmp_path: Path, tier: str) -> None:
     ("inv", "tier", "message"),
     [
         (
-            inventory(vllm={"gpu1": {}}, client={"c1": {}, "c2": {}}),
+            inventory(vllm={"gpu1": {}}, client={}),
             "gpu",
-            "exactly 1 in client (have 2)",
+            ">= 1 in client (have 0)",
         ),
         (
             inventory(vllm={"gpu1": {}}, client={"c1": {}}),

@@ -1,8 +1,11 @@
-"""A node-parallel campaign on a virtual lab of two nodes and a client (`lab up --nodes 2`).
+"""A node-parallel campaign on a virtual lab of two nodes and two client hosts (`lab up --nodes 2
+--clients 2`).
 
-Each node runs its own replicas, lmcache-server and Caddy. The campaign's two comparison groups run
-two per node at most, the nodes at the same time; every tier of a group on its node; each cell samples
-only its node and the client, and records which node ran it; the report names the node of each cell.
+Each node runs its own replicas, lmcache-server and Caddy, and is replayed from its own client host
+(the pool shares the nodes out: the first node to the first client host). The campaign's comparison
+groups run two per node at most, the nodes at the same time; every tier of a group on its node; each
+cell samples only its node and its client host, and records which node ran it and which client host
+replayed it; the report names both.
 Three groups over two nodes: the node with two runs each tier twice, the second time on the same
 engines, made cold by a reset (cold_start: reset, the default) and proven cold by its probes.
 """
@@ -22,7 +25,8 @@ from tests.support.lab import free_lab_names, kvlab, lab_marks, small_campaign
 
 pytestmark = lab_marks(2400)
 NAMES = free_lab_names("n", 12)
-CLIENT, NODE_A, NODE_B = NAMES.host(1), NAMES.host(2), NAMES.host(3)
+CLIENT_A, CLIENT_B, NODE_A, NODE_B = NAMES.host(1), NAMES.host(2), NAMES.host(3), NAMES.host(4)
+CLIENT_OF = {NODE_A: CLIENT_A, NODE_B: CLIENT_B}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     base = tmp_path_factory.mktemp("nodes")
     env = {**os.environ, "KVOFFLOAD_LAB_STATE": str(base / "state")}
     inventory = base / "hosts.yml"
-    up = kvlab(env, "lab", "up", "--hosts", "3", "--nodes", "2", *NAMES.up_args(),
+    up = kvlab(env, "lab", "up", "--hosts", "4", "--nodes", "2", "--clients", "2", *NAMES.up_args(),
                "--inventory", str(inventory), timeout=900)  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr[-3000:]
@@ -59,6 +63,10 @@ def test_plan_shows_which_node_runs_which_cells(two_nodes: tuple[Path, str]) -> 
     rows = [line for line in plan.splitlines() if line.startswith("│") and "to run" in line]
     assert len(rows) == 6 and {r.split()[1] for r in rows} == {NODE_A, NODE_B}, plan
     assert sum("reset" in r for r in rows) == 2, plan  # the second cell of each tier on the first node
+    # each client host's share: its node, and the streams of that node's largest cell
+    flat = " ".join(plan.split())
+    for node, client in CLIENT_OF.items():
+        assert f"client {client}: replays node(s) {node}; up to " in flat, plan
 
 
 def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, str]) -> None:
@@ -78,17 +86,22 @@ def test_each_group_runs_on_one_node_the_nodes_at_once(two_nodes: tuple[Path, st
     assert a0 < b1 and b0 < a1, spans
 
 
-def test_a_cell_samples_its_own_node_and_the_client_only(two_nodes: tuple[Path, str]) -> None:
+def test_a_cell_is_replayed_from_its_nodes_client_host_and_samples_only_those_two(
+    two_nodes: tuple[Path, str],
+) -> None:
     for r in _records(two_nodes[0]):
+        client = CLIENT_OF[r["node"]]
+        assert r["client"] == client, r
+        assert r["hosts"][client]["vcpus"] >= 1  # the client host's facts, for the plan's next check
         hosts = {t["host"] for t in r["targets"].values()}
-        assert hosts == {r["node"], CLIENT}, r["targets"]
+        assert hosts == {r["node"], client}, r["targets"]
         base_url = r["replay_argv"][r["replay_argv"].index("--base-url") + 1]
         assert base_url.startswith("http://" + NAMES.subnet.rsplit(".", 2)[0] + "."), base_url
         counts = json.loads((two_nodes[0] / "cells" / r["cell_id"] / "sessions.json").read_text())
         assert counts["failed_requests"] == 0 and counts["complete"] == 8, counts
         samples = (two_nodes[0] / "cells" / r["cell_id"] / "metrics").glob("*.jsonl")
         seen = {json.loads(line)["target"] for f in samples for line in f.read_text().splitlines()}
-        ours = ("vllm-" + r["node"], "node-" + r["node"], "node-" + CLIENT, "lmcache", "caddy")
+        ours = ("vllm-" + r["node"], "node-" + r["node"], "node-" + client, "lmcache", "caddy")
         assert seen and all(t.startswith(ours) for t in seen), seen
 
 
@@ -104,4 +117,4 @@ def test_engines_restart_per_tier_and_reset_between_a_nodes_groups(two_nodes: tu
     assert methods[(two, "gpu")] == methods[(two, "cpu")] == ["restart", "reset"], methods
     assert methods[(one, "gpu")] == methods[(one, "cpu")] == ["restart"], methods
     report = (two_nodes[0] / "report" / "report.md").read_text()
-    assert NODE_A in report and NODE_B in report
+    assert all(host in report for host in (NODE_A, NODE_B, CLIENT_A, CLIENT_B))

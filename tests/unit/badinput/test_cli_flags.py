@@ -671,7 +671,17 @@ CASES = [
     FlagCase(
         "lab-up-nodes-beyond-hosts",
         ("lab", "up", "--hosts", "2", "--nodes", "2"),
-        ("--nodes 2: choose 1 to 1 (the first host is the client",),
+        ("--nodes 2 --clients 1: choose at least 1 of each and at most 2 together",),
+    ),
+    FlagCase(
+        "lab-up-clients-beyond-hosts",
+        ("lab", "up", "--hosts", "3", "--nodes", "2", "--clients", "2"),
+        ("--nodes 2 --clients 2: choose at least 1 of each and at most 3 together",),
+    ),
+    FlagCase(
+        "lab-up-one-host-two-clients",
+        ("lab", "up", "--hosts", "1", "--clients", "2"),
+        ("a one-host lab is its own client and node",),
     ),
 ]
 

@@ -199,9 +199,13 @@ CASES = [
     Case(
         "no-client-group",
         _drop_group("client"),
-        ("{inv}: all.children.client: needs exactly one host, has 0 (none)",),
+        ("{inv}: all.children.client: needs at least one host to replay from, has none",),
     ),
-    Case("two-clients", _second_in("client"), ("{inv}: all.children.client: needs exactly one host, has 2",)),
+    Case(
+        "client-not-in-group",
+        _node(kvoffload_client="extra01.lab.example"),
+        ("{inv}: host gpu01.lab.example: kvoffload_client: 'extra01.lab.example' is not in group client",),
+    ),
     Case("no-vllm-group", _drop_group("vllm"), ("{inv}: all.children.vllm: needs at least one host",)),
     Case(
         "no-lmcache-group",

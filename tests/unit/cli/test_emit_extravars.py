@@ -64,9 +64,11 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, ob
 def _emit(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["plan", str(EXAMPLE), *argv]) == 0
     out = capsys.readouterr().out
-    # the header says how to run it: on the cell's node and the client only (two nodes)
+    # the header says how to run it: on the cell's node and its client host only (two nodes, each
+    # replayed from its own client host)
     node = re.search(r"on node (\S+);", out)
-    assert node and f"--limit {node.group(1)},client01.lab.example" in out.splitlines()[1]
+    client = {"gpu01.lab.example": "client01.lab.example", "gpu02.lab.example": "client02.lab.example"}
+    assert node and f"--limit {node.group(1)},{client[node.group(1)]}" in out.splitlines()[1]
     # and how to complete the cell's results afterwards (cell.json, DONE)
     cell = re.search(r"extravars of cell (\S+) ", out)
     assert cell and out.splitlines()[3].endswith(f" --finish-cell {cell.group(1)}")

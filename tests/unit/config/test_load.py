@@ -26,13 +26,37 @@ def test_the_lab_layout_is_valid(write_yaml: Writer, inventory: Any, campaign: A
     assert [(h.name, i) for h, i in lab.replicas] == [("h2", 0), ("h2", 1)]
     assert lab.lmcache_host is not None and lab.lmcache_host.name == "h2"
     assert lab.lb_host is not None and lab.lb_host.name == "h2"
-    assert lab.client_host.name == "h1"
+    assert [c.name for c in lab.clients] == ["h1"]
+    assert lab.client_of(lab.node("h2")).name == "h1"
 
 
-def test_two_clients(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
+def test_a_client_host_may_also_be_a_node(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
     inventory["all"]["children"]["client"]["hosts"]["h2"] = None
+    lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
+    # Two client hosts, one node: the first client host takes it.
+    assert [c.name for c in lab.clients] == ["h1", "h2"] and lab.client_assignment == {"h2": "h1"}
+
+
+def test_a_node_names_its_client_host(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
+    inventory["all"]["hosts"]["h3"] = {"ansible_host": "10.0.0.3"}
+    inventory["all"]["children"]["client"]["hosts"]["h3"] = None
+    inventory["all"]["hosts"]["h2"]["kvoffload_client"] = "h3"
+    lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
+    assert lab.client_of(lab.node("h2")).name == "h3"
+
+
+def test_a_client_host_must_be_in_group_client_and_set_on_a_node(
+    write_yaml: Writer, inventory: Any, campaign: Any
+) -> None:
+    inventory["all"]["hosts"]["h2"]["kvoffload_client"] = "h9"
+    inventory["all"]["hosts"]["h1"]["kvoffload_client"] = "h1"
     inv, problems = _problems(write_yaml, inventory, campaign)
-    assert problems == [f"{inv}: all.children.client: needs exactly one host, has 2 (h1, h2)"]
+    assert problems == [
+        f"{inv}: host h1: kvoffload_client is set, but the host is not a node (group vllm): set it on "
+        "the node whose cells that client host should replay",
+        f"{inv}: host h2: kvoffload_client: 'h9' is not in group client (h1): name one of those, or "
+        "add h9 to all.children.client",
+    ]
 
 
 def test_every_node_of_several_runs_its_own_cache_server_and_caddy(

@@ -10,7 +10,7 @@ import yaml
 
 from kvoffload.config import load_inventory, load_lab
 from kvoffload.errors import UserError
-from kvoffload.lab.inventory import assign_groups, render
+from kvoffload.lab.inventory import assign_groups, render, shape_problem
 from kvoffload.lab.network import plan_addresses
 from kvoffload.lab.state import LabHost, LabState
 
@@ -83,3 +83,16 @@ def test_layout_runs_the_demo_campaigns_on_one_node(tmp_path: Path) -> None:
 def test_one_or_two_host_labs() -> None:
     assert assign_groups(["a"]) == {"a": ["client", "vllm", "lmcache", "lb"]}
     assert assign_groups(["a", "b"]) == {"a": ["client"], "b": ["vllm", "lmcache", "lb"]}
+
+
+def test_a_lab_with_two_client_hosts() -> None:
+    node = ["vllm", "lmcache", "lb"]
+    assert assign_groups(["a", "b", "c", "d", "e"], nodes=2, clients=2) == {
+        "a": ["client"],
+        "b": ["client"],
+        "c": node,
+        "d": node,
+        "e": [],
+    }
+    assert shape_problem(4, 2, 2) is None and shape_problem(4, 3, 2) is not None
+    assert shape_problem(1, 1, 1) is None and shape_problem(1, 1, 2) is not None

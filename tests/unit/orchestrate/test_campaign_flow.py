@@ -35,9 +35,16 @@ from tests.support.datasets import generic_lines
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _lab_files(tmp_path: Path, *, nodes: int, cold_start: str = "reset") -> tuple[Path, Path]:
+def _lab_files(
+    tmp_path: Path, *, nodes: int, cold_start: str = "reset", clients: int = 1
+) -> tuple[Path, Path]:
     inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
     inventory["all"]["vars"].pop("kvoffload_campaign")
+    # The example has two client hosts: keep `clients` of them (one: the nodes share it).
+    if clients == 1:
+        del inventory["all"]["hosts"]["client02.lab.example"]
+        del inventory["all"]["children"]["client"]["hosts"]["client02.lab.example"]
+        del inventory["all"]["hosts"]["gpu01.lab.example"]["kvoffload_client"]
     if nodes == 1:
         del inventory["all"]["hosts"]["gpu02.lab.example"]
         for group in ("vllm", "lmcache", "lb"):
@@ -74,7 +81,7 @@ class Recorder:
         self.overlap = False  # two nodes inside a playbook at the same time
         self.software_reads: list[str] = []  # nodes whose collect read the software versions
         self.marks: list[tuple[float, str]] = []  # (when, what): installs' ends, replays' starts
-        self.fail_client_install = False
+        self.fail_client_install: bool | str = False  # True: every client host's; a name: that one's
         self.fact_caches: list[tuple[str, str, str | None]] = []  # (playbook, node, its fact cache folder)
 
     def run(self, playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
@@ -105,10 +112,10 @@ class Recorder:
         try:
             if playbook == "replay.yml:install":  # the client's: slow enough to overlap a deploy
                 threading.Event().wait(0.2)
-                if self.fail_client_install:
-                    failure = TaskFailure(
-                        "client01.lab.example", "Install the requirement set", "pip: no wheel"
-                    )
+                failing = self.fail_client_install
+                if failing is True or (failing and failing == kw.get("limit")):
+                    host = str(kw.get("limit") or "client01.lab.example")
+                    failure = TaskFailure(host, "Install the requirement set", "pip: no wheel")
                     raise PlaybookFailed(
                         PlaybookResult("replay.yml", "failed", 2, {}, (failure,), Path("/nonexistent"), 0.0)
                     )
@@ -199,8 +206,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return state
 
 
-def _runner(tmp_path: Path, *, nodes: int, cold_start: str = "reset") -> tuple[CampaignRunner, Recorder]:
-    inv, camp = _lab_files(tmp_path, nodes=nodes, cold_start=cold_start)
+def _runner(
+    tmp_path: Path, *, nodes: int, cold_start: str = "reset", clients: int = 1
+) -> tuple[CampaignRunner, Recorder]:
+    inv, camp = _lab_files(tmp_path, nodes=nodes, cold_start=cold_start, clients=clients)
     lab = load_lab(inv, camp)
     results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
     runner = CampaignRunner(
@@ -526,10 +535,39 @@ def test_a_failed_client_install_fails_the_cells_and_the_nodes_still_tear_down(
     outcome = runner.run(provision=False)
     assert not outcome.done and len(outcome.failed) == 6
     assert all(
-        "the client host's install failed" in why and "pip: no wheel" in why
+        "the install of client host client01.lab.example failed" in why and "pip: no wheel" in why
         for why in outcome.failed.values()
     )
     assert rec.when("replay ") == []  # nothing was replayed
+    for node in ("gpu01.lab.example", "gpu02.lab.example"):
+        assert rec.for_node(node)[-1] == "teardown.yml:unquiet", rec.for_node(node)
+
+
+def test_each_node_replays_from_its_own_client_host_and_a_failed_install_fails_only_its_nodes(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    runner, rec = _runner(tmp_path, nodes=2, clients=2)
+    rec.fail_client_install = "client02.lab.example"
+    outcome = runner.run(provision=False)
+    assignment = runner.lab.client_assignment
+    assert assignment == {
+        "gpu01.lab.example": "client01.lab.example",
+        "gpu02.lab.example": "client02.lab.example",
+    }
+    # Each client host installed on its own, limited to it.
+    installs = sorted(limit or "" for p, _n, limit in rec.runs if p == "replay.yml:install")
+    assert installs == ["client01.lab.example", "client02.lab.example"]
+    plans = {p.node: [c.id for c in p.cells] for p in runner.plan(runner.lab.cells)}
+    assert sorted(outcome.done) == sorted(plans["gpu01.lab.example"])
+    assert sorted(outcome.failed) == sorted(plans["gpu02.lab.example"])
+    assert all("client host client02.lab.example failed" in why for why in outcome.failed.values())
+    # The replays of gpu01 ran from client01 only, and their cells say so.
+    replays = [(n, limit) for p, n, limit in rec.runs if p.startswith("replay.yml") and ":install" not in p]
+    assert replays and all(
+        n == "gpu01.lab.example" and "client01.lab.example" in str(limit) for n, limit in replays
+    )
+    assert all("client02" not in str(limit) for _n, limit in replays)
+    assert {_cell_json(runner, c)["client"] for c in outcome.done} == {"client01.lab.example"}
     for node in ("gpu01.lab.example", "gpu02.lab.example"):
         assert rec.for_node(node)[-1] == "teardown.yml:unquiet", rec.for_node(node)
 

@@ -111,9 +111,9 @@ def test_targets_name_their_host(tmp_path: Path) -> None:
         targets = target_hosts(lab, cell, extravars["replay_metrics_targets"], node)
         assert targets["lmcache"]["host"] == node
         assert targets["lmcache"]["url"].endswith(":8080/metrics")  # LMCache serves /metrics on its HTTP port
-        # a cell samples its own node and the client, never another node
+        # a cell samples its own node and its client host, never another node or client host
         nodes = {v["host"] for v in targets.values() if v["kind"] == "node"}
-        assert nodes == {node, "client01.lab.example"}
+        assert nodes == {node, node.replace("gpu", "client")}
         vllm = [v for v in targets.values() if v["kind"] == "vllm"]
         assert len(vllm) == 8 and {v["host"] for v in vllm} == {node}
         address = lab.node(node).address

@@ -25,9 +25,13 @@ ROOT = Path(__file__).resolve().parents[3]
 GPU1, GPU2, CLIENT = "gpu01.lab.example", "gpu02.lab.example", "client01.lab.example"
 
 
-def _lab_files(tmp_path: Path, engine: str = "vllm") -> tuple[Path, Path]:
+def _lab_files(tmp_path: Path, engine: str = "vllm", clients: int = 1) -> tuple[Path, Path]:
     inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
     inventory["all"]["vars"].pop("kvoffload_campaign")
+    if clients == 1:  # the example's second client host: asked like the first (test below)
+        del inventory["all"]["hosts"]["client02.lab.example"]
+        del inventory["all"]["children"]["client"]["hosts"]["client02.lab.example"]
+        del inventory["all"]["hosts"]["gpu01.lab.example"]["kvoffload_client"]
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump(inventory))
     (tmp_path / "data").mkdir()
@@ -107,6 +111,9 @@ def test_each_host_is_asked_its_l1_l2_and_engine(tmp_path: Path) -> None:
     # the largest L1 of the campaign's cells on the host: cpu's 64 GB (nvme's is 8)
     node = doctor.HostAsk(64.0, "/mnt/kvoffload-nvme/lmcache-l2", True, "cuda")
     assert asks == {GPU1: node, GPU2: node, CLIENT: doctor.HostAsk()}
+    (tmp_path / "two").mkdir()
+    both = doctor.host_asks(load_lab(*_lab_files(tmp_path / "two", clients=2)))
+    assert both == {**asks, "client02.lab.example": doctor.HostAsk()}
     assert doctor.probe_args(asks[GPU1], "/opt/kvoffload/venv", cheap=False) == [
         "--engine-python", "/opt/kvoffload/venv/bin/python",
         "--l1-gb", "64", "--pin-gb", "4", "--l2-path", "/mnt/kvoffload-nvme/lmcache-l2",
