@@ -1,4 +1,5 @@
-"""Teardown keeps the journal of a replica that systemd had to kill at TimeoutStopSec.
+"""Teardown keeps the journal of a replica that systemd had to kill at TimeoutStopSec (and, after a
+failed cell, of every unit it stopped).
 
 Runs the vllm role's teardown_journal.yml on a local connection, with a `journalctl` stand-in first
 on PATH (this machine has no systemd as PID 1), after a stop whose kvoffload_unit_states result says
@@ -21,7 +22,9 @@ pytestmark = pytest.mark.integration
 UNITS = ["kvoffload-vllm@0.service", "kvoffload-vllm@1.service", "kvoffload-vllm@2.service"]
 
 
-def _run(tmp_path: Path, results: list[str], journal_dir: Path | None) -> tuple[str, int]:
+def _run(
+    tmp_path: Path, results: list[str], journal_dir: Path | None, units: str | None = None
+) -> tuple[str, int]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     # `journalctl --no-pager --unit U ...`: says whose journal it printed.
@@ -50,6 +53,8 @@ def _run(tmp_path: Path, results: list[str], journal_dir: Path | None) -> tuple[
     ]
     (tmp_path / "play.yml").write_text(json.dumps(play))
     extravars = {} if journal_dir is None else {"replay_controller_dir": str(journal_dir)}
+    if units is not None:
+        extravars["vllm_teardown_journal_units"] = units
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1"}
     done = ansible_playbook(
         "-i", "gpu1,", "-c", "local", str(tmp_path / "play.yml"), extravars=extravars, env=env
@@ -78,3 +83,13 @@ def test_clean_stops_keep_nothing_and_without_a_results_folder_the_warning_names
     out, rc = _run(tmp_path, ["timeout", "success", "success"], None)
     assert rc == 0, out[-3000:]
     assert "see journalctl -u UNIT on gpu1" in out
+
+
+def test_after_a_failed_cell_every_stopped_units_journal_is_kept(tmp_path: Path) -> None:
+    # the orchestrator asks for all of them after a failed cell: its collect never ran
+    cell = tmp_path / "cell"
+    out, rc = _run(tmp_path, ["success", "timeout", "success"], cell, units="all")
+    assert rc == 0, out[-3000:]
+    kept = sorted(p.name for p in (cell / "units").iterdir())
+    assert kept == [f"gpu1--{u}.failed-cell.journal.txt" for u in UNITS]  # not @9: it was not stopped
+    assert "kvoffload-vllm@1.service did not exit on SIGTERM" in out  # still said

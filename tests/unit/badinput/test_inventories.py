@@ -446,7 +446,7 @@ def test_the_base_lab_is_valid(tmp_path: Any) -> None:
     lab = Lab(tmp_path, inline=False)
     args = lab.write()
     loaded = load_lab(args[0], args[2])
-    assert [h.address for h in loaded.inventory.hosts] == ["192.0.2.11", "192.0.2.21"]
+    assert [h.address for h in loaded.inventory.hosts] == ["192.0.2.11", "192.0.2.21", "192.0.2.22"]
     assert len(loaded.cells) == 3 and len(loaded.replicas) == 8
 
 
