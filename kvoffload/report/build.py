@@ -17,7 +17,6 @@ from typing import Any
 
 import jinja2
 import pandas as pd
-import yaml
 
 from kvoffload import __version__
 from kvoffload.analysis import capacity as cap
@@ -34,7 +33,9 @@ from kvoffload.analysis.software import software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
 from kvoffload.atomic import atomic_path, write_text_atomic
 from kvoffload.contracts.layout import CampaignPaths
+from kvoffload.errors import UserError
 from kvoffload.ingest import Tables, ensure_tables
+from kvoffload.profiles.resolve import LmcacheProfile, lmcache_profile
 from kvoffload.report import plots
 from kvoffload.report.prompts import shared_prefix_reuse
 from kvoffload.report.views import (
@@ -56,6 +57,8 @@ from kvoffload.report.views import (
     software_view,
     table,
 )
+from kvoffload.sim.profile import load_profile
+from kvoffload.tiers import Tier
 
 # The title of the turn-by-turn section (Markdown, HTML and the terminal's findings).
 TURNS_TITLE = "Where each turn's prompt came from"
@@ -151,15 +154,13 @@ def analyse(results_dir: Path) -> Analysis:
     )
 
 
-PROFILES = resources.files("kvoffload.profiles")
-
-
-def _yaml(relative: str) -> dict[str, Any] | None:
+def _lmcache(tier: Tier) -> LmcacheProfile | None:
+    """The shipped lmcache profile of `tier` through its model (None, and the figure unstated, when the
+    file cannot be read: the report still builds)."""
     try:
-        data = yaml.safe_load(PROFILES.joinpath(relative).read_text("utf-8"))
-    except (OSError, yaml.YAMLError):
+        return lmcache_profile(tier)
+    except UserError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _kv_bytes_input(config: dict[str, Any]) -> Stated:
@@ -174,11 +175,12 @@ def _kv_bytes_input(config: dict[str, Any]) -> Stated:
             return Stated("KV bytes per token", None, "B", f"{path}: unreadable ({exc})")
     profile = config.get("sim_profile") if config.get("engine") == "sim" else None
     if profile:
-        data = _yaml(f"sim/{profile}.yaml") or {}
-        value = (data.get("model") or {}).get("kv_bytes_per_token")
-        if isinstance(value, int | float):
-            source = f"kvoffload/profiles/sim/{profile}.yaml model.kv_bytes_per_token (the simulator's model)"
-            return Stated("KV bytes per token", float(value), "B", source)
+        try:
+            value = load_profile(str(profile)).model.kv_bytes_per_token
+        except UserError as exc:
+            return Stated("KV bytes per token", None, "B", f"simulator profile {profile!r}: {exc}")
+        source = f"kvoffload/profiles/sim/{profile}.yaml model.kv_bytes_per_token (the simulator's model)"
+        return Stated("KV bytes per token", float(value), "B", source)
     return Stated("KV bytes per token", None, "B", f"model {model!r} is no folder with a config.json here")
 
 
@@ -188,17 +190,18 @@ def capacity_inputs(
     """The file-backed inputs of the capacity prediction: KV bytes per token and L2 capacity per cell,
     and the lmcache profiles' L1 size per tier."""
     profile_l1: dict[str, Stated] = {}
-    for tier in ("cpu", "nvme"):
-        gb = (_yaml(f"lmcache/{tier}.yaml") or {}).get("l1_size_gb")
-        if isinstance(gb, int | float):
+    offload: tuple[Tier, ...] = ("cpu", "nvme")
+    for tier in offload:
+        lm = _lmcache(tier)
+        if lm is not None:
             profile_l1[tier] = Stated(
-                "L1 pool", float(gb), "GiB", f"kvoffload/profiles/lmcache/{tier}.yaml l1_size_gb"
+                "L1 pool", lm.l1_size_gb, "GiB", f"kvoffload/profiles/lmcache/{tier}.yaml l1_size_gb"
             )
-    adapter = (_yaml("lmcache/nvme.yaml") or {}).get("l2_adapter") or {}
-    fraction_value = adapter.get("capacity_fraction")
+    nvme = _lmcache("nvme")
+    adapter = nvme.l2_adapter if nvme is not None else None
     fraction = Stated(
         "L2 capacity fraction",
-        float(fraction_value) if isinstance(fraction_value, int | float) else None,
+        adapter.capacity_fraction if adapter is not None else None,
         "",
         "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.capacity_fraction",
     )
@@ -216,25 +219,17 @@ def capacity_inputs(
 
 
 def watermark_inputs() -> dict[str, Stated]:
-    """The eviction watermark of each offload tier's capacity store: cpu's L1 from its lmcache profile;
-    nvme's L2 from the profile's l2_adapter (its eviction block sets none: LMCache's default)."""
+    """The eviction watermark of each offload tier's capacity store: cpu's L1 from its lmcache profile.
+    nvme's L2 has none stated: the profile's l2_adapter sets no eviction watermark (LMCache's default
+    applies), so the report names none rather than guess."""
     out: dict[str, Stated] = {}
-    value = (_yaml("lmcache/cpu.yaml") or {}).get("eviction_trigger_watermark")
-    if isinstance(value, int | float):
+    cpu = _lmcache("cpu")
+    if cpu is not None:
         out["cpu"] = Stated(
             "eviction watermark",
-            float(value),
+            cpu.eviction_trigger_watermark,
             "",
             "kvoffload/profiles/lmcache/cpu.yaml eviction_trigger_watermark (--eviction-trigger-watermark)",
-        )
-    adapter = (_yaml("lmcache/nvme.yaml") or {}).get("l2_adapter") or {}
-    l2 = adapter.get("trigger_watermark") if isinstance(adapter, dict) else None
-    if isinstance(l2, int | float):
-        out["nvme"] = Stated(
-            "eviction watermark",
-            float(l2),
-            "",
-            "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.trigger_watermark",
         )
     return out
 
