@@ -92,13 +92,17 @@ def _parts(differences: list[dict[str, Any]]) -> str:
     )
 
 
+def _warning(hosts: str, differences: list[dict[str, Any]], consequence: str) -> str | None:
+    return f"the {hosts} differ in {_parts(differences)}: {consequence}" if differences else None
+
+
 def node_warning_text(differences: list[dict[str, Any]]) -> str | None:
     """The campaign warning for nodes that differ, or None when they are alike."""
-    if not differences:
-        return None
-    return (
-        "the nodes differ in " + _parts(differences) + ": tier comparisons stay within one node and remain "
-        "valid, but figures of groups that ran on different nodes do not compare with each other"
+    return _warning(
+        "nodes",
+        differences,
+        "tier comparisons stay within one node and remain valid, but figures of groups that ran on "
+        "different nodes do not compare with each other",
     )
 
 
@@ -109,10 +113,9 @@ def client_differences(cells: pd.DataFrame) -> list[dict[str, Any]]:
 
 def client_warning_text(differences: list[dict[str, Any]]) -> str | None:
     """The campaign warning for client hosts that differ, or None when they are alike."""
-    if not differences:
-        return None
-    return (
-        "the client hosts differ in " + _parts(differences) + ": a node keeps its client host, so tier "
-        "comparisons remain valid, but the replay client's own share of TTFT may differ between groups "
-        "replayed from different client hosts"
+    return _warning(
+        "client hosts",
+        differences,
+        "a node keeps its client host, so tier comparisons remain valid, but the replay client's own "
+        "share of TTFT may differ between groups replayed from different client hosts",
     )

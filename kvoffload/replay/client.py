@@ -79,6 +79,17 @@ def _error_text(body: bytes) -> str:
     return text or "empty response body"
 
 
+def _object_with(data: bytes, key: bytes) -> dict[str, Any] | None:
+    """The JSON object of an SSE data line that mentions `key` (a cheap test before decoding)."""
+    if key not in data:
+        return None
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 def _stream_error(data: bytes) -> str | None:
     """The message of an error event inside a 200 stream, else None.
 
@@ -87,13 +98,8 @@ def _stream_error(data: bytes) -> str | None:
     `{"error": {"message": ..., "type": ..., "code": ...}}` (older servers: `{"object": "error",
     "message": ...}`) and then `[DONE]`.
     """
-    if b'"error"' not in data:
-        return None
-    try:
-        obj = json.loads(data)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict):
+    obj = _object_with(data, b'"error"')
+    if obj is None:
         return None
     err = obj.get("error")
     if isinstance(err, dict):
@@ -109,13 +115,8 @@ def _stream_error(data: bytes) -> str | None:
 
 def _finish_reason(data: bytes) -> str | None:
     """The finish_reason a chunk gives its first choice, if any (read only while no token has come)."""
-    if b'"finish_reason"' not in data:
-        return None
-    try:
-        obj = json.loads(data)
-    except json.JSONDecodeError:
-        return None
-    for choice in obj.get("choices") or () if isinstance(obj, dict) else ():
+    obj = _object_with(data, b'"finish_reason"')
+    for choice in obj.get("choices") or () if obj is not None else ():
         reason = choice.get("finish_reason") if isinstance(choice, dict) else None
         if isinstance(reason, str):
             return reason
