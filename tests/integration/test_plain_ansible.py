@@ -169,7 +169,7 @@ def test_deploy_stops_every_host_when_one_fails(tmp_path: Path) -> None:
 
 def test_the_vllm_gpu_check_lets_a_check_run_on_a_fresh_host_through(tmp_path: Path) -> None:
     # No detection fact yet (gpu_driver writes it in provision, not in --check): nothing to compare.
-    play = [{"hosts": "all", "gather_facts": False, "roles": [{"role": "vllm"}]}]
+    play = [{"hosts": "all", "gather_facts": False, "roles": [{"role": "kvoffload"}, {"role": "vllm"}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     argv = ("-i", "gpu1,", "-c", "local", "--tags", "preflight", str(tmp_path / "play.yml"))
     variables = {"vllm_gpu_telemetry": False}
@@ -214,6 +214,7 @@ def test_a_plain_replay_keeps_the_earlier_attempt_and_never_touches_a_done_cell(
         {
             "hosts": "all",
             "gather_facts": False,
+            "roles": [{"role": "kvoffload"}],
             "tasks": [{"ansible.builtin.include_role": {"name": "replay", "tasks_from": "attempts.yml"}}],
         }
     ]

@@ -109,6 +109,7 @@ STAGE = """---
   hosts: vllm
   gather_facts: true
   roles:
+    - role: kvoffload
     - role: vllm
 """
 

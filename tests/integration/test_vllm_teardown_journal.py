@@ -40,6 +40,7 @@ def _run(tmp_path: Path, results: list[str], journal_dir: Path | None) -> tuple[
         {
             "hosts": "all",
             "gather_facts": False,
+            "roles": [{"role": "kvoffload"}],
             "tasks": [
                 {
                     "ansible.builtin.include_role": {"name": "vllm", "tasks_from": "teardown_journal.yml"},
