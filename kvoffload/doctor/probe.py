@@ -42,6 +42,8 @@ NVSWITCH_CLASS = "0x0680"
 # vLLM 0.32 needs Python >= 3.11 (kvoffload's engine sets; issue 31)
 ENGINE_MIN_PYTHON = (3, 11)
 CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
+# The kvoffload role's kvoffload_venv and kvoffload_engine_user (this file runs alone on a host, so it
+# keeps its own copies; tests/unit/roles/test_shared_vars.py holds them equal).
 DEFAULT_ENGINE_PYTHON = "/opt/kvoffload/venv/bin/python"
 DEFAULT_SERVICE_USER = "kvoffload-engine"
 # The engine units' sandbox (roles/vllm kvoffload-vllm@.service), as far as it bears on CUDA's start:

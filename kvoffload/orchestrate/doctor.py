@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kvoffload.doctor import checks as dc
 from kvoffload.errors import UserError
+from kvoffload.orchestrate.deployment import REMOTE_VENV
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def run_doctor(
     *,
     hosts_python: str | None,
     cheap: bool = False,
-    venv: str = "/opt/kvoffload/venv",
+    venv: str = str(REMOTE_VENV),
     learn_python: bool = False,
     smoke: Smoke | None = None,
 ) -> list[dc.NodeReport]:

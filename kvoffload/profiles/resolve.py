@@ -28,6 +28,8 @@ GpuVendor = Literal["nvidia", "amd"]
 Engine = Literal["vllm", "sim"]
 
 PROFILES_DIR = Path(__file__).resolve().parent
+# The roles' own values, held equal by tests/unit/roles/test_shared_vars.py: kvoffload_vllm_base_port
+# (roles/kvoffload) and lmcache_server_port (roles/lmcache_server).
 VLLM_BASE_PORT = 8000
 LMCACHE_PORT = 5555
 # LMCache 0.5.6's `lmcache server` serves /metrics, /healthcheck, /status and /cache/clear on its HTTP

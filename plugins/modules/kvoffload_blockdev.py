@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -91,7 +92,7 @@ PROC_SWAPS = "/proc/swaps"
 def _partitions() -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     """Kernel block devices from /proc/partitions: name -> (major, minor), and name -> size in bytes."""
     numbers, sizes = {}, {}
-    with open("/proc/partitions") as handle:
+    with Path("/proc/partitions").open() as handle:
         for line in handle:
             parts = line.split()
             if len(parts) == 4 and parts[0].isdigit():
@@ -101,15 +102,16 @@ def _partitions() -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
 
 
 def _children(name: str, table: dict[str, tuple[int, int]]) -> list[str]:
-    """Partitions of `name` by the kernel's naming rule (sda -> sda1, nvme0n1 -> nvme0n1p1, loop0 -> loop0p1)."""
+    """Partitions of `name` by the kernel's naming rule (sda -> sda1, nvme0n1 -> nvme0n1p1,
+    loop0 -> loop0p1)."""
     prefix = name + "p" if name[-1].isdigit() else name
-    return sorted(n for n in table if n.startswith(prefix) and n[len(prefix):].isdigit())
+    return sorted(n for n in table if n.startswith(prefix) and n[len(prefix) :].isdigit())
 
 
 def _mounts() -> list[tuple[tuple[int, int], str]]:
     """(major, minor) of the source and the mount point of every mount, from /proc/self/mountinfo."""
     result = []
-    with open("/proc/self/mountinfo") as handle:
+    with Path("/proc/self/mountinfo").open() as handle:
         for line in handle:
             parts = line.split()
             major, minor = parts[2].split(":")
@@ -119,7 +121,9 @@ def _mounts() -> list[tuple[tuple[int, int], str]]:
 
 def _backing(module: AnsibleModule, source: str) -> set[str]:
     """Devices under a mount's source (through LVM, dm-crypt, md), by lsblk where sysfs allows it."""
-    rc, out, _err = module.run_command(["lsblk", "--inverse", "--list", "--noheadings", "--paths", "--output", "NAME", source])
+    rc, out, _err = module.run_command(
+        ["lsblk", "--inverse", "--list", "--noheadings", "--paths", "--output", "NAME", source]
+    )
     return {os.path.realpath(line.strip()) for line in out.splitlines() if line.strip()} if rc == 0 else set()
 
 
@@ -135,14 +139,15 @@ def _swaps() -> list[tuple[tuple[int, int], str]]:
     """(major, minor) and path of every active swap area on a block device, from /proc/swaps."""
     result = []
     try:
-        with open(PROC_SWAPS) as handle:
-            lines = handle.read().splitlines()[1:]  # the first line is the column header
+        lines = Path(PROC_SWAPS).read_text().splitlines()[1:]  # the first line is the column header
     except OSError:
         return result
     for line in lines:
-        path = line.split()[0].replace("\\040", " ") if line.split() else ""
+        if not line.split():
+            continue
+        path = line.split()[0].replace("\\040", " ")
         try:
-            st = os.stat(path)
+            st = Path(path).stat()
         except OSError:
             continue
         if stat.S_ISBLK(st.st_mode):  # swap files live on a mounted file system: the mount check sees it
@@ -153,14 +158,13 @@ def _swaps() -> list[tuple[tuple[int, int], str]]:
 def _holders(name: str) -> list[str]:
     """Kernel names of the devices stacked on `name` (dm-0, md0, ...), with their device-mapper name."""
     try:
-        held = sorted(os.listdir(f"{SYS_CLASS_BLOCK}/{name}/holders"))
+        held = sorted(p.name for p in Path(SYS_CLASS_BLOCK, name, "holders").iterdir())
     except OSError:  # no sysfs view of block devices (some containers): nothing to tell
         return []
     out = []
     for holder in held:
         try:
-            with open(f"{SYS_CLASS_BLOCK}/{holder}/dm/name") as handle:
-                out.append(f"{holder} ({handle.read().strip()})")
+            out.append(f"{holder} ({Path(SYS_CLASS_BLOCK, holder, 'dm', 'name').read_text().strip()})")
         except OSError:
             out.append(holder)
     return out
@@ -168,8 +172,7 @@ def _holders(name: str) -> list[str]:
 
 def _sysfs(name: str, attr: str) -> str:
     try:
-        with open(f"{SYS_CLASS_BLOCK}/{name}/device/{attr}") as handle:
-            return handle.read().strip()
+        return Path(SYS_CLASS_BLOCK, name, "device", attr).read_text().strip()
     except OSError:
         return "unknown"
 
@@ -201,24 +204,35 @@ def main() -> None:
     p = module.params
     device = os.path.realpath(p["device"])
     facts = {
-        "device": p["device"], "path": device, "model": "unknown", "firmware": "unknown", "size_bytes": None,
+        "device": p["device"],
+        "path": device,
+        "model": "unknown",
+        "firmware": "unknown",
+        "size_bytes": None,
         "numa_node": None,
-        "fstype": None, "label": None, "partition_table": None, "partitions": [], "mountpoints": [],
-        "holders": [], "swap": [],
+        "fstype": None,
+        "label": None,
+        "partition_table": None,
+        "partitions": [],
+        "mountpoints": [],
+        "holders": [],
+        "swap": [],
     }
 
     def refuse(reason: str) -> None:
-        module.exit_json(changed=False, ok=False, reason=f"{p['device']}: {reason}", action="none", facts=facts)
+        module.exit_json(
+            changed=False, ok=False, reason=f"{p['device']}: {reason}", action="none", facts=facts
+        )
 
     try:
-        st = os.stat(device)
+        st = Path(device).stat()
     except OSError as exc:
         refuse(f"does not exist ({exc.strerror})")
     if not stat.S_ISBLK(st.st_mode):
         refuse("is not a block device")
     number = (os.major(st.st_rdev), os.minor(st.st_rdev))
     table, sizes = _partitions()
-    name = next((n for n, num in table.items() if num == number), os.path.basename(device))
+    name = next((n for n, num in table.items() if num == number), Path(device).name)
     children = _children(name, table)
     numbers = {number} | {table[c] for c in children}
     mounts = _mounts()
@@ -245,7 +259,10 @@ def main() -> None:
 
     other_mounts = [m for m in facts["mountpoints"] if m != p["mount"]]
     if other_mounts:
-        refuse(f"is mounted at {', '.join(other_mounts)}; unmount it first (wipe never applies to mounted devices)")
+        refuse(
+            f"is mounted at {', '.join(other_mounts)}; unmount it first "
+            "(wipe never applies to mounted devices)"
+        )
 
     facts["swap"] = sorted(path for num, path in _swaps() if num in numbers)
     if facts["swap"]:
@@ -271,7 +288,11 @@ def main() -> None:
         action = "none" if p["mount"] in facts["mountpoints"] else "mount"
         module.exit_json(changed=False, ok=True, reason="", action=action, facts=facts)
     if facts["mountpoints"]:  # at the wanted mount point (others were refused above), but not ours
-        what = f"a {facts['fstype']} file system (label {facts['label']!r})" if facts["fstype"] else "a partition"
+        what = (
+            f"a {facts['fstype']} file system (label {facts['label']!r})"
+            if facts["fstype"]
+            else "a partition"
+        )
         refuse(
             f"is mounted at {p['mount']} with {what} that is not ours; unmount it first "
             "(wipe never applies to mounted devices)"

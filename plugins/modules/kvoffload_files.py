@@ -23,6 +23,7 @@ import os
 import pwd
 import stat
 import tempfile
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -89,9 +90,8 @@ def needs(path: str, content: bytes, uid: int, gid: int, mode: int) -> tuple[str
     """('content' when the file is missing or its bytes differ, 'attributes' when only its owner, group
     or mode do, None when it is as wanted; the bytes it holds now, empty when missing)."""
     try:
-        st = os.stat(path)
-        with open(path, "rb") as handle:
-            current = handle.read()
+        st = Path(path).stat()
+        current = Path(path).read_bytes()
     except FileNotFoundError:
         return "content", b""
     if current != content:
@@ -110,10 +110,9 @@ def write(path: str, content: bytes, uid: int, gid: int, mode: int) -> None:
             handle.write(content)
             os.fchown(handle.fileno(), uid, gid)
             os.fchmod(handle.fileno(), mode)
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -144,14 +143,15 @@ def main() -> None:
         except ValueError:
             module.fail_json(msg=f"{path}: mode {spec['mode']!r} is not an octal number such as '0640'")
         ids = _ids(spec)
-        folder_exists = os.path.isdir(os.path.dirname(path))
+        folder_exists = Path(path).parent.is_dir()
         if not folder_exists or ids is None:
             # in --check on a fresh host the install that makes them only said it would
             if not module.check_mode:
                 module.fail_json(
                     msg=f"{path}: its folder does not exist (the role's install creates it)"
                     if not folder_exists
-                    else f"{path}: owner {spec['owner']!r} or group {spec['group']!r} does not exist on this host"
+                    else f"{path}: owner {spec['owner']!r} or group {spec['group']!r} does not exist "
+                    "on this host"
                 )
             changed.append(path)
             continue
@@ -163,14 +163,16 @@ def main() -> None:
         changed.append(path)
         if module._diff and what == "content":
             before = current.decode("utf-8", errors="replace")
-            diffs.append({"before_header": path, "after_header": path, "before": before, "after": spec["content"]})
+            diffs.append(
+                {"before_header": path, "after_header": path, "before": before, "after": spec["content"]}
+            )
         if module.check_mode:
             continue
         if what == "content":
             write(path, content, uid, gid, mode)
         else:
             os.chown(path, uid, gid)
-            os.chmod(path, mode)
+            Path(path).chmod(mode)
     result: dict[str, object] = {"changed": bool(changed), "changed_paths": changed}
     if diffs:
         result["diff"] = diffs

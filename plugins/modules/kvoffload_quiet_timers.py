@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -126,8 +127,7 @@ def plan_record(masked: list[str], active: list[str], jobs: dict[str, str]) -> d
 def read_record(module: AnsibleModule, path: str) -> dict[str, list[str]]:
     """The record an earlier quiet wrote; a damaged one fails the module, naming the file and the fix."""
     try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
         if not all(isinstance(record.get(k), list) for k in ("masked", "active", "jobs")):
             raise ValueError("masked, active and jobs must be lists")
     except (OSError, ValueError, AttributeError) as exc:
@@ -139,7 +139,7 @@ def read_record(module: AnsibleModule, path: str) -> dict[str, list[str]]:
 
 
 def is_mask(path: str) -> bool:
-    return os.path.islink(path) and os.readlink(path) == "/dev/null"
+    return Path(path).is_symlink() and str(Path(path).readlink()) == "/dev/null"
 
 
 class Systemd:
@@ -172,7 +172,7 @@ class Systemd:
 def quiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
     p = module.params
     record_path = p["record"]
-    if os.path.exists(record_path):
+    if Path(record_path).exists():
         record = read_record(module, record_path)
         wrote = False
     else:
@@ -182,7 +182,7 @@ def quiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
         jobs = jobs_of(systemd.run("show", "--property=Id,Unit", "--", *masked)) if masked else {}
         record = plan_record(masked, active, jobs)
         wrote = True
-    masks = [os.path.join(p["runtime_dir"], t) for t in record["masked"]]
+    masks = [str(Path(p["runtime_dir"], t)) for t in record["masked"]]
     to_mask = [m for m in masks if not os.path.lexists(m)]
     foreign = [m for m in masks if os.path.lexists(m) and not is_mask(m)]
     if foreign:
@@ -196,18 +196,17 @@ def quiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
     if module.check_mode:
         return {"changed": changed, **record, "waited_s": 0.0}
     if wrote:
-        os.makedirs(os.path.dirname(record_path), mode=0o755, exist_ok=True)
-        tmp = record_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(record, indent=4) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, record_path)
+        Path(record_path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        tmp = Path(record_path + ".tmp")
+        tmp.write_text(json.dumps(record, indent=4) + "\n", encoding="utf-8")
+        tmp.chmod(0o644)
+        tmp.replace(record_path)
     # Stopped before the mask: a timer stopped once masked ends up "failed" (the host would read degraded).
     if running:
         systemd.run("stop", "--", *running)
     for mask in to_mask:
-        os.makedirs(os.path.dirname(mask), mode=0o755, exist_ok=True)
-        os.symlink("/dev/null", mask)
+        Path(mask).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        Path(mask).symlink_to("/dev/null")
     if to_mask:
         systemd.run("daemon-reload")
     t0 = time.monotonic()
@@ -230,21 +229,21 @@ def quiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
 def unquiet(module: AnsibleModule, systemd: Systemd) -> dict[str, object]:
     p = module.params
     record_path = p["record"]
-    if not os.path.exists(record_path):
+    if not Path(record_path).exists():
         return {"changed": False, "masked": [], "active": [], "jobs": []}
     record = read_record(module, record_path)
     # Only a link to /dev/null is a mask; whatever else is there now is not ours to remove.
-    ours = [t for t in record["masked"] if is_mask(os.path.join(p["runtime_dir"], t))]
+    ours = [t for t in record["masked"] if is_mask(str(Path(p["runtime_dir"], t)))]
     result = {"changed": True, "masked": ours, "active": list(record["active"]), "jobs": list(record["jobs"])}
     if module.check_mode:
         return result
     for timer in ours:
-        os.unlink(os.path.join(p["runtime_dir"], timer))
+        Path(p["runtime_dir"], timer).unlink()
     if ours:
         systemd.run("daemon-reload")
     if record["active"]:
         systemd.run("start", "--", *record["active"])
-    os.unlink(record_path)
+    Path(record_path).unlink()
     return result
 
 

@@ -22,9 +22,9 @@ library only: it runs on the host's own python3.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -48,7 +48,8 @@ options:
   binaries:
     type: dict
     default: {}
-    description: "Name -> path of binaries asked `<path> version`; one on the host replaces the package of its name."
+    description: >-
+      Name -> path of binaries asked `<path> version`; one on the host replaces the package of its name.
 """
 
 EXAMPLES = r"""
@@ -157,15 +158,15 @@ def main() -> None:
         )
         packages = parse_dpkg(out, p["debian_packages"])
     for name, path in sorted(p["binaries"].items()):
-        if os.path.exists(path):  # a link to a binary that is there
+        if Path(path).exists():  # a link to a binary that is there
             rc, out, _err = module.run_command([path, "version"])
             version = parse_binary_version(out) if rc == 0 else None
             if version:
                 packages[name] = version
     python: dict[str, dict[str, str]] = {}
     for venv in p["venvs"]:
-        interpreter = os.path.join(venv, "bin", "python")
-        if not os.path.exists(interpreter):  # load balancer only, or not provisioned yet
+        interpreter = str(Path(venv, "bin", "python"))
+        if not Path(interpreter).exists():  # load balancer only, or not provisioned yet
             continue
         rc, out, err = module.run_command([interpreter, "-I", "-c", _VERSIONS_SCRIPT, *p["python_packages"]])
         if rc != 0:

@@ -23,9 +23,9 @@ replicas at once, so their stop times do not add up), then reads their states: a
 
 from __future__ import annotations
 
-import os
 import re
 import time
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -143,7 +143,7 @@ def main() -> None:
     )
     p = module.params
     try:
-        present = os.listdir(p["replica_dir"])
+        present = [entry.name for entry in Path(p["replica_dir"]).iterdir()]
     except FileNotFoundError:
         present = []  # no vllm role on this host (client, load balancer)
     asked = list(p["units"]) + replica_units(present, p["replica_unit"])
@@ -157,7 +157,9 @@ def main() -> None:
         if stopped and not module.check_mode:
             rc, _out, err = module.run_command([systemctl, "stop", "--", *stopped])
             if rc != 0:
-                module.fail_json(msg=f"systemctl stop exited {rc}: {err.strip()}", asked=asked, stopped=stopped)
+                module.fail_json(
+                    msg=f"systemctl stop exited {rc}: {err.strip()}", asked=asked, stopped=stopped
+                )
     deadline = time.monotonic() + max(0.0, p["settle"])
     while True:
         units = show(module, argv, asked)

@@ -43,7 +43,7 @@ def preflight(tmp_path: Path, roles: list[str], **extra: object) -> subprocess.C
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": True,
-            "roles": [{"role": role} for role in roles],
+            "roles": [{"role": "kvoffload"}, *({"role": role} for role in roles)],
         }
     ]
     playbook = tmp_path / "play.json"

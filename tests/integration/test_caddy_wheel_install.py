@@ -25,7 +25,7 @@ pytestmark = [
 ]
 
 PLAY = (
-    "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
+    "- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [kvoffload]\n  tasks:\n"
     "    - ansible.builtin.include_role: {name: caddy, tasks_from: wheel.yml}\n"
 )
 

@@ -90,7 +90,7 @@ def converge(
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": True,
-            "roles": [{"role": "nvme_storage"}],
+            "roles": [{"role": "kvoffload"}, {"role": "nvme_storage"}],
             "vars": play_vars,
         }
     ]

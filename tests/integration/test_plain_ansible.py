@@ -117,7 +117,9 @@ def test_phase_tags_select_their_phase_with_preflight_and_gpu_detection() -> Non
         ],
         "Give the periodic disk jobs back": ["Unmask their timers and start those that ran"],
     }
-    assert {name: plays[name] for name in phase} == phase
+    # each play first checks the shared variables (the kvoffload role, first in every play)
+    assert all(plays[name][0].startswith("kvoffload : Validating arguments") for name in phase), plays
+    assert {name: plays[name][1:] for name in phase} == phase
     others = [t for name, tasks in plays.items() if name not in phase for t in tasks]
     read_only = (" : Check ", "Validating arguments", " : Read ", " : Inspect ", " : Refuse ")
     # an include_role of the preflight role's host checks is listed by its own name, without a role
@@ -169,7 +171,7 @@ def test_deploy_stops_every_host_when_one_fails(tmp_path: Path) -> None:
 
 def test_the_vllm_gpu_check_lets_a_check_run_on_a_fresh_host_through(tmp_path: Path) -> None:
     # No detection fact yet (gpu_driver writes it in provision, not in --check): nothing to compare.
-    play = [{"hosts": "all", "gather_facts": False, "roles": [{"role": "vllm"}]}]
+    play = [{"hosts": "all", "gather_facts": False, "roles": [{"role": "kvoffload"}, {"role": "vllm"}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     argv = ("-i", "gpu1,", "-c", "local", "--tags", "preflight", str(tmp_path / "play.yml"))
     variables = {"vllm_gpu_telemetry": False}
@@ -237,6 +239,7 @@ def test_a_plain_replay_keeps_the_earlier_attempt_and_never_touches_a_done_cell(
         {
             "hosts": "all",
             "gather_facts": False,
+            "roles": [{"role": "kvoffload"}],
             "tasks": [{"ansible.builtin.include_role": {"name": "replay", "tasks_from": "attempts.yml"}}],
         }
     ]

@@ -26,7 +26,9 @@ pytestmark = [
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the wheelhouse is built for x86_64 hosts"),
 ]
 
-PLAY = "- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [kvoffload_python]\n"
+PLAY = (
+    "- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [kvoffload, kvoffload_python]\n"
+)
 
 
 def _tiny_wheel(folder: Path, name: str, version: str) -> Path:

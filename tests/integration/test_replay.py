@@ -215,6 +215,8 @@ _ROLE_PLAYBOOK = """
 - name: Run the replay role's run tasks with a stand-in kvoffload-lab
   hosts: all
   gather_facts: false
+  roles:
+    - role: kvoffload
   tasks:
     - name: Replay, and say how it went
       block:

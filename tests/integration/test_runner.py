@@ -263,7 +263,8 @@ def test_the_extravars_file_is_readable_by_its_owner_only() -> None:
 def test_plays_are_timed_and_unit_states_come_back_in_events(ansible_home: Path, tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     with (ansible_home / "ansible.cfg").open("a") as cfg:
-        cfg.write(f"library = {repo / 'plugins' / 'modules'}\n")
+        # the collection's modules by FQCN, as the roles call them
+        cfg.write(f"collections_path = {repo / '.collections'}\n")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     # what a teardown's stop reads (its properties name Result) differs from what the collect reads
@@ -285,7 +286,7 @@ def test_plays_are_timed_and_unit_states_come_back_in_events(ansible_home: Path,
   gather_facts: false
   tasks:
     - name: Read the state of every unit
-      kvoffload_unit_states:
+      kvoffload.lab.kvoffload_unit_states:
         units: [kvoffload-lmcache.service]
         replica_dir: {tmp_path / "no-replicas"}
         properties: [NRestarts]
@@ -296,7 +297,7 @@ def test_plays_are_timed_and_unit_states_come_back_in_events(ansible_home: Path,
   gather_facts: false
   tasks:
     - name: Stop the units
-      kvoffload_unit_states:
+      kvoffload.lab.kvoffload_unit_states:
         units: [kvoffload-lmcache.service]
         replica_dir: {tmp_path / "no-replicas"}
         properties: [Result]

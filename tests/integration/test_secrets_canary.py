@@ -109,6 +109,7 @@ STAGE = """---
   hosts: vllm
   gather_facts: true
   roles:
+    - role: kvoffload
     - role: vllm
 """
 
@@ -122,6 +123,7 @@ def ansible_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(REPO / "ansible.cfg", home / "ansible.cfg")
     (home / "roles").symlink_to(REPO / "roles")
     (home / "plugins").symlink_to(REPO / "plugins")
+    (home / ".collections").symlink_to(REPO / ".collections")  # ansible.cfg's collections_path
     (home / "playbooks" / "stage.yml").write_text(STAGE)
     monkeypatch.setenv("KVOFFLOAD_ANSIBLE_DIR", str(home))
     return home

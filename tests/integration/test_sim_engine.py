@@ -588,7 +588,7 @@ def _l2_clear(path: Path, url: str, *check: str) -> dict[str, Any]:
     """The lmcache_server role's L2 clear: the kvoffload_l2_clear module, run by ansible on localhost."""
     done = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-         "-m", "kvoffload_l2_clear", "-a", json.dumps({"path": str(path), "url": url}), *check,
+         "-m", "kvoffload.lab.kvoffload_l2_clear", "-a", json.dumps({"path": str(path), "url": url}), *check,
          "-e", json.dumps({"ansible_python_interpreter": sys.executable})],
         capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"},

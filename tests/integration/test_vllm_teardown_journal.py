@@ -43,6 +43,7 @@ def _run(
         {
             "hosts": "all",
             "gather_facts": False,
+            "roles": [{"role": "kvoffload"}],
             "tasks": [
                 {
                     "ansible.builtin.include_role": {"name": "vllm", "tasks_from": "teardown_journal.yml"},

@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 PLAYBOOKS = ROOT / "playbooks"
 COLLECTION = "kvoffload.lab"
+# The variables-only role that holds the shared kvoffload_* variables, first in every play.
+SHARED = "kvoffload"
+SHARED_NOTE = "the shared variables, first in every play"
 
 
 def _cell(text: str) -> str:
@@ -46,14 +49,19 @@ def _description(option: dict[str, Any]) -> str:
 def playbooks_using(role: str) -> list[str]:
     """The collection's playbooks that run `role` (in a roles list, or by include/import_role name)."""
     pattern = re.compile(
-        rf"^\s*(?:-\s*)?(?:role|name):\s*(?:{re.escape(COLLECTION)}\.)?{re.escape(role)}\s*$|"
-        rf"^\s*-\s*(?:{re.escape(COLLECTION)}\.)?{re.escape(role)}\s*$",
+        rf"^\s*(?:-\s*)?(?:role|name):\s*(?:{re.escape(COLLECTION)}\.)?{re.escape(role)}\s*(?:#.*)?$|"
+        rf"^\s*-\s*(?:{re.escape(COLLECTION)}\.)?{re.escape(role)}\s*(?:#.*)?$",
         re.MULTILINE,
     )
     return sorted(p.name for p in PLAYBOOKS.glob("*.yml") if pattern.search(p.read_text()))
 
 
-def _options_table(options: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+def _defaults(role: str) -> dict[str, Any]:
+    path = ROLES / role / "defaults" / "main.yml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _options_table(options: dict[str, Any], defaults: dict[str, Any], shared: dict[str, Any]) -> list[str]:
     if not options:
         return ["This entry point takes no variables.", ""]
     lines = ["| variable | type | default | description |", "|---|---|---|---|"]
@@ -66,6 +74,8 @@ def _options_table(options: dict[str, Any], defaults: dict[str, Any]) -> list[st
             default = _value(option["default"])
         elif name in defaults:
             default = _value(defaults[name])
+        elif name in shared:
+            default = f"{_value(shared[name])} (role `{SHARED}`)"
         else:
             default = "required" if option.get("required") else "(unset)"
         text = _description(option)
@@ -81,8 +91,8 @@ def render(role: str) -> str:
     specs: dict[str, Any] = yaml.safe_load((base / "meta" / "argument_specs.yml").read_text())[
         "argument_specs"
     ]
-    defaults_file = base / "defaults" / "main.yml"
-    defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.is_file() else {}
+    defaults = _defaults(role)
+    shared = _defaults(SHARED) if role != SHARED else {}
     main = specs.get("main", {})
     description = main.get("description", [])
     paragraphs = description if isinstance(description, list) else [description]
@@ -109,7 +119,7 @@ def render(role: str) -> str:
         out += [f"## {title}", ""]
         if entry != "main":
             out += [" ".join(_description(spec).split()) or spec.get("short_description", ""), ""]
-        out += _options_table(spec.get("options") or {}, defaults)
+        out += _options_table(spec.get("options") or {}, defaults, shared)
     out += [
         "## Example",
         "",
@@ -117,6 +127,7 @@ def render(role: str) -> str:
         "- name: Use the role",
         "  hosts: all",
         "  roles:",
+        *([] if role == SHARED else [f"    - role: {COLLECTION}.{SHARED}  # {SHARED_NOTE}"]),
         f"    - role: {COLLECTION}.{role}",
         "```",
         "",

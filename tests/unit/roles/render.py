@@ -27,15 +27,27 @@ MANAGED = "Ansible managed: do not edit on the host"
 init_plugin_loader()
 
 
+def _trusted(value: Any) -> Any:
+    """A role file's value as Ansible holds it: every string in it a trusted template."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    return value
+
+
 def role_defaults(*roles: str) -> dict[str, Any]:
-    """The roles' defaults and their internal `vars/main.yml` values (templated lazily on render)."""
+    """The roles' defaults and their internal `vars/main.yml` values (templated lazily on render), after
+    those of the kvoffload role (the shared variables), as a play that lists it first gives them."""
     merged: dict[str, Any] = {}
-    for role in roles:
+    for role in ("kvoffload", *roles):
         for path in (ROLES / role / "defaults" / "main.yml", ROLES / role / "vars" / "main.yml"):
             if path.exists():
                 data = yaml.safe_load(path.read_text()) or {}
                 # Role files are trusted templates for Ansible (defaults may refer to other variables).
-                merged.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in data.items()})
+                merged.update({k: _trusted(v) for k, v in data.items()})
     return merged
 
 

@@ -52,7 +52,7 @@ def role_defaults_per_tier(inventory: Path, tmp_path: Path) -> dict[tuple[str, s
             "hosts": "lb:lmcache",
             "gather_facts": False,
             "vars_files": [
-                str(REPO / "roles" / r / "defaults" / "main.yml") for r in ("caddy", "lmcache_server")
+                str(REPO / "roles" / r / "defaults" / "main.yml") for r in ("kvoffload", "caddy", "lmcache_server")
             ],
             "tasks": [
                 {

@@ -124,14 +124,14 @@ def test_the_timers_of_periodic_disk_jobs_are_masked_for_the_cell() -> None:
     ):
         assert timer in timers
     (task,) = yaml.safe_load((TASKS / "quiet.yml").read_text())
-    assert task["kvoffload_quiet_timers"] == {
+    assert task["kvoffload.lab.kvoffload_quiet_timers"] == {
         "state": "quiet",
         "timers": "{{ nvme_storage_quiet_timers }}",
         "record": "/run/kvoffload/quiet-timers.json",
         "wait": "{{ nvme_storage_quiet_wait }}",
     }
     (undo,) = yaml.safe_load((TASKS / "unquiet.yml").read_text())
-    assert undo["kvoffload_quiet_timers"] == {
+    assert undo["kvoffload.lab.kvoffload_quiet_timers"] == {
         "state": "unquiet",
         "record": "/run/kvoffload/quiet-timers.json",
     }

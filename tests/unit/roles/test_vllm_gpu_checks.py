@@ -110,4 +110,4 @@ def test_real_replicas_start_one_first_to_fill_the_shared_compile_cache(
         "kvoffload_engine": engine,
         "kvoffload_engine_build": build,
     }
-    assert _template(task["kvoffload_start_units"]["one_first"], variables) is one_first
+    assert _template(task["kvoffload.lab.kvoffload_start_units"]["one_first"], variables) is one_first
