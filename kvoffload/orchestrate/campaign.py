@@ -44,6 +44,25 @@ from kvoffload.orchestrate.deployment import (
 )
 from kvoffload.orchestrate.estimate_inputs import campaign_estimate, measured_phases
 from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
+from kvoffload.orchestrate.playbooks_api import (
+    BETWEEN_CELLS_SKIP_TAGS,
+    CELL_SKIP_TAGS,
+    CLEAR_L2_NEXT_VAR,
+    CLEAR_L2_PLAY,
+    CLEAR_L2_VAR,
+    COLLECT_PLAY,
+    COLLECT_SOFTWARE_TAG,
+    DEPLOY,
+    INSTALL_TAG,
+    PREFLIGHT,
+    PROVISION,
+    REPLAY,
+    TEARDOWN,
+    TEARDOWN_AFTER_VAR,
+    TEARDOWN_PLAY,
+    UNQUIET_TAG,
+    ident_of,
+)
 from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
 from kvoffload.orchestrate.schedule import NodePlan, schedule
@@ -54,29 +73,6 @@ from kvoffload.profiles.resolve import caddy_profile
 from kvoffload.replay.command import WARMUP_REQUESTS
 
 log = logging.getLogger(__name__)
-# Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
-# disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
-CELL_SKIP_TAGS = ("install", "model", "quiet")
-# The extravars that empty the L2 of a running lmcache-server: LMCache 0.5.6's `/cache/clear` takes L1
-# only, so the lmcache_server role deletes L2's objects through `DELETE /cache/objects` (its clear_l2
-# tasks). CLEAR_L2_VAR: replay.yml's first play, after a reset (the probes' KV); CLEAR_L2_NEXT_VAR: its
-# collect play (collect.yml), before a next cell that keeps these engines. Riding on the playbook that
-# runs anyway costs no extra playbook start per cell.
-CLEAR_L2_VAR = "kvoffload_clear_l2"
-CLEAR_L2_NEXT_VAR = "kvoffload_clear_l2_next"
-# The first play of collect.yml, which replay.yml runs after the replay: the cell's `collect` timing is
-# measured from its start.
-COLLECT_PLAY = "Unit states, journal excerpts and software versions of every lab host"
-# What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
-BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
-# replay.yml ends with teardown.yml when this extravar is true (no next cell keeps the engines): the
-# teardown rides on the playbook that runs anyway. Its first play, from whose start the cell's
-# `teardown` timing is measured and the watch of the targets ends.
-TEARDOWN_AFTER_VAR = "kvoffload_teardown_after"
-TEARDOWN_PLAY = "Stop the cell's units"
-# replay.yml's first play: an fstrim there (after the reset's L2 clear) is this cell's, before its
-# replay; one in a later play (the collect's clear for the next cell, the teardown) is the next cell's.
-CLEAR_L2_PLAY = "Empty L2 of the reset's probes"
 
 
 class Progress(Protocol):
@@ -328,9 +324,9 @@ class CampaignRunner:
         `gate`, the doctor's cheap checks (the doctor's smoke check has made the full ones already)."""
         extravars = self._base_extravars()
         self._campaign_phase("preflight")
-        self.playbooks.run("preflight.yml", extravars, check=check, ident=self._ident("preflight"))
+        self.playbooks.run(PREFLIGHT, extravars, check=check, ident=self._ident("preflight"))
         self._campaign_phase("provision")
-        result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
+        result = self.playbooks.run(PROVISION, extravars, check=check, ident=self._ident("provision"))
         self.facts = host_facts(result.artifacts / "fact_cache")
         self._campaign_timings["provision"] = result.duration_s
         if gate and not check:
@@ -347,7 +343,7 @@ class CampaignRunner:
         cheap_gate(self.lab, self.playbooks, self.results.root / RUN_DOCTOR_DIR, hosts_python=hosts_python)
 
     def teardown(self) -> PlaybookResult:
-        return self.playbooks.run("teardown.yml", self._base_extravars(), ident=self._ident("teardown"))
+        return self.playbooks.run(TEARDOWN, self._base_extravars(), ident=self._ident("teardown"))
 
     def plan(self, cells: Sequence[Cell]) -> list[NodePlan]:
         """Which node runs which cells (kvoffload/orchestrate/schedule.py); nodes without work drop out."""
@@ -448,7 +444,7 @@ class CampaignRunner:
         if any(client in self.lab.node_hosts(self.lab.node(n)) for n in nodes) or not nodes:
             self._campaign_phase("install (client)", total)
             t0 = time.monotonic()
-            self.playbooks.run("replay.yml", extravars, tags=["install"], ident=self._ident("install-client"))
+            self.playbooks.run(REPLAY, extravars, tags=[INSTALL_TAG], ident=self._ident("install-client"))
             self._campaign_timings["install-client"] = round(time.monotonic() - t0, 3)
             return
         self._client_extravars = extravars
@@ -471,9 +467,9 @@ class CampaignRunner:
         t0 = time.monotonic()
         try:
             self.playbooks.run(
-                "replay.yml",
+                REPLAY,
                 self._client_extravars,
-                tags=["install"],
+                tags=[INSTALL_TAG],
                 ident=self._ident("install-client"),
                 cancel=self._stopping,
             )
@@ -564,7 +560,7 @@ class CampaignRunner:
             if deployed is not None and last is not None:
                 t0 = time.monotonic()
                 self.playbooks.run(
-                    "teardown.yml",
+                    TEARDOWN,
                     last[1],
                     limit=self._limit(node, client=False),
                     ident=self._ident("teardown-knee"),
@@ -660,12 +656,12 @@ class CampaignRunner:
         self.status.node_phase(node, "unquiet")
         try:
             self.playbooks.run(
-                "teardown.yml",
+                TEARDOWN,
                 cell_extravars(
                     self.lab, extravars_of, self.results.cell_dir(extravars_of), self._wheels(), node
                 ),
                 limit=self._limit(node, client=False),  # as the install masked them
-                tags=["unquiet"],
+                tags=[UNQUIET_TAG],
                 ident=self._ident(f"unquiet-{node}"),
             )
         except PlaybookFailed as exc:
@@ -793,12 +789,12 @@ class CampaignRunner:
                 limit=self._limit(node, client=client),
                 tags=tags,
                 skip_tags=skip,
-                ident=self._ident(playbook.removesuffix(".yml"), cell),
+                ident=self._ident(ident_of(playbook), cell),
                 cancel=self._stopping,
                 on_play=on_play,
                 fact_cache=self._node_facts(node),
             )
-            if playbook != "replay.yml":  # replay.yml's trims: after the replay, below
+            if playbook != REPLAY:  # replay.yml's trims: after the replay, below
                 self._note_l2_trims(node, result)
             return result
 
@@ -834,7 +830,7 @@ class CampaignRunner:
                         phase(
                             "install",
                             lambda: self.playbooks.run(
-                                "deploy.yml",
+                                DEPLOY,
                                 with_all,
                                 limit=self._limit(node, client=False),
                                 tags=CELL_SKIP_TAGS,
@@ -846,9 +842,9 @@ class CampaignRunner:
                     finally:
                         self._node_installed(node)  # the client installs while the engines start
                 if deployed is not None or reset_error is not None or install is not None:
-                    phase("teardown-before", lambda: play("teardown.yml", skip=BETWEEN_CELLS_SKIP_TAGS))
+                    phase("teardown-before", lambda: play(TEARDOWN, skip=BETWEEN_CELLS_SKIP_TAGS))
                 kept_units = {}
-                phase("deploy", lambda: play("deploy.yml", skip=CELL_SKIP_TAGS))
+                phase("deploy", lambda: play(DEPLOY, skip=CELL_SKIP_TAGS))
                 deployed = key
                 cold = phase("cold-check", lambda: check_cold(targets))
                 record["cold_start"] = {
@@ -899,7 +895,7 @@ class CampaignRunner:
                         reset = record["cold_start"]["method"] == "reset"
                         clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: keeping}
                         return play(
-                            "replay.yml",
+                            REPLAY,
                             # the collect's unit states and software come back in the run's events
                             # (_write_collected)
                             more={
@@ -915,7 +911,7 @@ class CampaignRunner:
                             skip=[
                                 *CELL_SKIP_TAGS,
                                 *BETWEEN_CELLS_SKIP_TAGS,
-                                *(["collect-software"] if source is not None else []),
+                                *([COLLECT_SOFTWARE_TAG] if source is not None else []),
                             ],
                             clear_l2=[var for var, wanted in clear.items() if wanted],
                             on_play=on_play,
@@ -1055,7 +1051,7 @@ class CampaignRunner:
         t0 = time.monotonic()
         try:
             result = self.playbooks.run(
-                "teardown.yml",
+                TEARDOWN,
                 extravars,
                 limit=self._limit(node, client=False),
                 skip_tags=() if final else BETWEEN_CELLS_SKIP_TAGS,

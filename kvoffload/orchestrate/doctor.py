@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kvoffload.doctor import checks as dc
 from kvoffload.errors import UserError
+from kvoffload.orchestrate.playbooks_api import DOCTOR
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
 
-PLAYBOOK = "doctor.yml"
+PLAYBOOK = DOCTOR  # playbooks_api names it
 # In a campaign's results folder: `doctor`'s record and the probes' answers; `run`'s cheap checks
 # keep theirs apart (RUN_DOCTOR_DIR/doctor.json), so a full doctor's record is never overwritten.
 DOCTOR_JSON = "doctor.json"

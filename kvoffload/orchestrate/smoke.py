@@ -28,6 +28,13 @@ import httpx
 from kvoffload.doctor import smoke as ds
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.coldstart import Endpoints
+from kvoffload.orchestrate.playbooks_api import (
+    BETWEEN_CELLS_SKIP_TAGS,
+    CELL_SKIP_TAGS,
+    DEPLOY,
+    NODE_INSTALL_TAGS,
+    TEARDOWN,
+)
 from kvoffload.orchestrate.probe import scrape
 from kvoffload.playbook import PlaybookFailed
 
@@ -44,11 +51,6 @@ STORE_WAIT_S = 60.0  # LMCache stores after the prefill, off the request's path:
 POLL_S = 0.5
 RESET_BOUND_S = 30.0  # as the cold-start reset's bound
 REQUEST_TIMEOUT_S = 600.0  # the first request on a fresh replica may compile kernels
-# What a cell's deploy skips once the node is installed (campaign.py CELL_SKIP_TAGS without `quiet`,
-# which the smoke never runs: the periodic disk jobs are not masked for it, so nothing to unmask).
-INSTALL_TAGS = ("install", "model")
-DEPLOY_SKIP_TAGS = ("install", "model", "quiet")
-TEARDOWN_SKIP_TAGS = ("unquiet",)
 
 
 class SmokeError(RuntimeError):
@@ -276,9 +278,11 @@ class PairSmoke:
 
         result: dict[str, Any] = {"node": node}
         try:
-            play("deploy.yml", tags=INSTALL_TAGS)
+            # the node's software and model as `run` installs them; its periodic disk jobs are never masked
+            # for the smoke (no `quiet`), so there is nothing to unmask at its end
+            play(DEPLOY, tags=NODE_INSTALL_TAGS)
             stage = "start"
-            play("deploy.yml", skip_tags=DEPLOY_SKIP_TAGS)
+            play(DEPLOY, skip_tags=CELL_SKIP_TAGS)
             stage = "endpoints"
             pair = pair_of(extravars, self.lab, node, lmcache_profile(cell.tier).chunk_size)
             result = round_trip(pair, self.client)
@@ -287,7 +291,7 @@ class PairSmoke:
         finally:
             stage = "stop"
             try:
-                play("teardown.yml", skip_tags=TEARDOWN_SKIP_TAGS)
+                play(TEARDOWN, skip_tags=BETWEEN_CELLS_SKIP_TAGS)
             except PlaybookFailed as exc:
                 log.error("doctor smoke: stopping the pair on %s failed: %s", node, exc)
                 result["stop_error"] = str(exc)

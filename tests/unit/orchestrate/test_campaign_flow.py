@@ -22,6 +22,7 @@ import yaml
 from kvoffload.config import load_lab
 from kvoffload.contracts.layout import CellPaths
 from kvoffload.orchestrate import campaign as campaign_mod
+from kvoffload.orchestrate import playbooks_api as api
 from kvoffload.orchestrate.campaign import CampaignRunner
 from kvoffload.orchestrate.coldstart import ResetFailed, ResetRecord
 from kvoffload.orchestrate.probe import ColdCheck
@@ -93,7 +94,7 @@ class Recorder:
             playbook += "+clear-l2"  # the lmcache_server role empties L2 in place before the replay
         if ev.get("kvoffload_clear_l2_next"):
             playbook += "+clear-l2-next"  # and after the replay's collect, for a next cell on these engines
-        teardown = bool(ev.get(campaign_mod.TEARDOWN_AFTER_VAR)) and playbook.startswith("replay.yml")
+        teardown = bool(ev.get(api.TEARDOWN_AFTER_VAR)) and playbook.startswith("replay.yml")
         if teardown:
             playbook += "+teardown"  # no next cell keeps the engines: replay.yml ends with teardown.yml
         with self.lock:
@@ -130,16 +131,16 @@ class Recorder:
                 self.active[node] -= 1
             if kw.get("tags") and "install" in kw["tags"]:
                 self.mark(f"installed {playbook} {node}")
-        plays = ((campaign_mod.COLLECT_PLAY, 0.0), (campaign_mod.TEARDOWN_PLAY, 0.0)) if teardown else ()
+        plays = ((api.COLLECT_PLAY, 0.0), (api.TEARDOWN_PLAY, 0.0)) if teardown else ()
         # the lmcache_server role's fstrim after each L2 wipe (trim_l2.yml), in the play that wiped
         wipes: list[str] = []
         if ev.get("lmcache_server_l2_path") and not kw.get("tags"):
             if "+clear-l2+" in playbook + "+" and playbook.startswith("replay.yml"):
-                wipes.append(campaign_mod.CLEAR_L2_PLAY)
+                wipes.append(api.CLEAR_L2_PLAY)
             if "+clear-l2-next" in playbook:
                 wipes.append("Empty L2 for the next cell, which keeps these engines")
             if teardown or playbook == "teardown.yml":
-                wipes.append(campaign_mod.TEARDOWN_PLAY)
+                wipes.append(api.TEARDOWN_PLAY)
         trims = tuple(
             (play, node, {"outcome": "trimmed", "message": f"{len(self.runs)} {playbook} {play}"})
             for play in wipes
@@ -275,7 +276,7 @@ def test_a_teardown_that_fails_at_the_end_of_the_replay_runs_again_on_its_own(
         if result.playbook == "replay.yml+teardown" and not failed:
             failed.append(playbook)
             stop = TaskFailure("gpu01.lab.example", "Stop Caddy", "systemctl stop exited 1",
-                               play=campaign_mod.TEARDOWN_PLAY)  # fmt: skip
+                               play=api.TEARDOWN_PLAY)  # fmt: skip
             raise PlaybookFailed(PlaybookResult("replay.yml", "failed", 2, {}, (stop,), Path("/nonexistent"),
                                                 0.0, plays=result.plays))  # fmt: skip
         return result
@@ -564,7 +565,8 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
 
 
 def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
-    from kvoffload.orchestrate.campaign import COLLECT_PLAY, TEARDOWN_PLAY, _split_collect
+    from kvoffload.orchestrate.campaign import _split_collect
+    from kvoffload.orchestrate.playbooks_api import COLLECT_PLAY, TEARDOWN_PLAY
 
     result = PlaybookResult(
         "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 30.0,
@@ -591,7 +593,7 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
     assert play["name"] == COLLECT_PLAY
     imported = yaml.safe_load((ROOT / "playbooks" / "replay.yml").read_text())
     assert [p["ansible.builtin.import_playbook"] for p in imported[-2:]] == ["collect.yml", "teardown.yml"]
-    assert imported[-1]["when"] == f"{campaign_mod.TEARDOWN_AFTER_VAR} | default(false) | bool"
+    assert imported[-1]["when"] == f"{api.TEARDOWN_AFTER_VAR} | default(false) | bool"
     # teardown.yml's first play is the one the teardown is timed from
     assert yaml.safe_load((ROOT / "playbooks" / "teardown.yml").read_text())[0]["name"] == TEARDOWN_PLAY
 
@@ -677,9 +679,9 @@ def test_each_nvme_cell_records_the_trim_after_the_last_wipe_before_its_replay(
         # the second cell keeps the engines: its own replay run cleared L2 after the reset and trimmed,
         # which replaces the trim of the first cell's collect
         assert runs[-2:] == ["replay.yml+clear-l2+teardown", "teardown.yml:unquiet"]
-        assert second["message"].endswith(f"replay.yml+clear-l2+teardown {campaign_mod.CLEAR_L2_PLAY}")
+        assert second["message"].endswith(f"replay.yml+clear-l2+teardown {api.CLEAR_L2_PLAY}")
     else:
         # restart: the first cell's replay ended with the teardown, whose wipe the second cell follows
-        assert second["message"].endswith(f"replay.yml+teardown {campaign_mod.TEARDOWN_PLAY}")
+        assert second["message"].endswith(f"replay.yml+teardown {api.TEARDOWN_PLAY}")
         assert second["message"].split()[0] == str(len(runs) - 3)  # the first cell's replay (1-based)
     assert second["outcome"] == "trimmed"
