@@ -196,7 +196,7 @@ def offload_cell(lab: LabConfig) -> Cell | None:
 
 
 def smoke_extravars(base: Mapping[str, Any], lab: LabConfig, node: str) -> dict[str, Any]:
-    """A cell's extravars (`base`, its `cell_extravars` on `node`) narrowed to the pair: the node's
+    """A cell's extravars (`base`, its plan's on `node`) narrowed to the pair: the node's
     first replica only, no Caddy, vLLM's dev mode for the local prefix-cache reset."""
     first = lab.node(node).replicas[0]
     return {
@@ -251,7 +251,8 @@ class PairSmoke:
         return ",".join(self.lab.node_hosts(self.lab.node(node))) if self.lab.multi_node else None
 
     def node(self, node: str) -> dict[str, Any]:
-        from kvoffload.orchestrate.deployment import cell_extravars
+        from kvoffload.contracts.layout import CellPaths
+        from kvoffload.orchestrate.cell_plan import CellPlan
         from kvoffload.profiles.resolve import lmcache_profile
 
         cell = offload_cell(self.lab)
@@ -261,9 +262,8 @@ class PairSmoke:
         facts_dir = folder / "facts"
         facts_dir.mkdir(parents=True)
         assert self.runner.wheels is not None  # prepare_wheelhouse() built them
-        extravars = smoke_extravars(
-            cell_extravars(self.lab, cell, folder / "cell", self.runner.wheels, node), self.lab, node
-        )
+        plan = CellPlan.build(self.lab, cell, CellPaths(folder / "cell"), self.runner.wheels, node)
+        extravars = smoke_extravars(plan.extravars, self.lab, node)
         stage = "install"
 
         def play(playbook: str, **kwargs: Any) -> None:

@@ -21,7 +21,7 @@ import yaml
 
 from kvoffload.config import load_lab
 from kvoffload.contracts.layout import CellPaths
-from kvoffload.orchestrate import campaign as campaign_mod
+from kvoffload.orchestrate import cell_run
 from kvoffload.orchestrate import playbooks_api as api
 from kvoffload.orchestrate.campaign import CampaignRunner
 from kvoffload.orchestrate.coldstart import ResetFailed, ResetRecord
@@ -193,10 +193,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
                 raise ResetFailed("vllm-x-0: not cold after the reset: 96 cached prompt tokens")
             return ResetRecord(cold=True)
 
-    monkeypatch.setattr(campaign_mod, "CacheReset", FakeReset)
-    monkeypatch.setattr(campaign_mod, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
-    monkeypatch.setattr(campaign_mod, "ReplayWatcher", _quiet_watch)
-    monkeypatch.setattr(campaign_mod, "TargetWatch", _quiet_watch)
+    monkeypatch.setattr(cell_run, "CacheReset", FakeReset)
+    monkeypatch.setattr(cell_run, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
+    monkeypatch.setattr(cell_run, "ReplayWatcher", _quiet_watch)
+    monkeypatch.setattr(cell_run, "TargetWatch", _quiet_watch)
     return state
 
 
@@ -546,7 +546,7 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
         on_update(WARMUP_REQUESTS + 40)  # every request of the dataset is done
         yield None
 
-    monkeypatch.setattr(campaign_mod, "ReplayWatcher", watcher)
+    monkeypatch.setattr(cell_run, "ReplayWatcher", watcher)
     runner, _rec = _runner(tmp_path, nodes=1)
     runner.expected_requests = lambda _cell: 40
     seen: list[tuple[int, int]] = []
@@ -565,7 +565,7 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
 
 
 def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
-    from kvoffload.orchestrate.campaign import _split_collect
+    from kvoffload.orchestrate.cell_run import split_collect
     from kvoffload.orchestrate.playbooks_api import COLLECT_PLAY, TEARDOWN_PLAY
 
     result = PlaybookResult(
@@ -574,7 +574,7 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
     )  # fmt: skip
     assert result.seconds_from(COLLECT_PLAY) == 2.5 and result.seconds_from("no such play") is None
     timings = {"replay": 30.2}  # the phase: the playbook and the orchestrator's own work around it
-    _split_collect(timings, result, teardown_after=False)
+    split_collect(timings, result, teardown_after=False)
     assert timings == {"replay": 27.7, "collect": 2.5}
     # with the teardown at its end: the teardown's plays are the cell's teardown phase
     ending = PlaybookResult(
@@ -582,11 +582,11 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
         plays=(("Replay the cell", 1.0), (COLLECT_PLAY, 27.5), (TEARDOWN_PLAY, 29.0)),
     )  # fmt: skip
     timings = {"replay": 30.2}
-    _split_collect(timings, ending, teardown_after=True)
+    split_collect(timings, ending, teardown_after=True)
     assert timings == {"replay": 27.7, "collect": 1.5, "teardown": 1.0}
     # the teardown's plays start (their tasks skipped) when no teardown was asked for: collect's time
     timings = {"replay": 30.2}
-    _split_collect(timings, ending, teardown_after=False)
+    split_collect(timings, ending, teardown_after=False)
     assert timings == {"replay": 27.7, "collect": 2.5}
     # collect.yml's first play is the one replay.yml imports under that name
     play = yaml.safe_load((ROOT / "playbooks" / "collect.yml").read_text())[0]
@@ -601,7 +601,7 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
 def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_role_writes_them(
     tmp_path: Path,
 ) -> None:
-    from kvoffload.orchestrate.campaign import _unit_states, _write_collected, host_software
+    from kvoffload.orchestrate.cell_record import host_software, unit_states, write_collected
 
     state = {"Id": "kvoffload-vllm@0.service", "LoadState": "loaded", "NRestarts": "2", "Result": "success"}
     software = {
@@ -616,10 +616,10 @@ def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_ro
         unit_states={"gpu01.lab.example": {"kvoffload-vllm@0.service": state}, "client01.lab.example": {}},
         software={"gpu01.lab.example": software},
     )  # fmt: skip
-    _write_collected(tmp_path, result)
+    write_collected(CellPaths(tmp_path), result)
     written = json.loads((tmp_path / "units" / "gpu01.lab.example.json").read_text())
     assert written == {"host": "gpu01.lab.example", "units": {"kvoffload-vllm@0.service": state}}
-    assert _unit_states(tmp_path) == {
+    assert unit_states(CellPaths(tmp_path)) == {
         "gpu01.lab.example--kvoffload-vllm@0.service": {**state, "host": "gpu01.lab.example"}
     }
     assert json.loads((tmp_path / "software" / "gpu01.lab.example.json").read_text()) == software
@@ -633,7 +633,7 @@ def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_ro
 def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_path: Path) -> None:
     import subprocess
 
-    from kvoffload.orchestrate.campaign import _unpack_fetched
+    from kvoffload.orchestrate.cell_record import unpack_fetched
 
     # the role's controller tarball is the path CellPaths names (the orchestrator unpacks it)
     role_vars = yaml.safe_load((ROOT / "roles/replay/vars/main.yml").read_text())
@@ -647,18 +647,19 @@ def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_pat
     cell_dir = tmp_path / "results" / "c1"
     cell_dir.mkdir(parents=True)
     (cell_dir / "cell.json").write_text("{}\n")
-    archive = CellPaths(cell_dir).fetched_archive
+    paths = CellPaths(cell_dir)
+    archive = paths.fetched_archive
     assert archive == cell_dir / ".fetched-c1.tar.gz"
     pack = ["tar", "--create", "--gzip", "--file", str(archive), "--directory", str(client), "."]
     subprocess.run(pack, check=True)
-    _unpack_fetched(cell_dir)
+    unpack_fetched(paths)
     assert (cell_dir / "requests.jsonl").read_text() == '{"id": 1}\n'
     assert (cell_dir / "metrics" / "samples.jsonl").is_file() and (cell_dir / "cell.json").is_file()
     assert not archive.exists()
-    _unpack_fetched(cell_dir)  # nothing fetched (a replay that failed before its fetch): nothing to do
+    unpack_fetched(paths)  # nothing fetched (a replay that failed before its fetch): nothing to do
     archive.write_bytes(b"not a tarball")
     with pytest.raises(RuntimeError, match=r"unpacking .*fetched-c1\.tar\.gz failed"):
-        _unpack_fetched(cell_dir)
+        unpack_fetched(paths)
 
 
 @pytest.mark.parametrize("cold_start", ["reset", "restart"])
