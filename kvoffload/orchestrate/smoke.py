@@ -19,7 +19,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +78,42 @@ def _keep(sums: Mapping[str, float], families: Sequence[str]) -> dict[str, float
     return {f: sums[f] for f in families if f in sums}
 
 
+@dataclass
+class _Counters:
+    """Both servers' counters of the round trip, by stage (`before`, `after_first`, `after_second`)."""
+
+    pair: Pair
+    client: httpx.Client
+    lm: dict[str, dict[str, float]] = field(default_factory=dict)
+    vl: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def read(self, stage: str) -> None:
+        self.lm[stage] = _keep(
+            scrape(f"{self.pair.lmcache}/metrics", client=self.client), ds.LMCACHE_FAMILIES
+        )
+        self.vl[stage] = _keep(scrape(f"{self.pair.replica}/metrics", client=self.client), ds.VLLM_FAMILIES)
+
+    def wait_for(
+        self,
+        family: str,
+        stage: str,
+        since: str,
+        bound_s: float,
+        poll_s: float,
+        sleep: Callable[[float], None],
+    ) -> None:
+        """Scrape until `family` rose above stage `since` (or the bound passes: the verdict says so)."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            self.read(stage)
+            if (
+                self.lm[stage].get(family, 0.0) > self.lm[since].get(family, 0.0)
+                or time.monotonic() >= deadline
+            ):
+                return
+            sleep(poll_s)
+
+
 def round_trip(
     pair: Pair,
     client: httpx.Client,
@@ -93,16 +129,15 @@ def round_trip(
     the first (once the store shows) and after the second. Never raises for what the servers answer:
     a step that fails is the facts' `stage` and `error`."""
     t0 = time.monotonic()
-    lm: dict[str, dict[str, float]] = {}
-    vl: dict[str, dict[str, float]] = {}
+    counters = _Counters(pair, client)
     facts: dict[str, Any] = {
         "node": pair.node,
         "replica": pair.replica,
         "lmcache_url": pair.lmcache,
         "chunk_size": pair.chunk_size,
         "requests": [],
-        "lmcache": lm,
-        "vllm": vl,
+        "lmcache": counters.lm,
+        "vllm": counters.vl,
     }
     body = {
         "model": pair.model,
@@ -110,35 +145,21 @@ def round_trip(
         "max_tokens": 1,
         "stream": False,
     }
-
-    def counters(stage: str) -> None:
-        lm[stage] = _keep(scrape(f"{pair.lmcache}/metrics", client=client), ds.LMCACHE_FAMILIES)
-        vl[stage] = _keep(scrape(f"{pair.replica}/metrics", client=client), ds.VLLM_FAMILIES)
-
-    def wait_for(family: str, stage: str, since: str) -> None:
-        """Scrape until `family` rose above stage `since` (or the bound passes: the verdict says so)."""
-        deadline = time.monotonic() + store_wait_s
-        while True:
-            counters(stage)
-            if lm[stage].get(family, 0.0) > lm[since].get(family, 0.0) or time.monotonic() >= deadline:
-                return
-            sleep(poll_s)
-
     step = "status"
     try:
         facts["status"] = _json(client.get(f"{pair.lmcache}/status"), "lmcache-server GET /status")
         step = "counters"
-        counters("before")
+        counters.read("before")
         step = "first request"
         facts["requests"].append(_usage(client.post(f"{pair.replica}/v1/chat/completions", json=body)))
         step = "store"
-        wait_for(ds.L1_WRITES, "after_first", "before")
+        counters.wait_for(ds.L1_WRITES, "after_first", "before", store_wait_s, poll_s, sleep)
         step = "prefix-cache reset"
         _reset_local(client, pair.replica, reset_bound_s, poll_s, sleep)
         step = "second request"
         facts["requests"].append(_usage(client.post(f"{pair.replica}/v1/chat/completions", json=body)))
         step = "retrieve"
-        wait_for(ds.HIT_TOKENS, "after_second", "after_first")
+        counters.wait_for(ds.HIT_TOKENS, "after_second", "after_first", store_wait_s, poll_s, sleep)
     except (httpx.HTTPError, SmokeError, ValueError) as exc:
         facts["stage"] = step
         facts["error"] = f"{type(exc).__name__}: {exc}" if isinstance(exc, httpx.HTTPError) else str(exc)
