@@ -192,7 +192,7 @@ class CellRun:
         following: Cell | None = None,
         install: Cell | None = None,
     ) -> None:
-        self.s = services
+        self.campaign = services
         self.plan = plan
         self.paths = plan.paths
         self.cell = plan.cell
@@ -217,12 +217,12 @@ class CellRun:
         cell, plan = self.cell, self.plan
         return CellRecord(
             cell_id=cell.id,
-            campaign=self.s.lab.campaign.name,
+            campaign=self.campaign.lab.campaign.name,
             config={**cell.config, "id": cell.id},
             node=self.node.name,
             engine_key=plan.engine_key,
             profiles=plan.profiles,
-            hosts=self.s.facts,
+            hosts=self.campaign.facts,
             targets=plan.target_hosts,
             l2_device=plan.l2_device,
             replay_argv=list(plan.replay_argv),
@@ -233,7 +233,7 @@ class CellRun:
     # -- the lifecycle ---------------------------------------------------------------------------------
     def run(self) -> CellOutcome:
         was_deployed, previous_key = self.deployed, self.node.last_key
-        self.s.results.start_cell(self.cell)
+        self.campaign.results.start_cell(self.cell)
         self.node.last_key = self.plan.engine_key
         self.record.write(self.paths)
         outcome = CellOutcome(CellStatus.DONE, str(CellStatus.DONE))
@@ -265,7 +265,7 @@ class CellRun:
     def reset(self) -> dict[str, Any]:
         """Empty the running engines' caches and prove the cell cold (kvoffload/orchestrate/coldstart)."""
         t0 = time.monotonic()
-        previous, probe = self.node.previous, self.s.probe_payload
+        previous, probe = self.node.previous, self.campaign.probe_payload
         payload = probe(previous) if probe and previous else None
         reset = CacheReset(Endpoints.from_targets(self.plan.targets), external=self.cell.tier != "gpu")
         outcome = reset.run(payload).to_json()
@@ -299,36 +299,38 @@ class CellRun:
         running by an earlier campaign that a deploy would not restart. Its deploy gathers the node's
         facts afresh, after what provision mounted and wrote."""
         node = self.node.name
-        facts = _empty_folder(self.s.node_facts(node))
-        extravars = self.s.plan_of(install, node).extravars
+        facts = _empty_folder(self.campaign.node_facts(node))
+        extravars = self.campaign.plan_of(install, node).extravars
         try:
             self.phase(
                 "install",
-                lambda: self.s.playbooks.run(
+                lambda: self.campaign.playbooks.run(
                     DEPLOY,
                     extravars,
-                    limit=self.s.limit(node, client=False),
+                    limit=self.campaign.limit(node, client=False),
                     tags=CELL_SKIP_TAGS,
-                    ident=self.s.ident("install", self.cell),
-                    cancel=self.s.stopping,
+                    ident=self.campaign.ident("install", self.cell),
+                    cancel=self.campaign.stopping,
                     fact_cache=facts,
                 ),
             )
         finally:
-            self.s.node_installed(node)  # the client installs while the engines start
+            self.campaign.node_installed(node)  # the client installs while the engines start
 
     def replay(self) -> None:
         """replay.yml: the replay on the client, its collect and (no next cell keeps the engines, and
         the client is no host of another node) the cell's teardown; then the collected files."""
         if self.cold_start == "reset" and self.following is not None:
-            self.keeping = self.s.plan_of(self.following, self.node.name).engine_key == self.plan.engine_key
-        self.teardown_after = not self.keeping and not self.s.client_of_another_node(self.node.name)
+            self.keeping = (
+                self.campaign.plan_of(self.following, self.node.name).engine_key == self.plan.engine_key
+            )
+        self.teardown_after = not self.keeping and not self.campaign.client_of_another_node(self.node.name)
         if self.plan.has_l2:  # the trim after the last wipe of L2 before this cell (null: none this run)
             self.record.l2_trim = self.node.l2_trim
-        if self.s.client.pending():
-            self.phase("wait-client", self.s.client.ready)  # once per run: not this cell's overhead
+        if self.campaign.client.pending():
+            self.phase("wait-client", self.campaign.client.ready)  # once per run: not this cell's overhead
         else:
-            self.s.client.ready()  # raises when the client's install failed
+            self.campaign.client.ready()  # raises when the client's install failed
         try:
             result = self.phase("replay", self.replay_play)
         except PlaybookFailed as exc:
@@ -348,12 +350,12 @@ class CellRun:
             self.node.software_from = self.paths
 
     def replay_play(self) -> PlaybookResult:
-        expected = self.s.expected_requests(self.cell) if self.s.expected_requests else 0
-        node, status = self.node.name, self.s.status
+        expected = self.campaign.expected_requests(self.cell) if self.campaign.expected_requests else 0
+        node, status = self.node.name, self.campaign.status
 
         def on_replay(finished: int) -> None:
             done = max(0, finished - WARMUP_REQUESTS)
-            self.s.progress.replay(done, expected)
+            self.campaign.progress.replay(done, expected)
             status.replay(node, done, expected)
 
         with (
@@ -410,7 +412,9 @@ class CellRun:
             self.teardown(final=True)
             self.record.write(self.paths)
             seconds = time.monotonic() - self.t0
-            self.s.status.cell_done(self.node.name, self.cell.id, str(CellStatus.INTERRUPTED), None, seconds)
+            self.campaign.status.cell_done(
+                self.node.name, self.cell.id, str(CellStatus.INTERRUPTED), None, seconds
+            )
 
     def failed(self, exc: Exception) -> CellOutcome:
         self.record.status = CellStatus.FAILED
@@ -431,10 +435,10 @@ class CellRun:
             outcome = self.check_whole()
         self.record.write(self.paths)
         if outcome.done:
-            self.s.results.mark_done(self.cell)
-        self.s.progress.cell_done(self.cell, outcome.text, self.timings["total"])
+            self.campaign.results.mark_done(self.cell)
+        self.campaign.progress.cell_done(self.cell, outcome.text, self.timings["total"])
         status, error = str(self.record.status), self.record.error
-        self.s.status.cell_done(self.node.name, self.cell.id, status, error, self.timings["total"])
+        self.campaign.status.cell_done(self.node.name, self.cell.id, status, error, self.timings["total"])
         if keep and outcome.done:
             return CellOutcome(outcome.status, outcome.text, self.plan.engine_key, self.record.units or {})
         if keep:  # the results were incomplete: do not carry this deployment over
@@ -466,10 +470,10 @@ class CellRun:
     # -- playbooks and phases --------------------------------------------------------------------------
     def phase(self, name: str, fn: Callable[[], T]) -> T:
         """One timed phase of the cell, on the display and in status.json; cell.json after it."""
-        if self.s.stopping():
+        if self.campaign.stopping():
             raise KeyboardInterrupt
-        self.s.progress.phase(self.cell, self.index, self.total, name + self.label)
-        self.s.status.phase(self.node.name, self.cell.id, name)
+        self.campaign.progress.phase(self.cell, self.index, self.total, name + self.label)
+        self.campaign.status.phase(self.node.name, self.cell.id, name)
         t0 = time.monotonic()
         try:
             return fn()
@@ -490,15 +494,15 @@ class CellRun:
         """A playbook of this cell on its node (and the client); `clear_l2` only where there is an L2."""
         node = self.node.name
         switches = {**(dict.fromkeys(clear_l2, True) if self.plan.has_l2 else {}), **(more or {})}
-        result = self.s.playbooks.run(
+        result = self.campaign.playbooks.run(
             playbook,
             self.plan.extravars_with(switches),
-            limit=self.s.limit(node, client=client),
+            limit=self.campaign.limit(node, client=client),
             skip_tags=skip,
-            ident=self.s.ident(ident_of(playbook), self.cell),
-            cancel=self.s.stopping,
+            ident=self.campaign.ident(ident_of(playbook), self.cell),
+            cancel=self.campaign.stopping,
             on_play=on_play,
-            fact_cache=self.s.node_facts(node),
+            fact_cache=self.campaign.node_facts(node),
         )
         if playbook != REPLAY:  # replay.yml's trims: after the replay (collected())
             self.note_l2_trims(result)
@@ -509,12 +513,12 @@ class CellRun:
         hosts their periodic disk jobs back, which after a node's last cell the campaign's unquiet does."""
         t0 = time.monotonic()
         try:
-            result = self.s.playbooks.run(
+            result = self.campaign.playbooks.run(
                 TEARDOWN,
                 self.plan.extravars,
-                limit=self.s.limit(self.node.name, client=False),
+                limit=self.campaign.limit(self.node.name, client=False),
                 skip_tags=() if final else BETWEEN_CELLS_SKIP_TAGS,
-                ident=self.s.ident("teardown", self.cell),
+                ident=self.campaign.ident("teardown", self.cell),
             )
         except PlaybookFailed as exc:
             self.record.teardown_error = str(exc)

@@ -48,7 +48,10 @@ EXTRAVARS: Mapping[str, Identity] = {
     "vllm_model_source": E,
     "vllm_model_hub_id": E,
     "vllm_model_dir": E,
-    "vllm_gpu_telemetry_interval": N,  # the GPU telemetry beside the engines, as often as the sampler
+    "vllm_gpu_telemetry_interval": N,
+    # the replicas to start (the role's default: the host's inventory `replicas`); only the doctor's
+    # smoke check narrows it, to the node's first replica (orchestrate/smoke.py)
+    "vllm_replicas": E,  # the GPU telemetry beside the engines, as often as the sampler
     # the node's lmcache-server (the lmcache_server role)
     "lmcache_server_enabled": E,
     "lmcache_server_args": E,

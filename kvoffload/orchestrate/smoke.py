@@ -28,6 +28,7 @@ import httpx
 from kvoffload.doctor import smoke as ds
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.coldstart import Endpoints
+from kvoffload.orchestrate.extravar_keys import check_declared
 from kvoffload.orchestrate.playbooks_api import (
     BETWEEN_CELLS_SKIP_TAGS,
     CELL_SKIP_TAGS,
@@ -220,12 +221,14 @@ def smoke_extravars(base: Mapping[str, Any], lab: LabConfig, node: str) -> dict[
     """A cell's extravars (`base`, its plan's on `node`) narrowed to the pair: the node's
     first replica only, no Caddy, vLLM's dev mode for the local prefix-cache reset."""
     first = lab.node(node).replicas[0]
-    return {
+    narrowed = {
         **base,
         "vllm_replicas": [{"index": first.index, "gpus": first.gpus}],
         "caddy_enabled": False,
         "vllm_env": dict(sorted({**base["vllm_env"], "VLLM_SERVER_DEV_MODE": "1"}.items())),
     }
+    check_declared(narrowed)
+    return narrowed
 
 
 def pair_of(extravars: Mapping[str, Any], lab: LabConfig, node: str, chunk_size: int) -> Pair:
