@@ -369,36 +369,41 @@ class CellRun:
                     watch.stop()
 
             try:
-                return self.play(REPLAY, **self.replay_options(), on_play=on_play)
+                return self.play(
+                    REPLAY,
+                    client=True,
+                    skip=self.replay_skips(),
+                    clear_l2=self.l2_clears(),
+                    more=self.replay_switches(),
+                    on_play=on_play,
+                )
             finally:
                 self.watched.extend(watch.faults())
                 unpack_fetched(self.paths)
 
-    def replay_options(self) -> dict[str, Any]:
-        """replay.yml's switches for this cell: what to clear, collect and tear down, what to skip."""
-        # after a reset, L2 holds the KV of the probes: emptied before the replay starts; the collect
-        # at the end empties it for a next cell that keeps these engines
-        reset = (self.record.cold_start or {}).get("method") == "reset"
-        clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: self.keeping}
+    def replay_switches(self) -> dict[str, bool]:
+        """replay.yml's own switches and the role writes it turns off for this cell."""
         return {
             # the collect's unit states and software come back in the run's events (collected())
-            "more": {
-                "collect_units_to_controller": False,
-                "collect_software_to_controller": False,
-                "replay_unpack_on_controller": False,  # unpack_fetched
-                "replay_keep_attempts": False,  # start_cell kept them
-                TEARDOWN_AFTER_VAR: self.teardown_after,
-            },
-            "client": True,
-            # nothing was installed since that cell's collect (once per node and run); the periodic
-            # disk jobs stay masked until the node's last cell is over
-            "skip": [
-                *CELL_SKIP_TAGS,
-                *BETWEEN_CELLS_SKIP_TAGS,
-                *([COLLECT_SOFTWARE_TAG] if self.node.software_from is not None else []),
-            ],
-            "clear_l2": [var for var, wanted in clear.items() if wanted],
+            "collect_units_to_controller": False,
+            "collect_software_to_controller": False,
+            "replay_unpack_on_controller": False,  # unpack_fetched
+            "replay_keep_attempts": False,  # start_cell kept them
+            TEARDOWN_AFTER_VAR: self.teardown_after,
         }
+
+    def replay_skips(self) -> list[str]:
+        """Nothing was installed since the node's first collect (once per node and run), whose software
+        later cells copy; the periodic disk jobs stay masked until the node's last cell is over."""
+        software = [COLLECT_SOFTWARE_TAG] if self.node.software_from is not None else []
+        return [*CELL_SKIP_TAGS, *BETWEEN_CELLS_SKIP_TAGS, *software]
+
+    def l2_clears(self) -> list[str]:
+        """After a reset, L2 holds the KV of the probes: emptied before the replay starts; the collect
+        at the end empties it for a next cell that keeps these engines."""
+        reset = (self.record.cold_start or {}).get("method") == "reset"
+        clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: self.keeping}
+        return [var for var, wanted in clear.items() if wanted]
 
     def collected(self, result: PlaybookResult) -> None:
         """What replay.yml brought back: the collect and teardown timings, units and software, trims."""
