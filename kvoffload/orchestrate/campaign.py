@@ -99,6 +99,10 @@ def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
 
 
 class CampaignRunner:
+    """One campaign's run on a lab: provision, the nodes' cells (each a `CellRun`), the knee search,
+    campaign.json; also the campaign-wide playbooks of `provision`, `teardown` and the doctor's smoke.
+    Implements `cell_run.CampaignServices` for its cells."""
+
     def __init__(
         self,
         lab: LabConfig,
