@@ -686,3 +686,28 @@ def test_each_nvme_cell_records_the_trim_after_the_last_wipe_before_its_replay(
         assert second["message"].endswith(f"replay.yml+teardown {api.TEARDOWN_PLAY}")
         assert second["message"].split()[0] == str(len(runs) - 3)  # the first cell's replay (1-based)
     assert second["outcome"] == "trimmed"
+
+
+def test_a_cell_that_does_not_start_cold_fails_says_why_and_is_torn_down(
+    tmp_path: Path, fakes: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hot = ColdCheck(False, {}, ("vllm-gpu01-0: 3 prefix-cache hits before any traffic",), ())
+    monkeypatch.setattr(cell_run, "check_cold", lambda _t: hot)
+    runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
+    outcome = runner.run(provision=False)
+    assert not outcome.done and len(outcome.failed) == 6
+    why = "cell did not start cold: vllm-gpu01-0: 3 prefix-cache hits before any traffic"
+    assert set(outcome.failed.values()) == {f"failed: {why}"}  # the display's text
+    # no replay ran; each cell's engines were stopped after its deploy
+    assert rec.for_node("gpu01.lab.example")[2:] == ["deploy.yml", "teardown.yml"] * 6 + [
+        "teardown.yml:unquiet"
+    ]
+    for cell in runner.lab.cells:
+        record = _cell_json(runner, cell.id)
+        assert (record["status"], record["error"]) == ("failed", why)
+        assert record["cold_start"]["cold"] is False and record["cold_start"]["problems"] == list(
+            hot.problems
+        )
+        assert "engines_kept" not in record and record["faults"] == [] and record["units"] == {}
+        assert {"deploy", "cold-check", "teardown", "total"} <= set(record["timings"])
+        assert not (runner.results.cell_dir(cell) / "DONE").exists()
