@@ -1,11 +1,13 @@
-"""Running a campaign: provision once, then each cell deploy -> cold-start check -> replay (with the
-sampler and before/after snapshots, on the client host) -> collect -> teardown, resumable.
+"""Running a campaign: provision once, then per node its cells in order, one thread per node, then the
+knee search; resumable.
 
-Resume: cells whose folder holds DONE are skipped; any other cell runs again from a fresh folder (the
-unfinished attempt is kept under attempts/). Ctrl-C: the current cell is marked interrupted, the lab is
-torn down, and KeyboardInterrupt propagates to the CLI. Phase timings, host facts, versions (the
-controller's tools), software (what ran on each lab host, from the collect role), targets and unit
-restart counts go to cell.json (docs/architecture.md section 9).
+`CampaignRunner` owns the run: scheduling (kvoffload/orchestrate/schedule.py), resume, the node threads,
+the client hosts' installs (kvoffload/orchestrate/client_install.py), the knee loop and campaign.json. Each
+cell's lifecycle is one `CellRun` (kvoffload/orchestrate/cell_run.py), on the cell's frozen `CellPlan`
+(kvoffload/orchestrate/cell_plan.py), built once per (cell, node) here. Resume: cells whose folder holds
+DONE are skipped; any other cell runs again from a fresh folder (the unfinished attempt is kept under
+attempts/). Ctrl-C: the current cell is marked interrupted, the lab is torn down, and KeyboardInterrupt
+propagates to the CLI (docs/architecture.md section 5).
 """
 
 from __future__ import annotations
@@ -13,83 +15,42 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import platform
 import re
 import shutil
-import signal
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import kvoffload
-from kvoffload.atomic import write_text_atomic
 from kvoffload.config import Cell, LabConfig
-from kvoffload.contracts.cell import CELL_SCHEMA, cell_json_text
-from kvoffload.contracts.layout import CellPaths
 from kvoffload.orchestrate import knee
+from kvoffload.orchestrate.cell_plan import CellPlan
+from kvoffload.orchestrate.cell_record import tool_versions
+from kvoffload.orchestrate.cell_run import CellOutcome, CellRun, NodeState, Progress, signals_deferred
 from kvoffload.orchestrate.client_install import ClientInstalls
-from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
-from kvoffload.orchestrate.deployment import (
-    cell_extravars,
-    cell_units,
-    deployment,
-    engine_key,
-    l2_device,
-    replay_command,
-    target_hosts,
-)
 from kvoffload.orchestrate.estimate_inputs import campaign_estimate, measured_phases
-from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
-from kvoffload.orchestrate.probe import ReplayWatcher, check_cold
+from kvoffload.orchestrate.playbooks_api import (
+    INSTALL_TAG,
+    PREFLIGHT,
+    PROVISION,
+    REPLAY,
+    TEARDOWN,
+    UNQUIET_TAG,
+)
 from kvoffload.orchestrate.results import CampaignResults, write_json_atomic
 from kvoffload.orchestrate.schedule import NodePlan, schedule
 from kvoffload.orchestrate.status import StatusBoard
 from kvoffload.orchestrate.wheelhouse import DEFAULT_HOSTS_PYTHON, Wheels, build_wheels
-from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner, ansible_dir
-from kvoffload.profiles.resolve import caddy_profile
-from kvoffload.replay.command import WARMUP_REQUESTS
+from kvoffload.playbook import PlaybookFailed, PlaybookResult, PlaybookRunner
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
-# Tags a cell's deploy and replay skip: installing software, staging the model and masking the periodic
-# disk jobs happen once per node and campaign (the first cell's `install` phase), not in every cell.
-CELL_SKIP_TAGS = ("install", "model", "quiet")
-# The extravars that empty the L2 of a running lmcache-server: LMCache 0.5.6's `/cache/clear` takes L1
-# only, so the lmcache_server role deletes L2's objects through `DELETE /cache/objects` (its clear_l2
-# tasks). CLEAR_L2_VAR: replay.yml's first play, after a reset (the probes' KV); CLEAR_L2_NEXT_VAR: its
-# collect play (collect.yml), before a next cell that keeps these engines. Riding on the playbook that
-# runs anyway costs no extra playbook start per cell.
-CLEAR_L2_VAR = "kvoffload_clear_l2"
-CLEAR_L2_NEXT_VAR = "kvoffload_clear_l2_next"
-# The first play of collect.yml, which replay.yml runs after the replay: the cell's `collect` timing is
-# measured from its start.
-COLLECT_PLAY = "Unit states, journal excerpts and software versions of every lab host"
-# What a teardown between two cells of a node skips: the disk jobs come back after the node's last cell.
-BETWEEN_CELLS_SKIP_TAGS = ("unquiet",)
-# replay.yml ends with teardown.yml when this extravar is true (no next cell keeps the engines): the
-# teardown rides on the playbook that runs anyway. Its first play, from whose start the cell's
-# `teardown` timing is measured and the watch of the targets ends.
-TEARDOWN_AFTER_VAR = "kvoffload_teardown_after"
-TEARDOWN_PLAY = "Stop the cell's units"
-# replay.yml's first play: an fstrim there (after the reset's L2 clear) is this cell's, before its
-# replay; one in a later play (the collect's clear for the next cell, the teardown) is the next cell's.
-CLEAR_L2_PLAY = "Empty L2 of the reset's probes"
 
-
-class Progress(Protocol):
-    """What the orchestrator tells the display (the CLI implements it)."""
-
-    def phase(self, cell: Cell | None, index: int, total: int, phase: str) -> None: ...
-
-    def task(self, name: str) -> None: ...
-
-    def replay(self, done: int, expected: int) -> None: ...
-
-    def cell_done(self, cell: Cell, status: str, seconds: float) -> None: ...
+__all__ = ["CampaignOutcome", "CampaignRunner", "Progress", "host_facts"]
 
 
 @dataclass
@@ -98,37 +59,6 @@ class CampaignOutcome:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     interrupted: str | None = None
-
-
-def _git_sha() -> str | None:
-    try:
-        proc = subprocess.run(
-            ["git", "-C", str(ansible_dir()), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-
-def tool_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {
-        "kvoffload-lab": kvoffload.__version__,
-        "git_sha": _git_sha(),
-        "python": platform.python_version(),
-        "ansible-core": version("ansible-core"),
-        "ansible-runner": version("ansible-runner"),
-    }
 
 
 def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
@@ -168,58 +98,11 @@ def host_facts(fact_cache: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _unit_states(cell_dir: Path) -> dict[str, Any]:
-    """`<host>--<unit>` -> the unit's collected state, from the collect role's `units/<host>.json`
-    (`{host, units: {unit: {property: value}}}`)."""
-    units: dict[str, Any] = {}
-    for path in sorted(CellPaths(cell_dir).units_dir.glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            for unit, state in data["units"].items():
-                units[f"{data['host']}--{unit}"] = {**state, "host": data["host"]}
-        except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError):
-            units[path.stem] = {"error": f"unreadable {path.name}"}
-    return units
-
-
-def _copy_tree(src: Path, dst: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(src, dst, dirs_exist_ok=True)
-
-
-def host_software(folder: Path) -> dict[str, Any]:
-    """host -> the collect role's `software/<host>.json` (groups, packages, python, gpu), for cell.json.
-
-    Empty when the folder is missing (collect did not run); an unreadable file maps to {"error": ...}.
-    """
-    software: dict[str, Any] = {}
-    if not folder.is_dir():
-        return software
-    for path in sorted(folder.glob("*.json")):
-        try:
-            software[path.stem] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            software[path.stem] = {"error": f"unreadable {path.name}"}
-    return software
-
-
-@contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Let teardown finish even if Ctrl-C is pressed again or SIGTERM arrives. Signal handlers belong
-    to the main thread: a node thread's teardown relies on the main thread deferring them (it does,
-    while it waits for the node threads after an interrupt)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 class CampaignRunner:
+    """One campaign's run on a lab: provision, the nodes' cells (each a `CellRun`), the knee search,
+    campaign.json; also the campaign-wide playbooks of `provision`, `teardown` and the doctor's smoke.
+    Implements `cell_run.CampaignServices` for its cells."""
+
     def __init__(
         self,
         lab: LabConfig,
@@ -242,24 +125,6 @@ class CampaignRunner:
         self.hosts_python = hosts_python
         self.expected_requests = expected_requests
         self.probe_payload = probe_payload
-        self._lock = threading.Lock()  # the outcome and the cell counter, shared by the node threads
-        self._started = 0
-        self._last_key: dict[str, str] = {}  # node -> engine key of its latest cell
-        # node -> a cell of this run whose collect read the node's (and the client's) software: software
-        # changes only in a node's install phase, once per run, so later cells copy that record
-        self._software_from: dict[str, Cell] = {}
-        # node -> the last fstrim of its L2 file system (after a wipe), which its next cell records
-        self._l2_trims: dict[str, dict[str, Any]] = {}
-        self._campaign_timings: dict[str, float] = {}
-        # what `plan` estimated for this run's cells and, once they ran, what they measured
-        # (kvoffload/orchestrate/estimate.py; campaign.json `estimate`)
-        self._estimate: dict[str, Any] | None = None
-        self._knee: list[knee.RampLog] = []
-        # facts, once a node's install gathered them, serve its later cells (_node_facts)
-        self._facts_dir = results.ansible / "facts"
-        # The client hosts' installs that run beside the nodes' first deploys (_prepare).
-        self._clients = ClientInstalls(self._install_client)
-        self._client_extravars: dict[str, Any] | None = None
         self.playbooks = PlaybookRunner(inventory, results.ansible, on_task=lambda _h, t: progress.task(t))
         self.wheels: Wheels | None = None
         self.facts: dict[str, dict[str, Any]] = {}
@@ -267,6 +132,23 @@ class CampaignRunner:
         self.status = StatusBoard(
             results.paths.status_json, lab.campaign.name, sample_interval_s=lab.campaign.sample_interval_s
         )
+        self._lock = threading.Lock()  # the outcome, the cell counter and the timings, shared by the threads
+        self._started = 0
+        self._nodes: dict[str, NodeState] = {}  # what each node's cells hand on to the next
+        self._plans: dict[tuple[str, str], CellPlan] = {}  # (cell id, node) -> the cell's plan there
+        self._campaign_timings: dict[str, float] = {}
+        # what `plan` estimated for this run's cells and, once they ran, what they measured
+        # (kvoffload/orchestrate/estimate.py; campaign.json `estimate`)
+        self._estimate: dict[str, Any] | None = None
+        self._knee: list[knee.RampLog] = []
+        # facts, once a node's install gathered them, serve its later cells (node_facts)
+        self._facts_dir = results.ansible / "facts"
+        self._provision = True  # run(): provision before the first cell
+        self._prepared = False  # _prepare ran (once per runner)
+        self._stop = threading.Event()  # a stop asked: every node stops at its next phase
+        # the client hosts' installs that run beside the nodes' first deploys (_prepare)
+        self._clients = ClientInstalls(self._install_client)
+        self._client_extravars: Mapping[str, Any] | None = None
 
     # -- campaign level -------------------------------------------------------------------------
     def write_campaign_json(self) -> None:
@@ -290,12 +172,21 @@ class CampaignRunner:
             },
         )
 
+    def plan_of(self, cell: Cell, node: str) -> CellPlan:
+        """The cell's plan on `node`, built once (the wheels first, when none are built yet)."""
+        key = (cell.id, node)
+        plan = self._plans.get(key)
+        if plan is None:
+            built = CellPlan.build(self.lab, cell, self.results.cell_paths(cell), self._wheels(), node)
+            with self._lock:
+                plan = self._plans.setdefault(key, built)
+        return plan
+
     def _base_extravars(self) -> dict[str, Any]:
         """The first cell's extravars for the campaign-wide playbooks (preflight, provision, the final
         teardown), which cover every node: without `kvoffload_node`, which limits preflight to one node's
         hosts (a plain run of one cell, roles/preflight/tasks/cell_hosts.yml)."""
-        first = self.lab.cells[0]
-        extravars = cell_extravars(self.lab, first, self.results.cell_dir(first), self._wheels())
+        extravars = dict(self.plan_of(self.lab.cells[0], self.lab.nodes[0].name).extravars)
         del extravars["kvoffload_node"]
         return extravars
 
@@ -332,9 +223,9 @@ class CampaignRunner:
         `gate`, the doctor's cheap checks (the doctor's smoke check has made the full ones already)."""
         extravars = self._base_extravars()
         self._campaign_phase("preflight")
-        self.playbooks.run("preflight.yml", extravars, check=check, ident=self._ident("preflight"))
+        self.playbooks.run(PREFLIGHT, extravars, check=check, ident=self.ident("preflight"))
         self._campaign_phase("provision")
-        result = self.playbooks.run("provision.yml", extravars, check=check, ident=self._ident("provision"))
+        result = self.playbooks.run(PROVISION, extravars, check=check, ident=self.ident("provision"))
         self.facts = host_facts(result.artifacts / "fact_cache")
         self._campaign_timings["provision"] = result.duration_s
         if gate and not check:
@@ -351,7 +242,7 @@ class CampaignRunner:
         cheap_gate(self.lab, self.playbooks, self.results.root / RUN_DOCTOR_DIR, hosts_python=hosts_python)
 
     def teardown(self) -> PlaybookResult:
-        return self.playbooks.run("teardown.yml", self._base_extravars(), ident=self._ident("teardown"))
+        return self.playbooks.run(TEARDOWN, self._base_extravars(), ident=self.ident("teardown"))
 
     def plan(self, cells: Sequence[Cell]) -> list[NodePlan]:
         """Which node runs which cells (kvoffload/orchestrate/schedule.py); nodes without work drop out."""
@@ -361,9 +252,8 @@ class CampaignRunner:
     def run(self, only: Sequence[str] | None = None, provision: bool = True) -> CampaignOutcome:
         outcome = CampaignOutcome()
         self.write_campaign_json()
-        cells = [c for c in self.lab.cells if not only or c.id in only]
         todo: list[Cell] = []
-        for cell in cells:
+        for cell in (c for c in self.lab.cells if not only or c.id in only):
             if self.results.is_done(cell):
                 outcome.skipped.append(cell.id)
             else:
@@ -379,21 +269,7 @@ class CampaignRunner:
         shutil.rmtree(self._facts_dir, ignore_errors=True)  # nothing an earlier run saw of the hosts
         ended = "interrupted"  # what status.json says if the run stops by an exception
         try:
-            if todo:
-                plans = self.plan(todo)
-                self._estimate = self._estimate_of(todo)
-                self.status.start({p.node: [c.id for c in p.cells] for p in plans}, outcome.skipped)
-                self._prepare(todo[0], len(todo), [p.node for p in plans])
-                if len(plans) == 1:
-                    try:
-                        self._run_node(plans[0], len(todo), outcome)
-                    except KeyboardInterrupt:
-                        self._stop.set()  # the client's install, if it still runs, stops too
-                        raise
-                else:
-                    self._run_nodes(plans, len(todo), outcome)
-            else:
-                self.status.start({}, outcome.skipped)  # the knee search's steps join as they start
+            self._run_cells(todo, outcome)
             if knee_search:
                 self._knee_search(len(todo), outcome)
             ended = "failed" if outcome.failed else "done"
@@ -403,22 +279,44 @@ class CampaignRunner:
             ended = "failed"
             raise
         finally:
-            self.status.finish(ended)
-            with _signals_deferred():
-                self._clients.join()  # canceled with the cells when the run stops
-            beside = self._clients.seconds()  # the installs that ran beside the nodes' deploys
-            if beside is not None:
-                self._campaign_timings["install-client"] = max(
-                    self._campaign_timings.get("install-client", 0.0), beside
-                )
-            self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
-            if self._estimate is not None:
-                self._estimate["measured"] = measured_phases(
-                    self.results.paths, list(self._estimate["cells"]), self._campaign_timings["cells"]
-                )
-            self.write_campaign_json()
-            shutil.rmtree(self._facts_dir, ignore_errors=True)
+            self._end_run(ended, t0)
         return outcome
+
+    def _run_cells(self, todo: Sequence[Cell], outcome: CampaignOutcome) -> None:
+        """The campaign's cells still to run: the nodes at once, each its own cells in order."""
+        if not todo:
+            self.status.start({}, outcome.skipped)  # the knee search's steps join as they start
+            return
+        plans = self.plan(todo)
+        self._estimate = self._estimate_of(todo)
+        self.status.start({p.node: [c.id for c in p.cells] for p in plans}, outcome.skipped)
+        self._prepare(todo[0], len(todo), [p.node for p in plans])
+        if len(plans) > 1:
+            self._run_nodes(plans, len(todo), outcome)
+            return
+        try:
+            self._run_node(plans[0], len(todo), outcome)
+        except KeyboardInterrupt:
+            self._stop.set()  # the client hosts' installs, if they still run, stop too
+            raise
+
+    def _end_run(self, ended: str, t0: float) -> None:
+        """status.json's final state, the client hosts' installs over, the run's timings in campaign.json."""
+        self.status.finish(ended)
+        with signals_deferred():
+            self._clients.join()  # canceled with the cells when the run stops
+        beside = self._clients.seconds()  # the installs that ran beside the nodes' deploys
+        if beside is not None:
+            self._campaign_timings["install-client"] = max(
+                self._campaign_timings.get("install-client", 0.0), beside
+            )
+        self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
+        if self._estimate is not None:
+            self._estimate["measured"] = measured_phases(
+                self.results.paths, list(self._estimate["cells"]), self._campaign_timings["cells"]
+            )
+        self.write_campaign_json()
+        shutil.rmtree(self._facts_dir, ignore_errors=True)
 
     def _estimate_of(self, todo: Sequence[Cell]) -> dict[str, Any] | None:
         """What `plan` estimates for `todo` (None, logged, when it cannot: a guide never stops a run)."""
@@ -428,23 +326,21 @@ class CampaignRunner:
             log.warning("no estimate of the run's time: %s: %s", type(exc).__name__, exc)
             return None
 
-    _provision = True
-    _prepared = False
-
     def _prepare(self, cell: Cell, total: int, nodes: Sequence[str]) -> None:
         """Once per run, before its first cell: provision, then the client hosts' software and dataset
         (the node threads' replays then skip those).
 
         A client host's install does not hold up the nodes (kvoffload/orchestrate/client_install.py):
-        it starts once every node of the run has installed its own software and runs while the nodes
-        start their first engines. Every replay waits for its own client host's install
-        (`_client_ready`). A client host that is also one of the nodes' hosts installs first, alone."""
+        it starts once every node of the run has installed its own software (so that the pip runs
+        never share a host's cores) and runs while the nodes start their first engines (a model load:
+        minutes on GPUs). Every replay waits for its own client host's install (`client_ready`). A
+        client host that is also one of the nodes' hosts installs first, alone."""
         if self._prepared:
             return
         self._prepared = True
         if self._provision:
             self.provision()
-        self._client_extravars = cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels())
+        self._client_extravars = self.plan_of(cell, self.lab.nodes[0].name).extravars
         assignment = self.lab.client_assignment
         clients = list(dict.fromkeys(assignment[n] for n in nodes)) if nodes else [self.lab.clients[0].name]
         node_hosts = {h for n in nodes for h in self.lab.node_hosts(self.lab.node(n))}
@@ -464,24 +360,25 @@ class CampaignRunner:
         assert self._client_extravars is not None
         several = len(self.lab.clients) > 1
         self.playbooks.run(
-            "replay.yml",
+            REPLAY,
             self._client_extravars,
-            tags=["install"],
+            tags=[INSTALL_TAG],
             limit=client if several else None,
-            ident=self._ident(f"install-client-{client}" if several else "install-client"),
-            cancel=self._stopping,
+            ident=self.ident(f"install-client-{client}" if several else "install-client"),
+            cancel=self.stopping,
         )
 
-    def _node_installed(self, node: str) -> None:
-        """`node`'s install is over (or will not happen): client installs waiting for it last start."""
-        self._clients.node_installed(node)
-
-    def _client_pending(self, node: str) -> bool:
+    def client_pending(self, node: str) -> bool:
+        """Whether `node`'s client host still installs."""
         return self._clients.pending(self.lab.client_of(self.lab.node(node)).name)
 
-    def _client_ready(self, node: str) -> None:
+    def client_ready(self, node: str) -> None:
         """Before a replay on `node`: wait for its client host's install; a failed one fails the cell."""
-        self._clients.ready(self.lab.client_of(self.lab.node(node)).name, self._stopping)
+        self._clients.ready(self.lab.client_of(self.lab.node(node)).name, self.stopping)
+
+    def node_installed(self, node: str) -> None:
+        """`node`'s install is over (or will not happen): client installs that waited for it last start."""
+        self._clients.node_installed(node)
 
     def _knee_search(self, total: int, outcome: CampaignOutcome) -> None:
         """The campaign's knee search (kvoffload/orchestrate/knee.py): each ramp on the node that ran
@@ -500,65 +397,58 @@ class CampaignRunner:
 
     def _knee_node(self, node: str, seeds: Sequence[Cell], total: int, outcome: CampaignOutcome) -> None:
         """The ramps of `seeds`, one after the other on `node`, on one set of engines."""
-        deployed: str | None = None
-        baseline: dict[str, Any] = {}
-        previous: Cell | None = None
-        last: tuple[Cell, dict[str, Any]] | None = None
+        state = self._node_state(node)
+        state.new_chain()
+        last: Cell | None = None
         try:
             for seed in seeds:
-                log = knee.RampLog(seed.tier, seed.num_rounds, seed.isl, str(seed.osl), node=node)
-                self._knee.append(log)
-                for cell in knee.walk(
-                    self.lab.campaign, seed, lambda: knee.campaign_summary(self.results.root), log, node=node
-                ):
+                ramp = knee.RampLog(seed.tier, seed.num_rounds, seed.isl, str(seed.osl), node=node)
+                self._knee.append(ramp)
+                for cell in knee.walk(self.lab.campaign, seed, self._summary, ramp, node=node):
                     if self.results.is_done(cell):
                         outcome.skipped.append(cell.id)
                         continue
-                    first = previous is None
-                    # a resumed run whose campaign cells were all done
-                    self._prepare(cell, total, [node])
-                    with self._lock:
-                        self._started += 1
-                        index = self._started
-                    status, deployed, baseline = self.run_cell(
-                        cell,
-                        index,
-                        max(total, index),
-                        node=node,
-                        deployed=deployed,
-                        previous=previous,
-                        following=cell,  # keep the engines: the ramp may go on at this tier
-                        baseline=baseline,
-                        # the node's software and quiet disk jobs again: its last cell gave them back
-                        install=cell if first else None,
-                    )
-                    self._node_installed(node)  # the client's install waits for no one now
-                    previous = cell
-                    last = (
-                        cell,
-                        cell_extravars(self.lab, cell, self.results.cell_dir(cell), self._wheels(), node),
-                    )
-                    if status == "done":
-                        outcome.done.append(cell.id)
-                    else:
-                        outcome.failed[cell.id] = status
+                    self._knee_step(cell, state, total, outcome)
+                    last = cell
         finally:
-            if deployed is None and last is not None:
-                self._unquiet(node, last[0])  # the last step's teardown kept them masked
-            if deployed is not None and last is not None:
-                t0 = time.monotonic()
-                self.playbooks.run(
-                    "teardown.yml",
-                    last[1],
-                    limit=self._limit(node, client=False),
-                    ident=self._ident("teardown-knee"),
-                )
-                self._campaign_timings["teardown-knee-search"] = round(time.monotonic() - t0, 3)
+            if last is not None:
+                self._end_knee_node(state, last)
+
+    def _summary(self) -> pd.DataFrame:
+        """The campaign's summary table as the knee search reads it (after every step)."""
+        return knee.campaign_summary(self.results.root)
+
+    def _knee_step(self, cell: Cell, state: NodeState, total: int, outcome: CampaignOutcome) -> None:
+        """One step of a ramp: keep the engines (the ramp may go on at this tier); the node's first
+        step installs its software and quiets its disk jobs again (its last cell gave them back)."""
+        first = state.previous is None
+        self._prepare(cell, total, [state.name])  # a resumed run whose campaign cells were all done
+        index = self._next_index()
+        result = self.run_cell(
+            cell, index, max(total, index), state, following=cell, install=cell if first else None
+        )
+        self.node_installed(state.name)  # the client's install waits for no one now
+        state.previous = cell
+        self._tally(cell, result, outcome)
+
+    def _end_knee_node(self, state: NodeState, last: Cell) -> None:
+        """After a node's ramps: its engines down, else (the last step's teardown kept them masked) its
+        periodic disk jobs back."""
+        if state.deployed is None:
+            self._unquiet(state.name, last)
+            return
+        t0 = time.monotonic()
+        self.playbooks.run(
+            TEARDOWN,
+            self.plan_of(last, state.name).extravars,
+            limit=self.limit(state.name, client=False),
+            ident=self.ident("teardown-knee"),
+        )
+        self._campaign_timings["teardown-knee-search"] = round(time.monotonic() - t0, 3)
 
     def _run_nodes(self, plans: Sequence[NodePlan], total: int, outcome: CampaignOutcome) -> None:
         """One thread per node. A node that fails a cell goes on with its next one; Ctrl-C stops every
         node (each tears its cell down) and then propagates."""
-        assert self._stop is not None  # run() made it
         errors: dict[str, BaseException] = {}
 
         def work(plan: NodePlan) -> None:
@@ -569,7 +459,6 @@ class CampaignRunner:
                 if isinstance(exc, KeyboardInterrupt):
                     # a stop canceled this node's playbook: the other nodes stop at their next phase
                     # (their running playbooks were canceled by the same request)
-                    assert self._stop is not None
                     self._stop.set()
 
         threads = [threading.Thread(target=work, args=(p,), name=f"node-{p.node}") for p in plans]
@@ -581,59 +470,53 @@ class CampaignRunner:
                     thread.join(timeout=0.5)
         except KeyboardInterrupt:
             self._stop.set()
-            with _signals_deferred():
+            with signals_deferred():
                 for thread in threads:
                     thread.join()
             raise
-        interrupts = [e for e in errors.values() if isinstance(e, KeyboardInterrupt)]
-        if interrupts:
-            raise interrupts[0]
-        if errors:
-            node, exc = next(iter(errors.items()))
-            raise RuntimeError(f"node {node}: {exc}") from exc
+        _raise_node_errors(errors)
 
-    _stop: threading.Event | None = None
-
-    def _stopping(self) -> bool:
-        return self._stop is not None and self._stop.is_set()
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def _run_node(self, plan: NodePlan, total: int, outcome: CampaignOutcome) -> None:
         """The node's cells in order, keeping the engines up between cells that share them."""
-        deployed: str | None = None
-        baseline: dict[str, Any] = {}
-        previous: Cell | None = None
+        state = self._node_state(plan.node)
+        state.new_chain()
         # The node installs once what its cells need: with an offload cell among them, the cache server.
         install = next((c for c in plan.cells if c.tier != "gpu"), plan.cells[0])
         for i, cell in enumerate(plan.cells):
             following = plan.cells[i + 1] if i + 1 < len(plan.cells) else None
-            with self._lock:
-                self._started += 1
-                index = self._started
+            index = self._next_index()
             try:
-                status, deployed, baseline = self.run_cell(
-                    cell,
-                    index,
-                    total,
-                    node=plan.node,
-                    deployed=deployed,
-                    previous=previous,
-                    following=following,
-                    baseline=baseline,
-                    install=install if i == 0 else None,
+                result = self.run_cell(
+                    cell, index, total, state, following=following, install=install if i == 0 else None
                 )
             except KeyboardInterrupt:
                 with self._lock:
                     outcome.interrupted = outcome.interrupted or cell.id
                 raise
             finally:
-                self._node_installed(plan.node)  # also when its install failed or never began
-            with self._lock:
-                if status == "done":
-                    outcome.done.append(cell.id)
-                else:
-                    outcome.failed[cell.id] = status
-            previous = cell
+                self.node_installed(plan.node)  # also when its install failed or never began
+            self._tally(cell, result, outcome)
+            state.previous = cell
         self._unquiet(plan.node, extravars_of=plan.cells[-1])
+
+    def _node_state(self, node: str) -> NodeState:
+        with self._lock:
+            return self._nodes.setdefault(node, NodeState(node))
+
+    def _next_index(self) -> int:
+        with self._lock:
+            self._started += 1
+            return self._started
+
+    def _tally(self, cell: Cell, result: CellOutcome, outcome: CampaignOutcome) -> None:
+        with self._lock:
+            if result.done:
+                outcome.done.append(cell.id)
+            else:
+                outcome.failed[cell.id] = result.text
 
     def _unquiet(self, node: str, extravars_of: Cell) -> None:
         """After a node's last cell: give its hosts their periodic disk jobs back, which the node's install
@@ -644,13 +527,11 @@ class CampaignRunner:
         self.status.node_phase(node, "unquiet")
         try:
             self.playbooks.run(
-                "teardown.yml",
-                cell_extravars(
-                    self.lab, extravars_of, self.results.cell_dir(extravars_of), self._wheels(), node
-                ),
-                limit=self._limit(node, client=False),  # as the install masked them
-                tags=["unquiet"],
-                ident=self._ident(f"unquiet-{node}"),
+                TEARDOWN,
+                self.plan_of(extravars_of, node).extravars,
+                limit=self.limit(node, client=False),  # as the install masked them
+                tags=[UNQUIET_TAG],
+                ident=self.ident(f"unquiet-{node}"),
             )
         except PlaybookFailed as exc:
             log.error("giving %s its periodic disk jobs back failed: %s", node, exc)
@@ -658,12 +539,12 @@ class CampaignRunner:
         with self._lock:
             self._campaign_timings[f"unquiet-{node}"] = round(time.monotonic() - t0, 3)
 
-    def _ident(self, phase: str, cell: Cell | None = None) -> str:
+    def ident(self, phase: str, cell: Cell | None = None) -> str:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         return f"{stamp}-{cell.id}-{phase}" if cell else f"{stamp}-{phase}"
 
-    # -- one cell -------------------------------------------------------------------------------
-    def _limit(self, node: str, *, client: bool) -> str | None:
+    # -- what a cell takes from its campaign (cell_run.CampaignServices) ---------------------------
+    def limit(self, node: str, *, client: bool) -> str | None:
         """`--limit` for a cell's playbooks: None in a lab of one node and one client host (every group
         is this run's); else the node's hosts, and its client host when the playbook replays or
         collects there."""
@@ -673,12 +554,12 @@ class CampaignRunner:
         hosts = self.lab.node_hosts(host)
         return ",".join([*hosts, self.lab.client_of(host).name] if client else hosts)
 
-    def _client_of_another_node(self, node: str) -> bool:
-        """Whether the client host deploys cells of a node other than `node` (a lab may put it there)."""
+    def client_of_another_node(self, node: str) -> bool:
+        """Whether `node`'s client host deploys cells of another node (a lab may put it there)."""
         client = self.lab.client_of(self.lab.node(node)).name
         return any(client in self.lab.node_hosts(other) for other in self.lab.nodes if other.name != node)
 
-    def _node_facts(self, node: str) -> Path:
+    def node_facts(self, node: str) -> Path:
         """The fact cache (jsonfile) of the node's playbooks in this run: its install empties it and
         gathers the node's facts afresh, after what provision mounted and wrote (the L2 file system, the
         GPU's local facts); with `gathering = smart` (ansible.cfg) its cells' deploys then gather none,
@@ -686,444 +567,31 @@ class CampaignRunner:
         not change during a run once a node is provisioned. Removed as the run ends."""
         return self._facts_dir / node
 
-    def _keeps_engines(self, cell: Cell, key: str, following: Cell | None, node: str) -> bool:
-        """Whether the engines stay up after `cell`: the next cell on the node runs the same ones."""
-        if following is None or self.lab.campaign.cold_start != "reset":
-            return False
-        nxt = cell_extravars(self.lab, following, self.results.cell_dir(following), self._wheels(), node)
-        return engine_key(nxt) == key
-
     def run_cell(
         self,
         cell: Cell,
         index: int,
         total: int,
+        state: NodeState,
         *,
-        node: str | None = None,
-        deployed: str | None = None,
-        previous: Cell | None = None,
         following: Cell | None = None,
-        baseline: dict[str, Any] | None = None,
         install: Cell | None = None,
-    ) -> tuple[str, str | None, dict[str, Any]]:
-        """Run one cell to DONE on `node` (default: the first node).
-
-        `deployed` is the engine key of what already runs on the node (None: nothing of this
-        campaign); when it is this cell's, the cell is made cold by a reset instead of a restart.
-        Returns the status ("done" or a failure text), the engine key left running (None after a
-        teardown) and the unit states to judge the next cell's restart counts against. `install`:
-        first install the node's software and model with that cell's variables (the node's first
-        cell). Ctrl-C tears down and re-raises.
-        """
-        node = node or self.lab.nodes[0].name
-        was_deployed = deployed
-        previous_key = self._last_key.get(node)
-        cell_dir = self.results.start_cell(cell)
-        extravars = cell_extravars(self.lab, cell, cell_dir, self._wheels(), node)
-        key = engine_key(extravars)
-        self._last_key[node] = key
-        targets = extravars["replay_metrics_targets"]
-        record: dict[str, Any] = {
-            "schema": CELL_SCHEMA,
-            "cell_id": cell.id,
-            "campaign": self.lab.campaign.name,
-            "status": "running",
-            "config": {**cell.config, "id": cell.id},
-            "node": node,
-            "client": self.lab.client_of(self.lab.node(node)).name,
-            "engine_key": key,
-            "profiles": {
-                "engine": cell.engine_profile,
-                "lmcache": cell.lmcache_profile,
-                "caddy": caddy_profile(cell.tier).lb_policy
-                if len(deployment(self.lab, cell, node).replicas) >= 2
-                else None,
-            },
-            "hosts": self.facts,
-            "targets": target_hosts(self.lab, cell, targets, node),
-            "l2_device": l2_device(self.lab, cell, node),
-            "replay_argv": replay_command(extravars),
-            "timings": {},
-            "versions": tool_versions(),
-            "software": {},  # filled from the collect role's files once the cell is over
-            "started_at": time.time(),
-        }
-        timings: dict[str, float] = record["timings"]
-        _write_cell(cell_dir, record)
-        label = f" on {node}" if self.lab.multi_node else ""
-
-        def phase(name: str, fn: Callable[[], Any]) -> Any:
-            if self._stopping():
-                raise KeyboardInterrupt
-            self.progress.phase(cell, index, total, name + label)
-            self.status.phase(node, cell.id, name)
-            t0 = time.monotonic()
-            try:
-                return fn()
-            finally:
-                timings[name] = round(time.monotonic() - t0, 3)
-                _write_cell(cell_dir, record)
-
-        def play(
-            playbook: str,
-            *,
-            client: bool = False,
-            tags: Sequence[str] = (),
-            skip: Sequence[str] = (),
-            clear_l2: Sequence[str] = (),
-            more: dict[str, Any] | None = None,
-            on_play: Callable[[str], None] | None = None,
-        ) -> PlaybookResult:
-            result = self.playbooks.run(
-                playbook,
-                {**extravars, **(dict.fromkeys(clear_l2, True) if has_l2 else {}), **(more or {})},
-                limit=self._limit(node, client=client),
-                tags=tags,
-                skip_tags=skip,
-                ident=self._ident(playbook.removesuffix(".yml"), cell),
-                cancel=self._stopping,
-                on_play=on_play,
-                fact_cache=self._node_facts(node),
-            )
-            if playbook != "replay.yml":  # replay.yml's trims: after the replay, below
-                self._note_l2_trims(node, result)
-            return result
-
-        has_l2 = bool(extravars.get("lmcache_server_l2_path"))
-        keeping = False  # the next cell keeps these engines (decided before the replay's collect, which
-        # then empties L2)
-        torn_down = False  # replay.yml ended with the cell's teardown
-        t_cell = time.monotonic()
-        status = "done"
-        watched: list[Fault] = []  # outages the TargetWatch saw during the replay
-        kept_units = dict(baseline or {})
-        try:
-            reset_error = None
-            if deployed == key and self.lab.campaign.cold_start == "reset":
-                try:
-                    record["cold_start"] = phase("reset", lambda: self._reset(cell, targets, previous))
-                except (ResetFailed, PlaybookFailed) as exc:
-                    reset_error = str(exc)
-                    log.warning("cell %s: reset failed, restarting the engines: %s", cell.id, exc)
-                    deployed = None
-            else:
-                kept_units = {}
-            if "cold_start" not in record:
-                if install is not None:
-                    # Once per node and campaign: software and model (cells skip those tags), and
-                    # nothing left running by an earlier campaign that a deploy would not restart.
-                    # Its deploy gathers the node's facts afresh, after what provision mounted and wrote.
-                    _empty_folder(self._node_facts(node))
-                    with_all = cell_extravars(
-                        self.lab, install, self.results.cell_dir(install), self._wheels(), node
-                    )
-                    try:
-                        phase(
-                            "install",
-                            lambda: self.playbooks.run(
-                                "deploy.yml",
-                                with_all,
-                                limit=self._limit(node, client=False),
-                                tags=CELL_SKIP_TAGS,
-                                ident=self._ident("install", cell),
-                                cancel=self._stopping,
-                                fact_cache=self._node_facts(node),
-                            ),
-                        )
-                    finally:
-                        self._node_installed(node)  # the client installs while the engines start
-                if deployed is not None or reset_error is not None or install is not None:
-                    phase("teardown-before", lambda: play("teardown.yml", skip=BETWEEN_CELLS_SKIP_TAGS))
-                kept_units = {}
-                phase("deploy", lambda: play("deploy.yml", skip=CELL_SKIP_TAGS))
-                deployed = key
-                cold = phase("cold-check", lambda: check_cold(targets))
-                record["cold_start"] = {
-                    "method": "restart",
-                    "reason": _restart_reason(
-                        cell,
-                        self.lab.campaign.cold_start,
-                        reset_error,
-                        previous,
-                        was_deployed is None and previous_key == key,
-                    ),
-                    "cold": cold.cold,
-                    "checked": cold.checked,
-                    "problems": list(cold.problems),
-                    "unreachable": list(cold.unreachable),
-                }
-                if not cold.cold:
-                    raise RuntimeError("cell did not start cold: " + "; ".join(cold.problems))
-            expected = self.expected_requests(cell) if self.expected_requests else 0
-
-            source = self._software_from.get(node)
-            # the next cell keeps these engines: its reset finds L2 empty (L1 and the GPU caches it
-            # empties itself)
-            keeping = self._keeps_engines(cell, key, following, node)
-            # no next cell keeps these engines: replay.yml tears them down after its collect, unless
-            # the client it replays from is a host of another node, whose units it would stop too
-            teardown_after = not keeping and not self._client_of_another_node(node)
-
-            def on_replay(finished: int) -> None:
-                done = max(0, finished - WARMUP_REQUESTS)
-                self.progress.replay(done, expected)
-                self.status.replay(node, done, expected)
-
-            def replay() -> PlaybookResult:
-                with (
-                    # the replicas also count the replay's warmup requests, sent before the dataset's
-                    ReplayWatcher(targets, on_replay, on_live=lambda c, t: self.status.live(node, c, t)),
-                    TargetWatch(targets) as watch,
-                ):
-                    # a teardown's stops are not outages of the cell
-                    def on_play(name: str) -> None:
-                        if teardown_after and name == TEARDOWN_PLAY:
-                            watch.stop()
-
-                    try:
-                        # after a reset, L2 holds the KV of the probes: emptied before the replay starts;
-                        # the collect at the end empties it for a next cell that keeps these engines
-                        reset = record["cold_start"]["method"] == "reset"
-                        clear = {CLEAR_L2_VAR: reset, CLEAR_L2_NEXT_VAR: keeping}
-                        return play(
-                            "replay.yml",
-                            # the collect's unit states and software come back in the run's events
-                            # (_write_collected)
-                            more={
-                                "collect_units_to_controller": False,
-                                "collect_software_to_controller": False,
-                                "replay_unpack_on_controller": False,  # _unpack_fetched
-                                "replay_keep_attempts": False,  # start_cell kept them
-                                TEARDOWN_AFTER_VAR: teardown_after,
-                            },
-                            client=True,
-                            # nothing was installed since that cell's collect (once per node and run);
-                            # the periodic disk jobs stay masked until the node's last cell is over
-                            skip=[
-                                *CELL_SKIP_TAGS,
-                                *BETWEEN_CELLS_SKIP_TAGS,
-                                *(["collect-software"] if source is not None else []),
-                            ],
-                            clear_l2=[var for var, wanted in clear.items() if wanted],
-                            on_play=on_play,
-                        )
-                    finally:
-                        watched.extend(watch.faults())
-                        _unpack_fetched(cell_dir)
-
-            if has_l2:  # the trim after the last wipe of L2 before this cell (null: none this run)
-                record["l2_trim"] = self._l2_trims.get(node)
-            if self._client_pending(node):
-                # once per run and client host: not this cell's overhead
-                phase("wait-client", lambda: self._client_ready(node))
-            else:
-                self._client_ready(node)  # raises when the client host's install failed
-            try:
-                result = phase("replay", replay)
-            except PlaybookFailed as exc:
-                _split_collect(timings, exc.result, teardown_after)
-                _write_collected(cell_dir, exc.result)
-                self._note_l2_trims(node, exc.result, record if has_l2 else None)
-                if not (teardown_after and exc.result.failed_only_in(TEARDOWN_PLAY)):
-                    raise
-                # the replay and its collect are whole: the cell stands, and its teardown runs again on
-                # its own below (where a second failure becomes the cell's teardown_error)
-                log.warning("teardown after cell %s failed, trying again: %s", cell.id, exc)
-                result = exc.result
-            else:
-                _split_collect(timings, result, teardown_after)
-                _write_collected(cell_dir, result)
-                self._note_l2_trims(node, result, record if has_l2 else None)
-                torn_down = teardown_after and result.seconds_from(TEARDOWN_PLAY) is not None
-            _write_cell(cell_dir, record)
-            if source is not None:
-                _copy_tree(self.results.cell_paths(source).software_dir, CellPaths(cell_dir).software_dir)
-            else:
-                self._software_from[node] = cell
-        except KeyboardInterrupt:
-            record["status"] = "interrupted"
-            with _signals_deferred():
-                self._teardown_cell(cell, extravars, record, timings, node, final=True)
-                _write_cell(cell_dir, record)
-                self.status.cell_done(node, cell.id, "interrupted", None, time.monotonic() - t_cell)
-            raise
-        except (PlaybookFailed, RuntimeError) as exc:
-            status = f"failed: {exc}"
-            record["status"] = "failed"
-            record["error"] = str(exc)
-            log.error("cell %s failed: %s", cell.id, exc)
-        keep = status == "done" and keeping
-        if keep:
-            record["engines_kept"] = True
-        elif not torn_down:
-            # the node's periodic disk jobs come back once its last cell is over (_run_node), not here
-            self._teardown_cell(cell, extravars, record, timings, node, final=False)
-        record["units"] = _unit_states(cell_dir)
-        record["software"] = host_software(CellPaths(cell_dir).software_dir)
-        self._record_faults(record, watched, cell_units(self.lab, cell, node), cell_dir, kept_units)
-        record["finished_at"] = time.time()
-        timings["total"] = round(time.monotonic() - t_cell, 3)
-        if status == "done":
-            files = CellPaths(cell_dir)
-            missing = [p.name for p in (files.requests, files.sessions) if not p.is_file()]
-            if missing:
-                status = f"failed: collected results lack {', '.join(missing)}"
-                record["status"] = "failed"
-                record["error"] = status
-            else:
-                record["status"] = "done"
-        _write_cell(cell_dir, record)
-        if status == "done":
-            self.results.mark_done(cell)
-        self.progress.cell_done(cell, status, timings["total"])
-        self.status.cell_done(node, cell.id, record["status"], record.get("error"), timings["total"])
-        if keep and status == "done":
-            return status, key, record["units"]
-        if keep:  # the results were incomplete: do not carry this deployment over
-            self._teardown_cell(cell, extravars, record, timings, node, final=False)
-            _write_cell(cell_dir, record)
-        return status, None, {}
-
-    def _note_l2_trims(self, node: str, result: PlaybookResult, record: dict[str, Any] | None = None) -> None:
-        """Keep the run's last fstrim of the node's L2 for its next cell; with `record` (a replay.yml
-        run), one in its first play, before the replay, is this cell's own."""
-        for play_name, _host, trim in result.l2_trims:
-            if record is not None and play_name == CLEAR_L2_PLAY:
-                record["l2_trim"] = trim
-            else:
-                self._l2_trims[node] = trim
-
-    def _reset(self, cell: Cell, targets: list[dict[str, str]], previous: Cell | None) -> dict[str, Any]:
-        """Empty the running engines' caches and prove the cell cold (kvoffload/orchestrate/coldstart)."""
-        t0 = time.monotonic()
-        payload = self.probe_payload(previous) if self.probe_payload and previous else None
-        reset = CacheReset(Endpoints.from_targets(targets), external=cell.tier != "gpu")
-        outcome = reset.run(payload).to_json()
-        outcome["seconds"] = round(time.monotonic() - t0, 3)
-        if payload is None:
-            outcome["probe_skipped"] = "no prompt of the previous cell to repeat"
-        return outcome
-
-    @staticmethod
-    def _record_faults(
-        record: dict[str, Any],
-        watched: list[Fault],
-        units: list[str],
-        cell_dir: Path,
-        baseline: dict[str, Any] | None = None,
-    ) -> None:
-        """`faults` (each with its reason and time), `valid`, and what the engines did after a fault.
-
-        Unit states exist only when collect ran; a cell that failed before it is judged on what the
-        watch saw (and is not done anyway).
-        """
-        faults = list(watched)
-        if record["units"]:
-            faults += unit_faults(record["units"], units, baseline or {})
-        record["faults"] = [f.to_json() for f in faults]
-        record["valid"] = not faults
-        if faults:
-            record["invalid_reasons"] = [f.reason() for f in faults]
-            record["fault_effects"] = fault_effects(CellPaths(cell_dir).requests, faults)
-            for f in faults:
-                log.warning("cell %s: %s", record["cell_id"], f.reason())
-
-    def _teardown_cell(
-        self,
-        cell: Cell,
-        extravars: dict[str, Any],
-        record: dict[str, Any],
-        timings: dict[str, float],
-        node: str,
-        *,
-        final: bool,
-    ) -> None:
-        """Stop the cell's services and wipe L2; `final` (an interrupt: no cell follows) also gives the
-        hosts their periodic disk jobs back, which after a node's last cell `_unquiet` does."""
-        t0 = time.monotonic()
-        try:
-            result = self.playbooks.run(
-                "teardown.yml",
-                extravars,
-                limit=self._limit(node, client=False),
-                skip_tags=() if final else BETWEEN_CELLS_SKIP_TAGS,
-                ident=self._ident("teardown", cell),
-            )
-        except PlaybookFailed as exc:
-            record["teardown_error"] = str(exc)
-            log.error("teardown after cell %s failed: %s", cell.id, exc)
-            self._note_l2_trims(node, exc.result)
-        else:
-            self._note_l2_trims(node, result)
-        timings["teardown"] = round(time.monotonic() - t0, 3)
+    ) -> CellOutcome:
+        """Run one cell to DONE on the node of `state` (kvoffload/orchestrate/cell_run.py), and hand on
+        to the node's next cell what it left running: the engine key (None after a teardown) and the
+        unit states to judge the next cell's restart counts against. Ctrl-C tears down and re-raises."""
+        plan = self.plan_of(cell, state.name)
+        run = CellRun(self, plan, state, index=index, total=total, following=following, install=install)
+        result = run.run()
+        state.deployed, state.baseline = result.engines, dict(result.units)
+        return result
 
 
-def _empty_folder(folder: Path) -> None:
-    """`folder`, empty and the owner's alone (the facts name the hosts' environment)."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, mode=0o700)
-
-
-def _split_collect(timings: dict[str, float], result: PlaybookResult, teardown_after: bool) -> None:
-    """Time replay.yml's collect plays as the cell's `collect` phase and, with `teardown_after`, its
-    teardown plays as the cell's `teardown`, both taken out of its `replay` phase."""
-    collect = result.seconds_from(COLLECT_PLAY)
-    if collect is None or "replay" not in timings:
-        return
-    teardown = result.seconds_from(TEARDOWN_PLAY) if teardown_after else None
-    if teardown is not None:
-        timings["teardown"] = teardown
-        collect = round(max(0.0, collect - teardown), 3)
-    timings["collect"] = collect
-    timings["replay"] = round(max(0.0, timings["replay"] - collect - (teardown or 0.0)), 3)
-
-
-def _unpack_fetched(cell_dir: Path) -> None:
-    """Unpack the cell folder that replay.yml fetched (`replay_unpack_on_controller: false`) into the
-    cell's folder, as the role's own tasks would, and remove the tarball; nothing when it fetched none
-    (a replay that failed before its fetch)."""
-    archive = CellPaths(cell_dir).fetched_archive
-    if not archive.is_file():
-        return
-    # the tarball of our own client: relative members under "."; GNU tar as the role uses it
-    argv = ["tar", "--extract", "--gzip", "--no-same-owner", "--no-overwrite-dir", "--file", str(archive)]
-    proc = subprocess.run([*argv, "--directory", str(cell_dir)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"unpacking {archive} failed: {proc.stderr.strip()[-400:]}")
-    archive.unlink()
-
-
-def _write_collected(cell_dir: Path, result: PlaybookResult) -> None:
-    """`units/<host>.json` and `software/<host>.json` of every host the run's collect read, as the
-    collect role writes them when left to (`collect_units_to_controller`,
-    `collect_software_to_controller`)."""
-    paths = CellPaths(cell_dir)
-    for host, units in result.unit_states.items():
-        paths.units_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"host": host, "units": units}, indent=4, sort_keys=True)
-        write_text_atomic(paths.units_dir / f"{host}.json", text + "\n")
-    for host, software in result.software.items():
-        paths.software_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(software, indent=4, sort_keys=True)
-        write_text_atomic(paths.software_dir / f"{host}.json", text + "\n")
-
-
-def _write_cell(cell_dir: Path, record: dict[str, Any]) -> None:
-    """cell.json, checked against its model (kvoffload/contracts/cell.py) and written atomically."""
-    write_text_atomic(CellPaths(cell_dir).cell_json, cell_json_text(record))
-
-
-def _restart_reason(
-    cell: Cell, cold_start: str, reset_error: str | None, previous: Cell | None, torn_down: bool
-) -> str:
-    """Why a cell's engines were (re)started, for cell.json `cold_start.reason`. `torn_down`: the
-    previous cell ran the same engines but ended them (it failed or its results were incomplete)."""
-    if reset_error is not None:
-        return f"the reset failed: {reset_error}"
-    if cold_start == "restart":
-        return "cold_start: restart"
-    if previous is None:
-        return "first cell on the node"
-    if torn_down:
-        return "the previous cell's engines were torn down"
-    return "the engine configuration changed"
+def _raise_node_errors(errors: Mapping[str, BaseException]) -> None:
+    """A node thread's interrupt, else its first error, raised in the main thread."""
+    interrupts = [e for e in errors.values() if isinstance(e, KeyboardInterrupt)]
+    if interrupts:
+        raise interrupts[0]
+    if errors:
+        node, exc = next(iter(errors.items()))
+        raise RuntimeError(f"node {node}: {exc}") from exc

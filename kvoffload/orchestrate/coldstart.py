@@ -9,7 +9,7 @@ that share an engine configuration the orchestrator empties the caches in place 
   takes L1 only, and its files live on the cache host. The lmcache_server role empties it through the
   server's `DELETE /cache/objects`, at the end of the previous cell's collect (so this probe finds it
   empty) and at the start of this cell's replay (dropping what the probes stored); see
-  kvoffload/orchestrate/campaign.py CLEAR_L2_VAR and CLEAR_L2_NEXT_VAR.
+  kvoffload/orchestrate/playbooks_api.py CLEAR_L2_VAR and CLEAR_L2_NEXT_VAR.
 Then a probe proves the cell cold from counter deltas, never from absolute values (counters survive
 a reset): one request per replica that repeats a prompt the previous cell sent, directly to the
 replica. The first probe must see no cached tokens, no local or external prefix-cache hits and no

@@ -14,6 +14,7 @@ from typing import Any
 
 from kvoffload.config import Cell, Host, LabConfig
 from kvoffload.errors import UserError
+from kvoffload.orchestrate.extravar_keys import engine_part
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.profiles.resolve import Deployment, Replica, resolve
 from kvoffload.replay.command import ReplaySpec, fixed_flags, replay_argv
@@ -245,14 +246,12 @@ def replay_command(extravars: dict[str, Any]) -> list[str]:
     return [str(a) for a in extravars["replay_argv"]]
 
 
-# Extravars that only the replay, sampling and bookkeeping read: a change in them needs no new engines.
-_NOT_ENGINE = ("replay_", "vllm_gpu_telemetry_interval", "kvoffload_campaign_name")
-
-
 def engine_key(extravars: dict[str, Any]) -> str:
     """A digest of everything a deploy sets up (engines, cache server, Caddy, on which node): two cells
-    with the same key can share running engines, made cold by a reset instead of a restart."""
-    engine = {k: v for k, v in extravars.items() if not k.startswith(_NOT_ENGINE)}
+    with the same key can share running engines, made cold by a reset instead of a restart. Which
+    extravars count is declared per key (kvoffload/orchestrate/extravar_keys.py); an undeclared key is
+    refused."""
+    engine = engine_part(extravars)
     canonical = json.dumps(engine, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

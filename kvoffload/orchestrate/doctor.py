@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kvoffload.doctor import checks as dc
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.deployment import REMOTE_VENV
+from kvoffload.orchestrate.playbooks_api import DOCTOR
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
 
-PLAYBOOK = "doctor.yml"
+PLAYBOOK = DOCTOR  # playbooks_api names it
 # In a campaign's results folder: `doctor`'s record and the probes' answers; `run`'s cheap checks
 # keep theirs apart (RUN_DOCTOR_DIR/doctor.json), so a full doctor's record is never overwritten.
 DOCTOR_JSON = "doctor.json"
@@ -152,30 +153,8 @@ def run_doctor(
     from kvoffload.orchestrate.wheelhouse import engine_requirements
 
     asks = host_asks(lab)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    extravars = {
-        "doctor_probe": str(PROBE),
-        "doctor_dest": str(out.resolve()),
-        "doctor_args": {h: probe_args(a, venv, cheap=cheap) for h, a in asks.items()},
-    }
-    failures: dict[str, str] = {}
-    try:
-        runner.run(PLAYBOOK, extravars, ident=f"doctor{'-cheap' if cheap else ''}")
-    except PlaybookFailed as exc:
-        for f in exc.result.failures:
-            failures.setdefault(
-                f.host, f"{'unreachable' if f.unreachable else 'failed'} at '{f.task}': {f.message}"
-            )
-        if not exc.result.failures:
-            raise
+    probes = _probe_hosts(runner, asks, out, venv, cheap)
     pins = {b: dc.pinned(engine_requirements(b)) for b in {a.engine_build for a in asks.values()} if b}
-    probes: dict[str, dict[str, Any] | str] = {}  # host -> its answer, or why there is none
-    for host in asks:
-        try:
-            probes[host] = json.loads((out / f"{host}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            probes[host] = failures.get(host, f"no probe answer ({exc})")
     lab_pythons: dict[str, str] | None = None
     if learn_python and hosts_python is None:
         answered = {h: p for h, p in probes.items() if isinstance(p, dict)}
@@ -206,17 +185,60 @@ def run_doctor(
     reports = {host: report(host, why_not=not_run) for host in asks}
     pairs = smoke_nodes(lab, asks) if smoke is not None else []
     if smoke is not None and pairs:
-        ready = [h for h in pairs if not {c.name for c in reports[h].failed} & dc.PAIR_BLOCKERS]
-        for host in pairs:
-            if host not in ready:
-                blockers = sorted({c.name for c in reports[host].failed} & dc.PAIR_BLOCKERS)
-                why = f"{', '.join(blockers)} failed (provisioning would refuse the host); fix it first"
-                reports[host] = report(host, why_not=why)
-        found = smoke(ready, hosts_python) if ready else {}
-        (out / SMOKE_JSON).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
-        for host in ready:
-            reports[host] = report(host, found.get(host) or {"node": host, "error": "no answer"})
+        _smoke_pairs(smoke, pairs, reports, report, hosts_python, out)
     return list(reports.values())
+
+
+def _probe_hosts(
+    runner: Runner, asks: Mapping[str, HostAsk], out: Path, venv: str, cheap: bool
+) -> dict[str, dict[str, Any] | str]:
+    """Run the doctor's probe on every host: host -> its answer, or why there is none."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    extravars = {
+        "doctor_probe": str(PROBE),
+        "doctor_dest": str(out.resolve()),
+        "doctor_args": {h: probe_args(a, venv, cheap=cheap) for h, a in asks.items()},
+    }
+    failures: dict[str, str] = {}
+    try:
+        runner.run(PLAYBOOK, extravars, ident=f"doctor{'-cheap' if cheap else ''}")
+    except PlaybookFailed as exc:
+        for f in exc.result.failures:
+            failures.setdefault(
+                f.host, f"{'unreachable' if f.unreachable else 'failed'} at '{f.task}': {f.message}"
+            )
+        if not exc.result.failures:
+            raise
+    probes: dict[str, dict[str, Any] | str] = {}
+    for host in asks:
+        try:
+            probes[host] = json.loads((out / f"{host}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            probes[host] = failures.get(host, f"no probe answer ({exc})")
+    return probes
+
+
+def _smoke_pairs(
+    smoke: Smoke,
+    pairs: Sequence[str],
+    reports: dict[str, dc.NodeReport],
+    report: Callable[..., dc.NodeReport],
+    hosts_python: str | None,
+    out: Path,
+) -> None:
+    """The pair's round trip on the nodes that fail none of `checks.PAIR_BLOCKERS`; their reports again
+    with its facts (in `out/smoke.json`), the others' with why it did not run."""
+    ready = [h for h in pairs if not {c.name for c in reports[h].failed} & dc.PAIR_BLOCKERS]
+    for host in pairs:
+        if host not in ready:
+            blockers = sorted({c.name for c in reports[host].failed} & dc.PAIR_BLOCKERS)
+            why = f"{', '.join(blockers)} failed (provisioning would refuse the host); fix it first"
+            reports[host] = report(host, why_not=why)
+    found = smoke(ready, hosts_python) if ready else {}
+    (out / SMOKE_JSON).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+    for host in ready:
+        reports[host] = report(host, found.get(host) or {"node": host, "error": "no answer"})
 
 
 class Smoke(Protocol):

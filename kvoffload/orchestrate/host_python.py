@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from kvoffload.errors import UserError
+from kvoffload.orchestrate.playbooks_api import HOST_PYTHON
 from kvoffload.playbook import PlaybookFailed
 
 if TYPE_CHECKING:
     from kvoffload.orchestrate.doctor import Runner
 
-PLAYBOOK = "host_python.yml"
+PLAYBOOK = HOST_PYTHON  # playbooks_api names it
 IDENT = "host-python"
 log = logging.getLogger(__name__)
 

@@ -228,20 +228,7 @@ def walk(
         if why_not is not None:
             log.add(RampDecision("blocked", None, None, why_not), None)
             return
-        ceiling, source = load_ceiling(table, seed, campaign)
-        capped = ceiling is not None and ceiling < rule.max_concurrency
-        step_rule = rule
-        if ceiling is not None and capped:
-            top = max(1, ceiling)
-            step_rule = replace(rule, max_concurrency=top, start=min(rule.start, top))
-        seen = [p for p in points(table, seed, node) if p.concurrency in known | tried]
-        decision = next_step(seen, step_rule)
-        if capped and decision.action == "not_reached":
-            decision = replace(
-                decision,
-                reason=f"{decision.reason}; the campaign produces no more load than {ceiling} concurrent "
-                f"sessions ({source}), so knee_search.max_concurrency {spec.max_concurrency} is out of reach",
-            )
+        decision = _decide(table, seed, campaign, rule, known | tried, node)
         if decision.action != "try" or decision.next_concurrency is None:
             log.add(decision, None)
             return
@@ -250,25 +237,54 @@ def walk(
             log.add(RampDecision("blocked", None, None, f"concurrency {decision.next_concurrency} "
                                  "was run but gave no figures to judge"), None)  # fmt: skip
             return
-        elsewhere = _sweep(table, seed)
-        if node is not None and "node" in elsewhere and not elsewhere.empty:
-            other = elsewhere[
-                (elsewhere["concurrency"] == decision.next_concurrency)
-                & (elsewhere["node"].astype(str) != node)
-            ]
-            if not other.empty:
-                why = (
-                    f"concurrency {decision.next_concurrency} was measured on node {other['node'].iloc[0]}, "
-                    f"not on {node}, where this ramp runs: a bracket across two nodes does not compare"
-                )
-                log.add(RampDecision("blocked", None, None, why), None)
-                return
+        why = _measured_elsewhere(table, seed, decision.next_concurrency, node)
+        if why is not None:
+            log.add(RampDecision("blocked", None, None, why), None)
+            return
         tried.add(decision.next_concurrency)
         cell = make_cell(campaign, seed.tier, decision.next_concurrency, seed.num_rounds, seed.isl,
                          seed.osl, 1)  # fmt: skip
         log.add(decision, cell)
         yield cell
     log.add(RampDecision("blocked", None, None, f"stopped after {max_steps} steps"), None)
+
+
+def _decide(
+    table: pd.DataFrame, seed: Cell, campaign: Campaign, rule: RampPolicy, allowed: set[int], node: str | None
+) -> RampDecision:
+    """The ramp's next decision on the points measured so far (`allowed` concurrencies), its top
+    lowered to the load the campaign can produce."""
+    spec = campaign.knee_search
+    assert spec is not None
+    ceiling, source = load_ceiling(table, seed, campaign)
+    capped = ceiling is not None and ceiling < rule.max_concurrency
+    step_rule = rule
+    if ceiling is not None and capped:
+        top = max(1, ceiling)
+        step_rule = replace(rule, max_concurrency=top, start=min(rule.start, top))
+    seen = [p for p in points(table, seed, node) if p.concurrency in allowed]
+    decision = next_step(seen, step_rule)
+    if capped and decision.action == "not_reached":
+        decision = replace(
+            decision,
+            reason=f"{decision.reason}; the campaign produces no more load than {ceiling} concurrent "
+            f"sessions ({source}), so knee_search.max_concurrency {spec.max_concurrency} is out of reach",
+        )
+    return decision
+
+
+def _measured_elsewhere(table: pd.DataFrame, seed: Cell, concurrency: int, node: str | None) -> str | None:
+    """Why the ramp on `node` cannot take `concurrency`: another node measured it (None: it can)."""
+    elsewhere = _sweep(table, seed)
+    if node is None or "node" not in elsewhere or elsewhere.empty:
+        return None
+    other = elsewhere[(elsewhere["concurrency"] == concurrency) & (elsewhere["node"].astype(str) != node)]
+    if other.empty:
+        return None
+    return (
+        f"concurrency {concurrency} was measured on node {other['node'].iloc[0]}, "
+        f"not on {node}, where this ramp runs: a bracket across two nodes does not compare"
+    )
 
 
 def campaign_summary(root: Path) -> pd.DataFrame:

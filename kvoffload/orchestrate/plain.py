@@ -16,30 +16,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kvoffload.config import Cell, LabConfig
-from kvoffload.contracts.cell import CELL_SCHEMA
 from kvoffload.contracts.layout import CellPaths
 from kvoffload.errors import UserError
-from kvoffload.orchestrate.campaign import (
-    CampaignRunner,
-    _unit_states,
-    _write_cell,
+from kvoffload.orchestrate.cell_plan import CellPlan
+from kvoffload.orchestrate.cell_record import (
+    CellRecord,
+    CellStatus,
     host_software,
     tool_versions,
+    unit_states,
 )
-from kvoffload.orchestrate.deployment import (
-    cell_extravars,
-    cell_units,
-    deployment,
-    l2_device,
-    replay_command,
-    target_hosts,
-)
+from kvoffload.orchestrate.faults import unit_faults
 from kvoffload.orchestrate.results import CampaignResults
 from kvoffload.orchestrate.wheelhouse import Wheels
-from kvoffload.profiles.resolve import caddy_profile
 
 PLAIN_METHOD = "plain"
 
@@ -54,16 +45,16 @@ class Finished:
     valid: bool
 
 
-def _node(lab: LabConfig, cell_dir: Path) -> str:
+def _node(lab: LabConfig, paths: CellPaths) -> str:
     """The node the playbooks ran the cell on: the one node whose unit states were collected (a plain
     run of several nodes is limited to one, roles/preflight/tasks/cell_hosts.yml)."""
     if not lab.multi_node:
         return lab.nodes[0].name
     names = {n.name for n in lab.nodes}
-    found = sorted({key.split("--", 1)[0] for key in _unit_states(cell_dir)} & names)
+    found = sorted({key.split("--", 1)[0] for key in unit_states(paths)} & names)
     if len(found) != 1:
         raise UserError(
-            f"{cell_dir}: cannot tell which node ran the cell (unit states collected from nodes "
+            f"{paths.root}: cannot tell which node ran the cell (unit states collected from nodes "
             f"{', '.join(found) or 'none'}); the run's collect, limited to the cell's node, writes units/"
         )
     return found[0]
@@ -76,8 +67,8 @@ def _mtime(path: Path) -> float | None:
 def finish_cell(lab: LabConfig, cell: Cell, results: Path) -> Finished:
     """Write cell.json (and DONE when the results are whole) for `cell`'s plain run under `results`."""
     campaign = CampaignResults(results.resolve() / lab.campaign.name)
-    cell_dir = campaign.cell_dir(cell)
-    files = CellPaths(cell_dir)
+    files = campaign.cell_paths(cell)
+    cell_dir = files.root
     if not cell_dir.is_dir():
         raise UserError(
             f"{cell_dir}: no results of cell {cell.id} (run its playbooks first: `plan --emit-extravars "
@@ -91,44 +82,42 @@ def finish_cell(lab: LabConfig, cell: Cell, results: Path) -> Finished:
             "to finish it) or the cell was finished already; a plain run of the playbooks moves it under "
             "attempts/ and starts afresh"
         )
-    node = _node(lab, cell_dir)
+    record = _record(lab, cell, files, _node(lab, files))
+    if not record.error:
+        campaign.mark_done(cell)
+    return Finished(cell_dir=cell_dir, status=str(record.status), error=record.error, valid=not record.faults)
+
+
+def _record(lab: LabConfig, cell: Cell, files: CellPaths, node: str) -> CellRecord:
+    """The plain run's cell.json, written: what `run` records, less what only `run` measures."""
     # The wheels change only which files the hosts installed from, not what the record says.
-    placeholder = Wheels(package=Path("kvoffload.whl"), wheelhouse=None)
-    extravars = cell_extravars(lab, cell, cell_dir, placeholder, node)
+    plan = CellPlan.build(lab, cell, files, Wheels(package=Path("kvoffload.whl"), wheelhouse=None), node)
     missing = [p.name for p in (files.requests, files.sessions) if not p.is_file()]
     error = f"failed: collected results lack {', '.join(missing)}" if missing else None
-    record: dict[str, Any] = {
-        "schema": CELL_SCHEMA,
-        "cell_id": cell.id,
-        "campaign": lab.campaign.name,
-        "status": "failed" if error else "done",
-        "config": {**cell.config, "id": cell.id},
-        "node": node,
-        "profiles": {
-            "engine": cell.engine_profile,
-            "lmcache": cell.lmcache_profile,
-            "caddy": caddy_profile(cell.tier).lb_policy
-            if len(deployment(lab, cell, node).replicas) >= 2
-            else None,
-        },
-        "targets": target_hosts(lab, cell, extravars["replay_metrics_targets"], node),
-        "l2_device": l2_device(lab, cell, node),
-        "replay_argv": replay_command(extravars),
-        "cold_start": {
+    record = CellRecord(
+        cell_id=cell.id,
+        campaign=lab.campaign.name,
+        status=CellStatus.FAILED if error else CellStatus.DONE,
+        config={**cell.config, "id": cell.id},
+        node=node,
+        client=lab.client_of(lab.node(node)).name,
+        profiles=plan.profiles,
+        targets=plan.target_hosts,
+        l2_device=plan.l2_device,
+        replay_argv=list(plan.replay_argv),
+        cold_start={
             "method": PLAIN_METHOD,
             "reason": "deployed by plain Ansible (playbooks/site.yml); no cold check ran",
             "cold": None,
         },
-        "versions": tool_versions(),
-        "units": _unit_states(cell_dir),
-        "software": host_software(files.software_dir),
-        "started_at": _mtime(files.snapshot_before),
-        "finished_at": _mtime(files.sessions) or time.time(),
-    }
-    if error:
-        record["error"] = error
-    CampaignRunner._record_faults(record, [], cell_units(lab, cell, node), cell_dir)
-    _write_cell(cell_dir, record)
-    if not error:
-        campaign.mark_done(cell)
-    return Finished(cell_dir=cell_dir, status=record["status"], error=error, valid=record["valid"])
+        versions=tool_versions(),
+        units=unit_states(files),
+        software=host_software(files.software_dir),
+        started_at=_mtime(files.snapshot_before),
+        finished_at=_mtime(files.sessions) or time.time(),
+        error=error,
+    )
+    units = unit_faults(record.units, list(plan.units), {}) if record.units else []
+    record.judge([], units, files.requests)
+    record.write(files)
+    return record

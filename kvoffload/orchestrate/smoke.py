@@ -19,7 +19,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,14 @@ import httpx
 from kvoffload.doctor import smoke as ds
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.coldstart import Endpoints
+from kvoffload.orchestrate.extravar_keys import check_declared
+from kvoffload.orchestrate.playbooks_api import (
+    BETWEEN_CELLS_SKIP_TAGS,
+    CELL_SKIP_TAGS,
+    DEPLOY,
+    NODE_INSTALL_TAGS,
+    TEARDOWN,
+)
 from kvoffload.orchestrate.probe import scrape
 from kvoffload.playbook import PlaybookFailed
 
@@ -44,11 +52,6 @@ STORE_WAIT_S = 60.0  # LMCache stores after the prefill, off the request's path:
 POLL_S = 0.5
 RESET_BOUND_S = 30.0  # as the cold-start reset's bound
 REQUEST_TIMEOUT_S = 600.0  # the first request on a fresh replica may compile kernels
-# What a cell's deploy skips once the node is installed (campaign.py CELL_SKIP_TAGS without `quiet`,
-# which the smoke never runs: the periodic disk jobs are not masked for it, so nothing to unmask).
-INSTALL_TAGS = ("install", "model")
-DEPLOY_SKIP_TAGS = ("install", "model", "quiet")
-TEARDOWN_SKIP_TAGS = ("unquiet",)
 
 
 class SmokeError(RuntimeError):
@@ -76,6 +79,42 @@ def _keep(sums: Mapping[str, float], families: Sequence[str]) -> dict[str, float
     return {f: sums[f] for f in families if f in sums}
 
 
+@dataclass
+class _Counters:
+    """Both servers' counters of the round trip, by stage (`before`, `after_first`, `after_second`)."""
+
+    pair: Pair
+    client: httpx.Client
+    lm: dict[str, dict[str, float]] = field(default_factory=dict)
+    vl: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def read(self, stage: str) -> None:
+        self.lm[stage] = _keep(
+            scrape(f"{self.pair.lmcache}/metrics", client=self.client), ds.LMCACHE_FAMILIES
+        )
+        self.vl[stage] = _keep(scrape(f"{self.pair.replica}/metrics", client=self.client), ds.VLLM_FAMILIES)
+
+    def wait_for(
+        self,
+        family: str,
+        stage: str,
+        since: str,
+        bound_s: float,
+        poll_s: float,
+        sleep: Callable[[float], None],
+    ) -> None:
+        """Scrape until `family` rose above stage `since` (or the bound passes: the verdict says so)."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            self.read(stage)
+            if (
+                self.lm[stage].get(family, 0.0) > self.lm[since].get(family, 0.0)
+                or time.monotonic() >= deadline
+            ):
+                return
+            sleep(poll_s)
+
+
 def round_trip(
     pair: Pair,
     client: httpx.Client,
@@ -91,16 +130,15 @@ def round_trip(
     the first (once the store shows) and after the second. Never raises for what the servers answer:
     a step that fails is the facts' `stage` and `error`."""
     t0 = time.monotonic()
-    lm: dict[str, dict[str, float]] = {}
-    vl: dict[str, dict[str, float]] = {}
+    counters = _Counters(pair, client)
     facts: dict[str, Any] = {
         "node": pair.node,
         "replica": pair.replica,
         "lmcache_url": pair.lmcache,
         "chunk_size": pair.chunk_size,
         "requests": [],
-        "lmcache": lm,
-        "vllm": vl,
+        "lmcache": counters.lm,
+        "vllm": counters.vl,
     }
     body = {
         "model": pair.model,
@@ -108,35 +146,21 @@ def round_trip(
         "max_tokens": 1,
         "stream": False,
     }
-
-    def counters(stage: str) -> None:
-        lm[stage] = _keep(scrape(f"{pair.lmcache}/metrics", client=client), ds.LMCACHE_FAMILIES)
-        vl[stage] = _keep(scrape(f"{pair.replica}/metrics", client=client), ds.VLLM_FAMILIES)
-
-    def wait_for(family: str, stage: str, since: str) -> None:
-        """Scrape until `family` rose above stage `since` (or the bound passes: the verdict says so)."""
-        deadline = time.monotonic() + store_wait_s
-        while True:
-            counters(stage)
-            if lm[stage].get(family, 0.0) > lm[since].get(family, 0.0) or time.monotonic() >= deadline:
-                return
-            sleep(poll_s)
-
     step = "status"
     try:
         facts["status"] = _json(client.get(f"{pair.lmcache}/status"), "lmcache-server GET /status")
         step = "counters"
-        counters("before")
+        counters.read("before")
         step = "first request"
         facts["requests"].append(_usage(client.post(f"{pair.replica}/v1/chat/completions", json=body)))
         step = "store"
-        wait_for(ds.L1_WRITES, "after_first", "before")
+        counters.wait_for(ds.L1_WRITES, "after_first", "before", store_wait_s, poll_s, sleep)
         step = "prefix-cache reset"
         _reset_local(client, pair.replica, reset_bound_s, poll_s, sleep)
         step = "second request"
         facts["requests"].append(_usage(client.post(f"{pair.replica}/v1/chat/completions", json=body)))
         step = "retrieve"
-        wait_for(ds.HIT_TOKENS, "after_second", "after_first")
+        counters.wait_for(ds.HIT_TOKENS, "after_second", "after_first", store_wait_s, poll_s, sleep)
     except (httpx.HTTPError, SmokeError, ValueError) as exc:
         facts["stage"] = step
         facts["error"] = f"{type(exc).__name__}: {exc}" if isinstance(exc, httpx.HTTPError) else str(exc)
@@ -194,15 +218,17 @@ def offload_cell(lab: LabConfig) -> Cell | None:
 
 
 def smoke_extravars(base: Mapping[str, Any], lab: LabConfig, node: str) -> dict[str, Any]:
-    """A cell's extravars (`base`, its `cell_extravars` on `node`) narrowed to the pair: the node's
+    """A cell's extravars (`base`, its plan's on `node`) narrowed to the pair: the node's
     first replica only, no Caddy, vLLM's dev mode for the local prefix-cache reset."""
     first = lab.node(node).replicas[0]
-    return {
+    narrowed = {
         **base,
         "vllm_replicas": [{"index": first.index, "gpus": first.gpus}],
         "caddy_enabled": False,
         "vllm_env": dict(sorted({**base["vllm_env"], "VLLM_SERVER_DEV_MODE": "1"}.items())),
     }
+    check_declared(narrowed)
+    return narrowed
 
 
 def pair_of(extravars: Mapping[str, Any], lab: LabConfig, node: str, chunk_size: int) -> Pair:
@@ -249,7 +275,8 @@ class PairSmoke:
         return ",".join(self.lab.node_hosts(self.lab.node(node))) if self.lab.multi_node else None
 
     def node(self, node: str) -> dict[str, Any]:
-        from kvoffload.orchestrate.deployment import cell_extravars
+        from kvoffload.contracts.layout import CellPaths
+        from kvoffload.orchestrate.cell_plan import CellPlan
         from kvoffload.profiles.resolve import lmcache_profile
 
         cell = offload_cell(self.lab)
@@ -259,9 +286,8 @@ class PairSmoke:
         facts_dir = folder / "facts"
         facts_dir.mkdir(parents=True)
         assert self.runner.wheels is not None  # prepare_wheelhouse() built them
-        extravars = smoke_extravars(
-            cell_extravars(self.lab, cell, folder / "cell", self.runner.wheels, node), self.lab, node
-        )
+        plan = CellPlan.build(self.lab, cell, CellPaths(folder / "cell"), self.runner.wheels, node)
+        extravars = smoke_extravars(plan.extravars, self.lab, node)
         stage = "install"
 
         def play(playbook: str, **kwargs: Any) -> None:
@@ -276,9 +302,11 @@ class PairSmoke:
 
         result: dict[str, Any] = {"node": node}
         try:
-            play("deploy.yml", tags=INSTALL_TAGS)
+            # the node's software and model as `run` installs them; its periodic disk jobs are never masked
+            # for the smoke (no `quiet`), so there is nothing to unmask at its end
+            play(DEPLOY, tags=NODE_INSTALL_TAGS)
             stage = "start"
-            play("deploy.yml", skip_tags=DEPLOY_SKIP_TAGS)
+            play(DEPLOY, skip_tags=CELL_SKIP_TAGS)
             stage = "endpoints"
             pair = pair_of(extravars, self.lab, node, lmcache_profile(cell.tier).chunk_size)
             result = round_trip(pair, self.client)
@@ -287,7 +315,7 @@ class PairSmoke:
         finally:
             stage = "stop"
             try:
-                play("teardown.yml", skip_tags=TEARDOWN_SKIP_TAGS)
+                play(TEARDOWN, skip_tags=BETWEEN_CELLS_SKIP_TAGS)
             except PlaybookFailed as exc:
                 log.error("doctor smoke: stopping the pair on %s failed: %s", node, exc)
                 result["stop_error"] = str(exc)

@@ -97,9 +97,9 @@ def test_emitted_extravars_are_those_run_passes_to_each_cell(
     for plan in plans:
         cell = plan.cells[-1]
         emitted = _emit(capsys, *argv, "--emit-extravars", cell.id)
-        # as campaign.py's _run_cell computes them
+        # as `run` plans the cell on its node (orchestrate/cell_plan.py), and as deployment.py makes them
         expected = cell_extravars(lab, cell, campaign_results.cell_dir(cell), runner._wheels(), plan.node)
-        assert emitted == expected, cell.id
+        assert emitted == expected == dict(runner.plan_of(cell, plan.node).extravars), cell.id
     assert wheels[0] == {
         "cache": cache,
         "offline": True,

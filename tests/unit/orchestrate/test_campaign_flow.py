@@ -21,7 +21,8 @@ import yaml
 
 from kvoffload.config import load_lab
 from kvoffload.contracts.layout import CellPaths
-from kvoffload.orchestrate import campaign as campaign_mod
+from kvoffload.orchestrate import cell_run
+from kvoffload.orchestrate import playbooks_api as api
 from kvoffload.orchestrate.campaign import CampaignRunner
 from kvoffload.orchestrate.coldstart import ResetFailed, ResetRecord
 from kvoffload.orchestrate.probe import ColdCheck
@@ -81,6 +82,7 @@ class Recorder:
         self.overlap = False  # two nodes inside a playbook at the same time
         self.software_reads: list[str] = []  # nodes whose collect read the software versions
         self.marks: list[tuple[float, str]] = []  # (when, what): installs' ends, replays' starts
+        self.journals: list[tuple[str, Any]] = []  # (node, vllm_teardown_journal_units) of each teardown.yml
         self.fail_client_install: bool | str = False  # True: every client host's; a name: that one's
         self.fact_caches: list[tuple[str, str, str | None]] = []  # (playbook, node, its fact cache folder)
 
@@ -100,11 +102,13 @@ class Recorder:
             playbook += "+clear-l2"  # the lmcache_server role empties L2 in place before the replay
         if ev.get("kvoffload_clear_l2_next"):
             playbook += "+clear-l2-next"  # and after the replay's collect, for a next cell on these engines
-        teardown = bool(ev.get(campaign_mod.TEARDOWN_AFTER_VAR)) and playbook.startswith("replay.yml")
+        teardown = bool(ev.get(api.TEARDOWN_AFTER_VAR)) and playbook.startswith("replay.yml")
         if teardown:
             playbook += "+teardown"  # no next cell keeps the engines: replay.yml ends with teardown.yml
         with self.lock:
             self.runs.append((playbook, node, kw.get("limit")))
+            if playbook.startswith("teardown.yml"):
+                self.journals.append((node, ev.get("vllm_teardown_journal_units")))
             cache = kw.get("fact_cache")
             self.fact_caches.append((playbook, node, str(cache) if cache else None))
             self.active[node] = self.active.get(node, 0) + 1
@@ -137,16 +141,16 @@ class Recorder:
                 self.active[node] -= 1
             if kw.get("tags") and "install" in kw["tags"]:
                 self.mark(f"installed {playbook} {node}")
-        plays = ((campaign_mod.COLLECT_PLAY, 0.0), (campaign_mod.TEARDOWN_PLAY, 0.0)) if teardown else ()
+        plays = ((api.COLLECT_PLAY, 0.0), (api.TEARDOWN_PLAY, 0.0)) if teardown else ()
         # the lmcache_server role's fstrim after each L2 wipe (trim_l2.yml), in the play that wiped
         wipes: list[str] = []
         if ev.get("lmcache_server_l2_path") and not kw.get("tags"):
             if "+clear-l2+" in playbook + "+" and playbook.startswith("replay.yml"):
-                wipes.append(campaign_mod.CLEAR_L2_PLAY)
+                wipes.append(api.CLEAR_L2_PLAY)
             if "+clear-l2-next" in playbook:
                 wipes.append("Empty L2 for the next cell, which keeps these engines")
             if teardown or playbook == "teardown.yml":
-                wipes.append(campaign_mod.TEARDOWN_PLAY)
+                wipes.append(api.TEARDOWN_PLAY)
         trims = tuple(
             (play, node, {"outcome": "trimmed", "message": f"{len(self.runs)} {playbook} {play}"})
             for play in wipes
@@ -199,10 +203,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
                 raise ResetFailed("vllm-x-0: not cold after the reset: 96 cached prompt tokens")
             return ResetRecord(cold=True)
 
-    monkeypatch.setattr(campaign_mod, "CacheReset", FakeReset)
-    monkeypatch.setattr(campaign_mod, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
-    monkeypatch.setattr(campaign_mod, "ReplayWatcher", _quiet_watch)
-    monkeypatch.setattr(campaign_mod, "TargetWatch", _quiet_watch)
+    monkeypatch.setattr(cell_run, "CacheReset", FakeReset)
+    monkeypatch.setattr(cell_run, "check_cold", lambda _t: ColdCheck(True, {}, (), ()))
+    monkeypatch.setattr(cell_run, "ReplayWatcher", _quiet_watch)
+    monkeypatch.setattr(cell_run, "TargetWatch", _quiet_watch)
     return state
 
 
@@ -284,7 +288,7 @@ def test_a_teardown_that_fails_at_the_end_of_the_replay_runs_again_on_its_own(
         if result.playbook == "replay.yml+teardown" and not failed:
             failed.append(playbook)
             stop = TaskFailure("gpu01.lab.example", "Stop Caddy", "systemctl stop exited 1",
-                               play=campaign_mod.TEARDOWN_PLAY)  # fmt: skip
+                               play=api.TEARDOWN_PLAY)  # fmt: skip
             raise PlaybookFailed(PlaybookResult("replay.yml", "failed", 2, {}, (stop,), Path("/nonexistent"),
                                                 0.0, plays=result.plays))  # fmt: skip
         return result
@@ -523,6 +527,7 @@ def test_a_client_that_is_also_a_node_host_installs_first_alone(
     runner.playbooks = rec  # type: ignore[assignment]
     runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
     assert not runner.run(provision=False).failed
+    assert all(units is None for _node, units in rec.journals)  # a done cell's teardown keeps none
     assert [p for p, _n, _l in rec.runs][:2] == ["replay.yml:install", "deploy.yml:install,model,quiet"]
     assert all("wait-client" not in _cell_json(runner, c.id)["timings"] for c in lab.cells)
 
@@ -541,6 +546,9 @@ def test_a_failed_client_install_fails_the_cells_and_the_nodes_still_tear_down(
     assert rec.when("replay ") == []  # nothing was replayed
     for node in ("gpu01.lab.example", "gpu02.lab.example"):
         assert rec.for_node(node)[-1] == "teardown.yml:unquiet", rec.for_node(node)
+    # each failed cell's teardown kept every stopped unit's journal (its collect never ran)
+    failed_teardowns = [units for _node, units in rec.journals if units is not None]
+    assert failed_teardowns and set(failed_teardowns) == {"all"}
 
 
 def test_each_node_replays_from_its_own_client_host_and_a_failed_install_fails_only_its_nodes(
@@ -583,7 +591,7 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
         on_update(WARMUP_REQUESTS + 40)  # every request of the dataset is done
         yield None
 
-    monkeypatch.setattr(campaign_mod, "ReplayWatcher", watcher)
+    monkeypatch.setattr(cell_run, "ReplayWatcher", watcher)
     runner, _rec = _runner(tmp_path, nodes=1)
     runner.expected_requests = lambda _cell: 40
     seen: list[tuple[int, int]] = []
@@ -602,7 +610,8 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
 
 
 def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
-    from kvoffload.orchestrate.campaign import COLLECT_PLAY, TEARDOWN_PLAY, _split_collect
+    from kvoffload.orchestrate.cell_run import split_collect
+    from kvoffload.orchestrate.playbooks_api import COLLECT_PLAY, TEARDOWN_PLAY
 
     result = PlaybookResult(
         "replay.yml", "successful", 0, {}, (), Path("/nonexistent"), 30.0,
@@ -610,7 +619,7 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
     )  # fmt: skip
     assert result.seconds_from(COLLECT_PLAY) == 2.5 and result.seconds_from("no such play") is None
     timings = {"replay": 30.2}  # the phase: the playbook and the orchestrator's own work around it
-    _split_collect(timings, result, teardown_after=False)
+    split_collect(timings, result, teardown_after=False)
     assert timings == {"replay": 27.7, "collect": 2.5}
     # with the teardown at its end: the teardown's plays are the cell's teardown phase
     ending = PlaybookResult(
@@ -618,18 +627,18 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
         plays=(("Replay the cell", 1.0), (COLLECT_PLAY, 27.5), (TEARDOWN_PLAY, 29.0)),
     )  # fmt: skip
     timings = {"replay": 30.2}
-    _split_collect(timings, ending, teardown_after=True)
+    split_collect(timings, ending, teardown_after=True)
     assert timings == {"replay": 27.7, "collect": 1.5, "teardown": 1.0}
     # the teardown's plays start (their tasks skipped) when no teardown was asked for: collect's time
     timings = {"replay": 30.2}
-    _split_collect(timings, ending, teardown_after=False)
+    split_collect(timings, ending, teardown_after=False)
     assert timings == {"replay": 27.7, "collect": 2.5}
     # collect.yml's first play is the one replay.yml imports under that name
     play = yaml.safe_load((ROOT / "playbooks" / "collect.yml").read_text())[0]
     assert play["name"] == COLLECT_PLAY
     imported = yaml.safe_load((ROOT / "playbooks" / "replay.yml").read_text())
     assert [p["ansible.builtin.import_playbook"] for p in imported[-2:]] == ["collect.yml", "teardown.yml"]
-    assert imported[-1]["when"] == f"{campaign_mod.TEARDOWN_AFTER_VAR} | default(false) | bool"
+    assert imported[-1]["when"] == f"{api.TEARDOWN_AFTER_VAR} | default(false) | bool"
     # teardown.yml's first play is the one the teardown is timed from
     assert yaml.safe_load((ROOT / "playbooks" / "teardown.yml").read_text())[0]["name"] == TEARDOWN_PLAY
 
@@ -637,7 +646,7 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
 def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_role_writes_them(
     tmp_path: Path,
 ) -> None:
-    from kvoffload.orchestrate.campaign import _unit_states, _write_collected, host_software
+    from kvoffload.orchestrate.cell_record import host_software, unit_states, write_collected
 
     state = {"Id": "kvoffload-vllm@0.service", "LoadState": "loaded", "NRestarts": "2", "Result": "success"}
     software = {
@@ -652,10 +661,10 @@ def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_ro
         unit_states={"gpu01.lab.example": {"kvoffload-vllm@0.service": state}, "client01.lab.example": {}},
         software={"gpu01.lab.example": software},
     )  # fmt: skip
-    _write_collected(tmp_path, result)
+    write_collected(CellPaths(tmp_path), result)
     written = json.loads((tmp_path / "units" / "gpu01.lab.example.json").read_text())
     assert written == {"host": "gpu01.lab.example", "units": {"kvoffload-vllm@0.service": state}}
-    assert _unit_states(tmp_path) == {
+    assert unit_states(CellPaths(tmp_path)) == {
         "gpu01.lab.example--kvoffload-vllm@0.service": {**state, "host": "gpu01.lab.example"}
     }
     assert json.loads((tmp_path / "software" / "gpu01.lab.example.json").read_text()) == software
@@ -669,7 +678,7 @@ def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_ro
 def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_path: Path) -> None:
     import subprocess
 
-    from kvoffload.orchestrate.campaign import _unpack_fetched
+    from kvoffload.orchestrate.cell_record import unpack_fetched
 
     # the role's controller tarball is the path CellPaths names (the orchestrator unpacks it)
     role_vars = yaml.safe_load((ROOT / "roles/replay/vars/main.yml").read_text())
@@ -683,18 +692,19 @@ def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_pat
     cell_dir = tmp_path / "results" / "c1"
     cell_dir.mkdir(parents=True)
     (cell_dir / "cell.json").write_text("{}\n")
-    archive = CellPaths(cell_dir).fetched_archive
+    paths = CellPaths(cell_dir)
+    archive = paths.fetched_archive
     assert archive == cell_dir / ".fetched-c1.tar.gz"
     pack = ["tar", "--create", "--gzip", "--file", str(archive), "--directory", str(client), "."]
     subprocess.run(pack, check=True)
-    _unpack_fetched(cell_dir)
+    unpack_fetched(paths)
     assert (cell_dir / "requests.jsonl").read_text() == '{"id": 1}\n'
     assert (cell_dir / "metrics" / "samples.jsonl").is_file() and (cell_dir / "cell.json").is_file()
     assert not archive.exists()
-    _unpack_fetched(cell_dir)  # nothing fetched (a replay that failed before its fetch): nothing to do
+    unpack_fetched(paths)  # nothing fetched (a replay that failed before its fetch): nothing to do
     archive.write_bytes(b"not a tarball")
     with pytest.raises(RuntimeError, match=r"unpacking .*fetched-c1\.tar\.gz failed"):
-        _unpack_fetched(cell_dir)
+        unpack_fetched(paths)
 
 
 @pytest.mark.parametrize("cold_start", ["reset", "restart"])
@@ -715,9 +725,34 @@ def test_each_nvme_cell_records_the_trim_after_the_last_wipe_before_its_replay(
         # the second cell keeps the engines: its own replay run cleared L2 after the reset and trimmed,
         # which replaces the trim of the first cell's collect
         assert runs[-2:] == ["replay.yml+clear-l2+teardown", "teardown.yml:unquiet"]
-        assert second["message"].endswith(f"replay.yml+clear-l2+teardown {campaign_mod.CLEAR_L2_PLAY}")
+        assert second["message"].endswith(f"replay.yml+clear-l2+teardown {api.CLEAR_L2_PLAY}")
     else:
         # restart: the first cell's replay ended with the teardown, whose wipe the second cell follows
-        assert second["message"].endswith(f"replay.yml+teardown {campaign_mod.TEARDOWN_PLAY}")
+        assert second["message"].endswith(f"replay.yml+teardown {api.TEARDOWN_PLAY}")
         assert second["message"].split()[0] == str(len(runs) - 3)  # the first cell's replay (1-based)
     assert second["outcome"] == "trimmed"
+
+
+def test_a_cell_that_does_not_start_cold_fails_says_why_and_is_torn_down(
+    tmp_path: Path, fakes: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hot = ColdCheck(False, {}, ("vllm-gpu01-0: 3 prefix-cache hits before any traffic",), ())
+    monkeypatch.setattr(cell_run, "check_cold", lambda _t: hot)
+    runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
+    outcome = runner.run(provision=False)
+    assert not outcome.done and len(outcome.failed) == 6
+    why = "cell did not start cold: vllm-gpu01-0: 3 prefix-cache hits before any traffic"
+    assert set(outcome.failed.values()) == {f"failed: {why}"}  # the display's text
+    # no replay ran; each cell's engines were stopped after its deploy
+    assert rec.for_node("gpu01.lab.example")[2:] == ["deploy.yml", "teardown.yml"] * 6 + [
+        "teardown.yml:unquiet"
+    ]
+    for cell in runner.lab.cells:
+        record = _cell_json(runner, cell.id)
+        assert (record["status"], record["error"]) == ("failed", why)
+        assert record["cold_start"]["cold"] is False and record["cold_start"]["problems"] == list(
+            hot.problems
+        )
+        assert "engines_kept" not in record and record["faults"] == [] and record["units"] == {}
+        assert {"deploy", "cold-check", "teardown", "total"} <= set(record["timings"])
+        assert not (runner.results.cell_dir(cell) / "DONE").exists()
