@@ -27,14 +27,14 @@ MANAGED = "Ansible managed: do not edit on the host"
 init_plugin_loader()
 
 
-def _trusted(value: Any) -> Any:
+def trusted(value: Any) -> Any:
     """A role file's value as Ansible holds it: every string in it a trusted template."""
     if isinstance(value, str):
         return trust_as_template(value)
     if isinstance(value, list):
-        return [_trusted(v) for v in value]
+        return [trusted(v) for v in value]
     if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
+        return {k: trusted(v) for k, v in value.items()}
     return value
 
 
@@ -47,7 +47,7 @@ def role_defaults(*roles: str) -> dict[str, Any]:
             if path.exists():
                 data = yaml.safe_load(path.read_text()) or {}
                 # Role files are trusted templates for Ansible (defaults may refer to other variables).
-                merged.update({k: _trusted(v) for k, v in data.items()})
+                merged.update({k: trusted(v) for k, v in data.items()})
     return merged
 
 

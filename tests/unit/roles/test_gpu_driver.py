@@ -20,25 +20,14 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from tests.unit.roles.render import ROLES, render, role_defaults
+from tests.unit.roles.render import ROLES, render, role_defaults, trusted
 
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
 SECURE_BOOT = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
-def _trusted(value: Any) -> Any:
-    """Role files are trusted templates, nested strings too (render.role_defaults trusts top-level ones)."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    return value
-
-
 def _defaults() -> dict[str, Any]:
-    return {k: _trusted(v) for k, v in role_defaults("gpu_driver").items()}
+    return {k: trusted(v) for k, v in role_defaults("gpu_driver").items()}
 
 
 def _template(expression: str, variables: dict[str, Any]) -> Any:
