@@ -57,13 +57,13 @@ LANES: tuple[Lane, ...] = (
     # the run and the other lanes share the other. Molecule is one lane by choice, not need (its
     # scenarios skip molecule's prerun, so two at once no longer race on an installed collection): alone
     # it keeps the cores only 45-65 % busy, so it is the lane that best shares the machine.
-    Lane("molecule", ("tests/molecule",)),  # 23.4
-    # 10.5: the engines' wheels, a lab, doctor's smoke check, three engine starts, six cells
+    Lane("molecule", ("tests/molecule",)),  # 22.4
+    # 9.1: the engines' wheels, a lab, doctor's smoke check, three engine starts, six cells
     Lane("real-engine", (REAL_ENGINE,)),
-    Lane("lab", ("tests/lab", f"--ignore={REAL_ENGINE}", f"--ignore={FAULTS}")),  # 9.2
-    Lane("lab-faults", (FAULTS,)),  # 6.4
-    Lane("integration", ("tests/integration",)),  # 6.3: real processes on loopback
-    # Everything else (2.1): the unit tier (and any new folder of tests).
+    Lane("lab", ("tests/lab", f"--ignore={REAL_ENGINE}", f"--ignore={FAULTS}")),  # 9.6
+    Lane("lab-faults", (FAULTS,)),  # 7.0
+    Lane("integration", ("tests/integration",)),  # 6.8: real processes on loopback
+    # Everything else (2.4): the unit tier (and any new folder of tests).
     Lane("local", ("tests", "--ignore=tests/lab", "--ignore=tests/molecule", "--ignore=tests/integration")),
 )
 
