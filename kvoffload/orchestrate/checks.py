@@ -4,8 +4,9 @@ Orchestration layer, below the CLI (which calls them before it creates a results
 
 What the config models cannot know on their own (they read only the YAML): that the dataset on this
 machine loads and yields virtual users at every num_rounds, that a simulator profile name is one we
-ship, that a folder given as a flag is not a file. Every failure is a `UserError` naming the file and
-the key, or the flag. Reads local files only; never a host, never the network.
+ship, that a folder given as a flag is not a file, that an engine set's pins agree on one torch. Every
+failure is a `UserError` naming the file and the key, or the flag. Reads local files only; never a
+host, never the network.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from kvoffload.errors import UserError
 
 if TYPE_CHECKING:
-    from kvoffload.config import Campaign
+    from kvoffload.config import Campaign, LabConfig
     from kvoffload.datasets import Session
 
 Where = Callable[[str], str]
@@ -47,6 +48,19 @@ def check_sim_profile(campaign: Campaign, where: Where) -> None:
             f"{where('sim_profile')}: unknown simulator profile {name!r}; shipped profiles are "
             f"{', '.join(shipped)} (or give the path of a profile YAML on the vLLM hosts)"
         )
+
+
+def check_engine_pins(lab: LabConfig) -> list[str]:
+    """Every engine set the lab's vLLM hosts install must agree on one torch (orchestrate/engine_pins.py):
+    a set that cannot work is a UserError naming the file, the key and both pins, before the wheelhouse
+    is built or anything is installed. Returns warnings: what could not be checked (a release the table
+    does not know, a pin that is not exact) and an inventory override the wheelhouse does not ship."""
+    from kvoffload.orchestrate.engine_pins import check_engine_set, lab_engine_sets
+
+    sets, warnings = lab_engine_sets(lab)
+    for engine_set in sets:
+        warnings += check_engine_set(engine_set)
+    return warnings
 
 
 def load_campaign_dataset(campaign: Campaign, dataset_path: Path, where: Where) -> list[Session]:

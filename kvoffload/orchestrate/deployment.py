@@ -127,10 +127,15 @@ def target_hosts(
     hosts |= {f"node-{h.name}": h.name for h in lab.inventory.hosts}
     hosts["lmcache"] = lmcache.name if lmcache else None
     hosts["caddy"] = lb.name if lb else None
-    return {
-        t["name"]: {"kind": t["name"].split("-")[0], "host": hosts.get(t["name"]), "url": t["url"]}
-        for t in targets
-    }
+    # A replica's GPUs give its tensor-parallel size, which the capacity analysis needs to turn vLLM's
+    # per-GPU KV bytes into the replica's (kvoffload/analysis/capacity.py).
+    gpus = {f"vllm-{r.host}-{r.index}": r.gpus for r in dep.replicas}
+    out: dict[str, dict[str, str | None]] = {}
+    for t in targets:
+        out[t["name"]] = {"kind": t["name"].split("-")[0], "host": hosts.get(t["name"]), "url": t["url"]}
+        if t["name"] in gpus:
+            out[t["name"]]["gpus"] = gpus[t["name"]]
+    return out
 
 
 def cell_units(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> list[str]:

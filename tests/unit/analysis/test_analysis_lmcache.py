@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from kvoffload.analysis import names as N
+from kvoffload.analysis.compare import offload_exercised
 from kvoffload.analysis.lmcache import lmcache_figures
 from kvoffload.analysis.series import collect_notes
 from kvoffload.analysis.summary import relevant
@@ -16,6 +17,9 @@ from tests.unit.analysis.analysis_frames import Row, counter, samples_frame
 
 TIMES = [15.0 * i for i in range(5)]  # 0 .. 60 s
 LMCACHE = Path(__file__).resolve().parents[2] / "fixtures" / "lmcache-0.5.6-cpu"
+# The CPU capture after the first replay plus the CUDA transfer path's families as the 0.5.6 wheel
+# defines them (synthetic: tests/fixtures/lmcache-0.5.6-wheel/README.md says how it was built).
+CUDA_PATH = LMCACHE.parent / "lmcache-0.5.6-wheel" / "metrics-cuda-path-after-replay.txt"
 
 
 def test_lmcache_figures() -> None:
@@ -74,13 +78,13 @@ def test_gpu_tier_has_no_lmcache_figures() -> None:
     assert all(v is None for v in f.values())
 
 
-def _scrape(name: str, target: str, ts: float, phase: str) -> list[Row]:
+def _scrape(name: str | Path, target: str, ts: float, phase: str) -> list[Row]:
     """One real capture file as sampler rows (the sampler's own parser), tagged with a phase."""
     samples = parse_exposition((LMCACHE / name).read_text(), target, ts)
     return [(phase, s.ts, s.target, s.name, s.labels, s.value) for s in samples]
 
 
-def _real(before: list[Row], after_file: str) -> dict[str, object]:
+def _real(before: list[Row], after_file: str | Path) -> dict[str, object]:
     rows = [*before, *_scrape(after_file, "lmcache", 200.0, "after")]
     return lmcache_figures(relevant(samples_frame(rows)))
 
@@ -196,7 +200,8 @@ def test_an_absent_counter_is_0_only_on_a_server_with_known_names() -> None:
 def test_the_known_names_are_the_capture_plus_the_names_it_cannot_show() -> None:
     listed = {line.split()[0] for line in (LMCACHE / "metric-names-types.txt").read_text().splitlines()}
     lane = set((LMCACHE / "metric-names-real-engine-lane.txt").read_text().split())
-    assert listed | lane | set(N.LMC_NOT_IN_CPU_CAPTURE) == N.LMC_KNOWN_NAMES
+    assert listed | lane | set(N.LMC_NOT_SEEN_ON_CPU) == N.LMC_KNOWN_NAMES
+    assert not listed & set(N.LMC_NOT_SEEN_ON_CPU) and not lane & set(N.LMC_NOT_SEEN_ON_CPU)
     # every family the real server exported on the real-engine lane is known (none reads as renamed)
     assert N.lmcache_unknown_names(f"{name}_count" for name in lane) == []
     assert (
@@ -208,3 +213,30 @@ def test_the_known_names_are_the_capture_plus_the_names_it_cannot_show() -> None
         )
         == []
     )
+
+
+def test_a_cuda_path_server_reads_absent_counters_as_0_without_a_rename_note() -> None:
+    # A CUDA-mode 0.5.6 server exports its GPU transfer path's families besides the CPU capture's
+    # (lmcache_mp_num_submitted_stores_total, lmcache_mp_transfer_phase_bytes_total, ...). They are
+    # 0.5.6's own names, so they prove no rename: the counters that server never created still read 0.
+    up = up_sample("lmcache", 100.0, None)
+    before = [("before", up.ts, up.target, up.name, up.labels, up.value)]
+    rows = [*before, *_scrape(CUDA_PATH, "lmcache", 200.0, "after")]
+    frame = relevant(samples_frame(rows))
+    assert "lmcache_mp_transfer_phase_elapsed_seconds_total" in set(frame["name"])  # not filtered away
+    assert N.lmcache_unknown_names(frame["name"].unique()) == []
+    with collect_notes() as notes:
+        f = lmcache_figures(frame)
+    assert "counter_renamed" not in [n.kind for n in notes]
+    # absent on that server (L2 never filled, nothing loaded back from L2): none happened
+    assert f["lmcache_l2_evicted_chunks"] == 0.0
+    assert f["lmcache_l2_loaded_chunks"] == 0.0
+    assert f["lmcache_l2_prefetch_failed_chunks"] == 0.0
+    assert f["lmcache_evicted_chunks"] == 32.0  # L1's 32 + L2's 0
+    # present: the capture's and the GPU path's own
+    assert f["lmcache_l1_evicted_chunks"] == 32.0 and f["lmcache_l2_stored_chunks"] == 97.0
+    assert f["lmcache_chunks_loaded"] == 1017.0
+    assert f["lmcache_l0_l1_store_gbps"] == pytest.approx(8.0)
+    assert f["lmcache_l0_l1_load_gbps"] == pytest.approx(12.0)
+    # L1 evicted chunks: the offload tier was exercised (no vLLM figure in this row to tell otherwise)
+    assert offload_exercised(pd.Series(f)) is True

@@ -116,6 +116,9 @@ def test_targets_name_their_host(tmp_path: Path) -> None:
         assert nodes == {node, node.replace("gpu", "client")}
         vllm = [v for v in targets.values() if v["kind"] == "vllm"]
         assert len(vllm) == 8 and {v["host"] for v in vllm} == {node}
+        # each replica's GPUs, for the capacity analysis's tensor-parallel size; other targets have none
+        assert {v.get("gpus") for v in vllm} == {str(i) for i in range(8)}
+        assert all("gpus" not in v for v in targets.values() if v["kind"] != "vllm")
         address = lab.node(node).address
         assert extravars["replay_base_url"] == f"http://{address}:8100"
         assert {u.split(":")[0] for u in extravars["caddy_upstreams"]} == {address}

@@ -109,7 +109,9 @@ def test_each_host_is_asked_its_l1_l2_and_engine(tmp_path: Path) -> None:
     lab = load_lab(*_lab_files(tmp_path))
     asks = doctor.host_asks(lab)
     # the largest L1 of the campaign's cells on the host: cpu's 64 GB (nvme's is 8)
-    node = doctor.HostAsk(64.0, "/mnt/kvoffload-nvme/lmcache-l2", True, "cuda")
+    # and each tier's VLLM_USE_FLASHINFER_SAMPLER (the nvidia profiles turn it off: doctor/jit.py)
+    sampler = (("cpu", "0"), ("gpu", "0"), ("nvme", "0"))
+    node = doctor.HostAsk(64.0, "/mnt/kvoffload-nvme/lmcache-l2", True, "cuda", sampler)
     assert asks == {GPU1: node, GPU2: node, CLIENT: doctor.HostAsk()}
     (tmp_path / "two").mkdir()
     both = doctor.host_asks(load_lab(*_lab_files(tmp_path / "two", clients=2)))

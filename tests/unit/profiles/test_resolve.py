@@ -125,6 +125,27 @@ def test_lmcache_workers_cover_every_replica_and_metrics_are_on_the_http_port() 
     assert two[two.index("--max-workers") + 1] == "4"  # the profile's floor
 
 
+@pytest.mark.parametrize(
+    ("gpus", "workers"),
+    [
+        # two TP-4 replicas: 8 ranks, each its own LMCache client, so 8 threads (not 2, floored to 4)
+        (("0,1,2,3", "4,5,6,7"), 8),
+        # TP-2 x 3: 6 ranks
+        (("0,1", "2,3", "4,5"), 6),
+        # TP-1 unchanged: one rank per replica, the profile's floor of 4 below 4 replicas
+        (("0", "1"), 4),
+        (tuple(str(i) for i in range(6)), 6),
+    ],
+)
+def test_lmcache_workers_count_tensor_parallel_ranks(gpus: tuple[str, ...], workers: int) -> None:
+    replicas = tuple(r.Replica("gpu1", "10.0.0.11", i, g) for i, g in enumerate(gpus))
+    for tier in ("cpu", "nvme"):
+        dep = deployment(tier=tier, replicas=replicas)
+        assert r.lmcache_workers(dep) == workers
+        args = r.lmcache_args(dep)
+        assert args[args.index("--max-workers") + 1] == str(workers)
+
+
 def test_lmcache_args_leave_the_bind_to_the_role_and_clients_use_the_bound_address() -> None:
     # The lmcache_server role binds kvoffload_bind_address (the address lmcache_address is), never 0.0.0.0
     # by default; the resolver's flags carry no address for it to clash with.

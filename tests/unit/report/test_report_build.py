@@ -13,8 +13,11 @@ import pytest
 
 from kvoffload.cli.main import main
 from kvoffload.errors import UserError
+from kvoffload.ingest import Tables
+from kvoffload.orchestrate.deployment import REMOTE_MODELS
 from kvoffload.report import build_report, findings_text, write_report
-from kvoffload.report.build import analyse, summary_csv, summary_json
+from kvoffload.report.build import _kv_bytes_input, analyse, capacity_inputs, summary_csv, summary_json
+from kvoffload.report.model_config import STAGED_MODELS, find_model_config
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
 
@@ -310,3 +313,86 @@ def test_the_report_compares_the_runs_estimate_with_what_it_measured(campaign: P
         and "| wall time of the run | 10.0 | 12.0 | 1.20 |" in md
     )
     assert "**estimate**" not in md  # not dumped among the settings
+
+
+# Llama-3.1-8B's shape (GQA: 8 KV heads of 32), bfloat16: 2 x 32 layers x 8 x 128 x 2 B = 131072 B a token.
+LLAMA_CONFIG = {
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _hub_snapshot(cache: Path, model: str, revision: str, config: dict[str, Any], *, main: bool) -> Path:
+    """A model's config.json laid out as huggingface_hub caches it: models--org--name/snapshots/<rev>/."""
+    repo = cache / ("models--" + model.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    if main:
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision)
+    return snapshot / "config.json"
+
+
+def test_a_hub_id_models_kv_bytes_come_from_the_hugging_face_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell whose model is a hub id (engine vllm, TP 2) on a controller that cached its config.json:
+    131072 B per token, and the source names the cache; main looked for a folder named `org/name` only."""
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    path = _hub_snapshot(cache, "meta-llama/Llama-3.1-8B", "abc123", LLAMA_CONFIG, main=True)
+    _hub_snapshot(
+        cache, "meta-llama/Llama-3.1-8B", "old999", {**LLAMA_CONFIG, "num_hidden_layers": 1}, main=False
+    )
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+    config = {"model": "meta-llama/Llama-3.1-8B", "engine": "vllm", "tier": "cpu"}
+    s = _kv_bytes_input(config)
+    assert s.value == 131072
+    assert str(path) in s.source and f"Hugging Face hub cache {cache}" in s.source  # refs/main's snapshot
+    # the campaign's --kv-cache-dtype fp8 halves it; TP past the 8 KV heads copies them (16 ranks: x 2)
+    assert _kv_bytes_input({**config, "extra_engine_args": ["--kv-cache-dtype", "fp8"]}).value == 65536
+    assert _kv_bytes_input(config, [16]).value == 262144
+    missing = _kv_bytes_input({**config, "model": "meta-llama/Other"})
+    assert missing.value is None and "nor in the Hugging Face hub cache" in missing.source
+
+
+def test_capacity_inputs_size_the_model_config_for_the_cells_tensor_parallel_size(tmp_path: Path) -> None:
+    """cell.json `targets` carry each replica's GPUs: a TP-16 replica of an 8-KV-head model holds 16 heads
+    (262144 B a token); a target without GPUs (an older file) leaves the model's 8 (131072 B)."""
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    wide = ",".join(str(i) for i in range(16))
+    rows = [
+        {
+            "cell_id": cid,
+            "tier": "cpu",
+            "config": json.dumps({"model": str(folder), "engine": "vllm", "tier": "cpu"}),
+            "targets": json.dumps({"vllm-gpu1-0": {"kind": "vllm", "host": "gpu1", **gpus}}),
+            "hosts": "{}",
+            "l2_device": None,
+        }
+        for cid, gpus in (("tp16", {"gpus": wide}), ("older", {}))
+    ]
+    empty = pd.DataFrame()
+    kv, _, _ = capacity_inputs(
+        Tables(cells=pd.DataFrame(rows), requests=empty, sessions=empty, samples=empty)
+    )
+    assert kv["tp16"].value == 262144 and "from the model folder" in kv["tp16"].source
+    assert kv["older"].value == 131072
+
+
+def test_the_staged_models_folder_is_the_one_the_vllm_role_fills(tmp_path: Path) -> None:
+    assert Path(str(REMOTE_MODELS)) == STAGED_MODELS
+    staged = tmp_path / "models"
+    (staged / "org--name").mkdir(parents=True)
+    (staged / "org--name" / "config.json").write_text("{}")
+    found = find_model_config("org/name", cache=tmp_path / "empty-cache", staged=staged)
+    assert found is not None and found.path == staged / "org--name" / "config.json"
+    assert "staged copy" in found.where
+    assert find_model_config("org/none", cache=tmp_path / "empty-cache", staged=staged) is None

@@ -159,15 +159,23 @@ def test_goldens_carry_the_contract() -> None:
     assert "kvoffload-gpu-telemetry.service" not in cpu  # engine sim
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sim"])
-def test_each_replica_runs_tensor_parallel_over_its_gpus(engine: str) -> None:
-    files = rendered_files("cpu", engine)
+# vLLM 0.32's all-reduce + RMSNorm fusion, which builds a FlashInfer kernel at a TP > 1 CUDA start
+NO_AR_FUSION = "--compilation-config.pass_config.fuse_allreduce_rms=false"
+
+
+@pytest.mark.parametrize(
+    ("engine", "build", "cuda"), [("vllm", "auto", True), ("vllm", "cpu", False), ("sim", "auto", False)]
+)
+def test_each_replica_runs_tensor_parallel_over_its_gpus(engine: str, build: str, cuda: bool) -> None:
+    files = rendered_files("cpu", engine, kvoffload_engine_build=build)
     shared = extravars("cpu", engine)["vllm_engine_args"]
-    # gpus "0": vLLM's default of 1, no flag; gpus "1,2": two ranks.
+    # gpus "0": vLLM's default of 1, no flag; gpus "1,2": two ranks (and, on CUDA, no fused all-reduce:
+    # its FlashInfer workspace is a JIT build at start, flashinfer/comm/trtllm_ar.py).
     assert systemd_words(files["replica-0.env"], "KVOFFLOAD_ENGINE_ARGS") == shared
     two = systemd_words(files["replica-1.env"], "KVOFFLOAD_ENGINE_ARGS")
-    assert two == [*shared, "--tensor-parallel-size", "2"]
-    assert parse_engine_args(["m", *two]).tensor_parallel_size == 2  # the simulator takes them too
+    assert two == [*shared, "--tensor-parallel-size", "2", *([NO_AR_FUSION] if cuda else [])]
+    if not cuda:
+        assert parse_engine_args(["m", *two]).tensor_parallel_size == 2  # the simulator takes them too
 
 
 def test_amd_telemetry_polls_amd_smi() -> None:
@@ -331,3 +339,14 @@ def test_an_older_or_unknown_caddy_keeps_the_2_6_workarounds(reported: str) -> N
     assert "\t\tmax_fails 1\n" in caddyfile
     assert "ExecStart=/usr/bin/caddy run" in files["kvoffload-caddy.service"]
     assert f"# Caddy {reported.strip().split(' ')[0].lstrip('v') or '0.0.0'} (distribution)" in caddyfile
+
+
+@pytest.mark.parametrize(("tier", "engine"), CASES)
+def test_the_replica_path_is_the_one_the_doctor_judges_kernel_builds_by(tier: str, engine: str) -> None:
+    """doctor's flashinfer_jit check looks for nvcc and ninja on the probe's UNIT_PATH: it must be the
+    replica unit's (no venv bin on it, so the venv's pip-installed ninja is not found)."""
+    from kvoffload.doctor.probe import UNIT_PATH
+
+    unit = rendered_files(tier, engine)["kvoffload-vllm@.service"]
+    assert _directives(unit)["Environment"].count(f"PATH={UNIT_PATH}") == 1
+    assert "/opt/kvoffload/venv/bin" not in UNIT_PATH.split(":")

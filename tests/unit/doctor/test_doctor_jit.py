@@ -1,0 +1,141 @@
+"""The `flashinfer_jit` check and the engine profiles' FlashInfer choices, held to vLLM 0.32's own source
+(tests/fixtures/vllm-0.32-cuda-source) and to what the probe finds on a node (issue 41)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvoffload.doctor import probe
+from kvoffload.doctor.checks import Status
+from kvoffload.doctor.jit import SAMPLER_ENV, flashinfer_jit, sampler_on
+from kvoffload.profiles.resolve import engine_profile
+
+SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cuda-source"
+TIERS = ("gpu", "cpu", "nvme")
+
+
+def vllm_reads(env: dict[str, str]) -> bool:
+    """vLLM 0.32's own reading of VLLM_USE_FLASHINFER_SAMPLER (its envs.py lambda) under `env`."""
+    entry = (SOURCE / "envs-VLLM_USE_FLASHINFER_SAMPLER.py.txt").read_text()
+    fake_os: Any = type("os", (), {"environ": env})
+    # vLLM's own lambda, evaluated with a stand-in for os.environ
+    value: bool = eval(entry, {"os": fake_os, "bool": bool, "int": int})()
+    return value
+
+
+@pytest.mark.parametrize(("env", "on"), [({}, True), ({SAMPLER_ENV: "0"}, False), ({SAMPLER_ENV: "1"}, True)])
+def test_vllm_samples_with_flashinfer_unless_told_0_and_the_check_reads_it_alike(
+    env: dict[str, str], on: bool
+) -> None:
+    assert vllm_reads(env) is on
+    assert sampler_on(env.get(SAMPLER_ENV)) is on
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_every_nvidia_tier_turns_the_flashinfer_sampler_off_the_same_way(tier: str) -> None:
+    env = engine_profile("nvidia", tier).env  # type: ignore[arg-type]
+    assert vllm_reads(dict(env)) is False, env
+    assert env[SAMPLER_ENV] == "0"
+
+
+def test_the_gate_judges_the_gpu_never_the_toolchain() -> None:
+    """Why vLLM's own fallback does not save a driver-only host: its gate asks FlashInfer for the GPU's
+    architectures, and nothing in it looks for nvcc or ninja."""
+    gate = (SOURCE / "topk_topp_sampler-flashinfer_sampler_supported.py.txt").read_text()
+    assert "_flashinfer_jit_unsupported_reason(capability)" in gate
+    assert "nvcc" not in gate and "ninja" not in gate and "which" not in gate
+
+
+def test_the_tp_fusion_the_vllm_role_turns_off_is_vllms_default_on_hopper() -> None:
+    fusion = (SOURCE / "config-vllm-enable_allreduce_rms_fusion.py.txt").read_text()
+    assert "cfg.parallel_config.tensor_parallel_size > 1" in fusion
+    assert "current_platform.is_device_capability(90)" in fusion and "has_flashinfer()" in fusion
+
+
+NO_TOOLS: dict[str, Any] = {"path": probe.UNIT_PATH, "nvcc": None, "ninja": None}
+VERSIONS = {"vllm": "0.32.0", "flashinfer-python": "0.7.0.post1", "flashinfer-jit-cache": None}
+
+
+def test_off_in_every_tier_is_ok_whatever_the_host_has() -> None:
+    got = flashinfer_jit("cuda", {"gpu": "0", "cpu": "0"}, NO_TOOLS, VERSIONS)
+    assert got.status == Status.OK and "VLLM_USE_FLASHINFER_SAMPLER=0" in got.detail
+    assert got.facts["sampler"] == {"cpu": "0", "gpu": "0"} and got.facts["ninja"] is None
+
+
+def test_on_without_a_toolchain_or_prebuilt_kernel_fails_naming_the_tiers_and_the_fix() -> None:
+    got = flashinfer_jit("cuda", {"gpu": None, "cpu": "0", "nvme": "1"}, NO_TOOLS, VERSIONS)
+    assert got.status == Status.FAIL
+    assert "(gpu, nvme:" in got.detail and "no nvcc and ninja" in got.detail and "#49497" in got.detail
+    assert 'VLLM_USE_FLASHINFER_SAMPLER: "0"' in got.fix
+    # a toolkit in /usr/local/cuda is not enough: the unit's PATH has no ninja
+    half = {**NO_TOOLS, "nvcc": "/usr/local/cuda/bin/nvcc"}
+    got = flashinfer_jit("cuda", {"gpu": None}, half, VERSIONS)
+    assert got.status == Status.FAIL and "no ninja" in got.detail
+    # no venv yet: no prebuilt kernel can be there either
+    got = flashinfer_jit("cuda", {"gpu": None}, NO_TOOLS, None)
+    assert got.status == Status.FAIL and "engine venv is not installed yet" in got.detail
+
+
+def test_on_with_a_prebuilt_kernel_of_the_same_flashinfer_is_ok_and_with_a_toolchain_warns() -> None:
+    cached = {**VERSIONS, "flashinfer-jit-cache": "0.7.0.post1+cu129"}
+    assert flashinfer_jit("cuda", {"gpu": None}, NO_TOOLS, cached).status == Status.OK
+    stale = {**VERSIONS, "flashinfer-jit-cache": "0.6.9"}
+    assert flashinfer_jit("cuda", {"gpu": None}, NO_TOOLS, stale).status == Status.FAIL
+    tools = {**NO_TOOLS, "nvcc": "/usr/local/cuda/bin/nvcc", "ninja": "/usr/bin/ninja"}
+    got = flashinfer_jit("cuda", {"gpu": "1"}, tools, VERSIONS)
+    assert got.status == Status.WARN and "/usr/bin/ninja" in got.detail
+
+
+@pytest.mark.parametrize("build", ["cpu", None])
+def test_no_cuda_build_skips(build: str | None) -> None:
+    assert flashinfer_jit(build, {"gpu": None}, NO_TOOLS, VERSIONS).status == Status.SKIP
+
+
+def _tool(root: Path, where: str) -> None:
+    path = root / where.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+
+
+def test_the_probe_finds_the_tools_as_a_replica_unit_would(tmp_path: Path) -> None:
+    # A pip-installed ninja in the engine venv and a CUDA toolkit in its default folder
+    _tool(tmp_path, "/opt/kvoffload/venv/bin/ninja")
+    _tool(tmp_path, "/usr/local/cuda/bin/nvcc")
+    got = probe.unit_toolchain(tmp_path)
+    assert got == {"path": probe.UNIT_PATH, "nvcc": "/usr/local/cuda/bin/nvcc", "ninja": None}
+    _tool(tmp_path, "/usr/bin/ninja")
+    _tool(tmp_path, "/usr/local/bin/nvcc")
+    (tmp_path / "usr/local/bin/nvcc").chmod(0o644)  # not executable: not found, as `which` says
+    assert probe.unit_toolchain(tmp_path)["ninja"] == "/usr/bin/ninja"
+    assert probe.unit_toolchain(tmp_path)["nvcc"] == "/usr/local/cuda/bin/nvcc"
+
+
+PREMISE = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "flashinfer-jit" / "premise-h100.json"
+
+
+def test_the_verdict_matches_what_the_build_did_on_a_gpu_host() -> None:
+    """On a lent H100 (tests/fixtures/gpu/flashinfer-jit): vLLM's gate turned the sampler on in every
+    case; the kernel built only where nvcc and ninja were both reachable. The check, given what a unit
+    finds in each case and the sampler on, fails exactly where the build failed."""
+    record = json.loads(PREMISE.read_text())
+    toolkit = "/usr/local/cuda/bin/nvcc" if record["usr_local_cuda"] else None
+    seen = {}
+    for name, case in record["cases"].items():
+        assert case["vllm_gate"].startswith("FlashInfer sampler on"), case
+        # what get_cuda_path would take: CUDA_HOME, else nvcc on PATH, else the default toolkit folder
+        nvcc = None if case["cuda_home"] else (case["which_nvcc"] or toolkit)
+        tools = {"path": "?", "nvcc": nvcc, "ninja": case["which_ninja"]}
+        verdict = flashinfer_jit("cuda", {"gpu": None}, tools, VERSIONS)
+        seen[name] = (case["build"], verdict.status)
+    assert seen == {
+        "unit_no_toolkit": ("failed", Status.FAIL),
+        "unit_with_toolkit": ("failed", Status.FAIL),
+        "toolchain_visible": ("ok", Status.WARN),
+    }
+    assert "ninja" in record["cases"]["unit_with_toolkit"]["error"][0]
+    assert record["cases"]["unit_no_toolkit"]["comm_build"].startswith("failed")
