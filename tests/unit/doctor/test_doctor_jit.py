@@ -115,14 +115,15 @@ def test_the_probe_finds_the_tools_as_a_replica_unit_would(tmp_path: Path) -> No
     assert probe.unit_toolchain(tmp_path)["nvcc"] == "/usr/local/cuda/bin/nvcc"
 
 
-PREMISE = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "flashinfer-jit" / "premise-h100.json"
+PREMISES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "flashinfer-jit"
 
 
-def test_the_verdict_matches_what_the_build_did_on_a_gpu_host() -> None:
-    """On a lent H100 (tests/fixtures/gpu/flashinfer-jit): vLLM's gate turned the sampler on in every
+@pytest.mark.parametrize("gpu", ["h200", "h100"])
+def test_the_verdict_matches_what_the_build_did_on_a_gpu_host(gpu: str) -> None:
+    """On a lent H200 and H100 (tests/fixtures/gpu/flashinfer-jit): vLLM's gate turned the sampler on in every
     case; the kernel built only where nvcc and ninja were both reachable. The check, given what a unit
     finds in each case and the sampler on, fails exactly where the build failed."""
-    record = json.loads(PREMISE.read_text())
+    record = json.loads((PREMISES / f"premise-{gpu}.json").read_text())
     toolkit = "/usr/local/cuda/bin/nvcc" if record["usr_local_cuda"] else None
     seen = {}
     for name, case in record["cases"].items():
