@@ -30,6 +30,7 @@ from kvoffload.analysis.nodes import (
     node_differences,
     node_warning_text,
 )
+from kvoffload.analysis.noise import cpu_warnings
 from kvoffload.analysis.software import version_splits
 
 GROUP_KEYS = ["model", "concurrency", "num_rounds", "isl", "osl", "repeat"]
@@ -513,6 +514,8 @@ def warnings_table(
     if not summary.empty:
         for _, group in summary.groupby(GROUP_KEYS, sort=False, dropna=False):
             rows.extend(group_warnings(group))
+        # host CPU that differed widely between a group's cells, repeats pooled (analysis/noise.py)
+        rows.extend(cpu_warnings(summary, [k for k in GROUP_KEYS if k != "repeat"], group_label))
     return pd.DataFrame(rows, columns=WARNING_COLUMNS)
 
 

@@ -6,8 +6,10 @@ ISL and OSL fixed and pools the repeats (FINDING_KEYS); its confidence intervals
 kvoffload/analysis/bootstrap.py (sessions within a cell, cells across repeats). Each statement says
 whether the comparison is valid (and if not, why), whether offload was exercised (and whether by history
 retained beyond the GPU cache or by replicas sharing one LMCache server), where prompt tokens came from
-(GPU prefix cache, LMCache L1 and L2), and how requests were routed, as the request records show it.
-Every rule is in docs/metrics.md "Validity rules".
+(GPU prefix cache, LMCache L1 and L2), and how requests were routed, as the request records show it;
+and what the verdict rests on (analysis/noise.py): one repeat, a change within noise with the repeats
+that would separate it, host CPU that differed widely between the cells. Every rule is in
+docs/metrics.md "Validity rules" and "Noise".
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvoffload.analysis import bootstrap
+from kvoffload.analysis import bootstrap, noise
 from kvoffload.analysis.compare import (
     GROUP_KEYS,
     NEAR_FULL_PCT,
@@ -105,6 +107,16 @@ class Finding:
     # cache (findings._cell_exceeded); 2+ replicas answered and some user's rounds moved between them.
     gpu_capacity_exceeded: bool | None = None
     cross_replica_sharing: bool | None = None
+    # Noise (analysis/noise.py): the p50 verdict against gpu ("faster", "slower", "indistinguishable":
+    # its interval includes 0; None without one), whether the interval includes 0, the repeats per cell
+    # that would separate it, the gpu side's repeats, whether a side has one repeat, and per role the
+    # CPU utilization spread over the group's cells.
+    p50_verdict: str | None = None
+    p50_within_noise: bool | None = None
+    repeats_to_separate: int | None = None
+    gpu_repeats: int | None = None
+    one_repeat: bool | None = None
+    cpu_spread: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,6 +163,26 @@ def _change_text(what: str, change: bootstrap.Interval) -> str:
     if lo > 0:
         return f"raises {what} by {est:.0f} % (95 % CI {lo:.0f}-{hi:.0f} %)"
     return f"does not change {what} measurably: {est:+.0f} % (95 % CI {lo:+.0f} to {hi:+.0f} %)"
+
+
+def p50_verdict(ci: list[float] | None) -> str | None:
+    """ "faster" / "slower" than gpu when the p50 change's interval lies below / above 0,
+    "indistinguishable" when it includes 0 (never "faster"), None without an interval."""
+    if ci is None:
+        return None
+    return "faster" if ci[1] < 0 else "slower" if ci[0] > 0 else "indistinguishable"
+
+
+def _noise_text(c50: bootstrap.Interval, repeats: int, base_repeats: int, spreads: list[str]) -> str:
+    """What the verdict rests on: within noise (and the repeats that would separate it), one repeat,
+    host CPU that differed between the cells; "" when none applies."""
+    n0 = min(repeats, base_repeats)
+    parts = [noise.noise_text(c50.estimate, c50.as_list(), n0)]
+    if noise.one_repeat(repeats, base_repeats) and c50.estimate is not None:
+        counted = noise.repeats_to_separate(c50.estimate, c50.as_list(), n0) is not None
+        parts.append(noise.one_repeat_text(c50.as_list() is not None, counted))
+    parts += [f"warning: {s}" for s in spreads]
+    return "; ".join(p for p in parts if p)
 
 
 def _p95_text(change: bootstrap.Interval | None) -> str:
@@ -373,6 +405,10 @@ def group_findings(
         return [requests.get(str(c), empty) for c in rows.loc[rows["tier"] == tier, "cell_id"]]
 
     base = cells_of("gpu") if (rows["tier"] == "gpu").any() else []
+    base_repeats = int((rows["tier"] == "gpu").sum())
+    spreads = noise.cpu_spreads(rows)
+    wide = [s.text() for s in spreads if s.wide]
+    caveats = caveats + wide
     build = engine_build(software, set(rows["cell_id"].astype(str)))
     where = f"at concurrency {int(first['concurrency'])}, num_rounds {int(first['num_rounds'])}"
     out = []
@@ -418,6 +454,8 @@ def group_findings(
                 f"against gpu {where}"
                 f" (p95: {_p95_text(c95)})"
             )
+            said = _noise_text(c50, len(mine_rows), base_repeats, wide)
+            text += f"; {said}" if said else ""
             sources = _sources_text(gpu_share, lmc_share, l1_share, l2_share)
         if tier in OFFLOAD_TIERS:
             if exercised is True:
@@ -474,6 +512,16 @@ def group_findings(
                 statement=text + ".",
                 gpu_capacity_exceeded=exceeded,
                 cross_replica_sharing=sharing,
+                p50_verdict=None if c50 is None else p50_verdict(c50.as_list()),
+                p50_within_noise=None if c50 is None else noise.within_noise(c50.as_list()),
+                repeats_to_separate=None
+                if c50 is None
+                else noise.repeats_to_separate(
+                    c50.estimate, c50.as_list(), min(len(mine_rows), base_repeats)
+                ),
+                gpu_repeats=base_repeats if vs_gpu else None,
+                one_repeat=noise.one_repeat(len(mine_rows), base_repeats if vs_gpu else None),
+                cpu_spread=[s.as_dict() for s in spreads],
             )
         )
     return out

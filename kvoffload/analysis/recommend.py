@@ -2,19 +2,22 @@
 
 Pure: summary rows (with tier_comparison's `comparable`), capacity predictions and knees in; one
 `Recommendation` per sweep (model, num_rounds, ISL, OSL) out. At every measured concurrency whose
-group is comparable, the tier with the lowest later-round p50 TTFT (repeats averaged) wins; runs of
-the same winner become ranges of live history whose bounds are those measured cells (the crossover
-lies between the last cell one tier won and the first the next won). When no tier's knee was found in
-the sweep, the recommendation says so and names the concurrency at which live history would reach the
-smallest predicted capacity above the measured range, but never a load the dataset cannot produce
-(the virtual users the cells replayed, after the isl filter and max_sessions). No bound is ever
-extrapolated. Live history is that of the sessions live at once (capacity.live_sessions), not the
-requested concurrency.
+group is comparable, the tier with the lowest later-round p50 TTFT (repeats averaged) wins unless the
+findings say otherwise (below); runs of the same winner become ranges of live history whose bounds are
+those measured cells (the crossover lies between the last cell one tier won and the first the next
+won). When no tier's knee was found in the sweep, the recommendation says so and names the concurrency
+at which live history would reach the smallest predicted capacity above the measured range, but never
+a load the dataset cannot produce (the virtual users the cells replayed, after the isl filter and
+max_sessions). No bound is ever extrapolated. Live history is that of the sessions live at once
+(capacity.live_sessions), not the requested concurrency.
 
-A faster offload tier wins a level only when the findings show it measurably faster than gpu (the 95 %
-CI of its later-round p50 change lies below 0) and offload was not shown to be idle; otherwise the
-simpler tier (gpu, then cpu) is recommended there, and the statement says why. A knee found in one
-sweep (model, num_rounds, ISL, OSL) says nothing of another's.
+With findings, each offload tier is judged by its own interval against gpu: faster only when the 95 %
+CI of its later-round p50 change lies below 0 and offload was not shown to be idle; a CI that includes
+0 is indistinguishable, never faster. Of the tiers faster than gpu the simplest wins unless a more
+complex one's interval lies wholly below it; with none, the simpler tier (gpu, then cpu). Where that is
+not the lowest p50 the statement says why, and it names each verdict within noise with the repeats that
+would separate it (analysis/noise.py). A knee found in one sweep (model, num_rounds, ISL, OSL) says
+nothing of another's.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from kvoffload.analysis.capacity import (
     mean_live_context,
     tokens_text,
 )
-from kvoffload.analysis.findings import Finding
+from kvoffload.analysis.findings import Finding, p50_verdict
+from kvoffload.analysis.noise import repeats_to_separate, within_noise
 from kvoffload.analysis.summary import TIER_ORDER
 
 
@@ -65,6 +69,10 @@ class Recommendation:
     excluded: list[str] = field(default_factory=list)
     # Levels where a faster offload tier was not measurably faster (or offload idle): why the simpler won.
     simpler: list[str] = field(default_factory=list)
+    # Offload tiers whose p50 change against gpu is within noise, with the repeats that would separate
+    # it; and whether any verdict of the sweep rests on one repeat per cell (analysis/noise.py).
+    within_noise: list[str] = field(default_factory=list)
+    one_repeat: bool = False
     knee_crossed: bool = False
     extend_to_concurrency: int | None = None
     statement: str = ""
@@ -83,31 +91,85 @@ def _pct_text(f: Finding) -> str:
     return est + ("" if ci is None else f", 95 % CI {ci[0]:+.0f} to {ci[1]:+.0f} %")
 
 
-def _simpler(best: str, tiers: Sequence[str], finding: Finding | None) -> tuple[str, str | None]:
-    """The tier to recommend where `best` had the lowest p50: `best` when it is gpu, or measurably
-    faster than gpu with offload not shown idle; else the simplest tier measured (gpu, then cpu), and
-    why."""
-    if best == "gpu":
-        return best, None
-    simplest = min(tiers, key=lambda t: TIER_ORDER.get(t, 9))
-    if simplest == best:
-        return best, None
-    why: str | None = None
-    if finding is None or finding.p50_change_ci_pct is None:
-        why = f"{best}'s lower p50 has no interval against gpu (too few sessions or no gpu cell)"
-    elif finding.p50_change_ci_pct[1] >= 0:
-        why = f"{best} was not measurably faster than gpu ({_pct_text(finding)})"
-    elif finding.offload_exercised is False:
-        why = f"{best}'s offload was never exercised, so its lead ({_pct_text(finding)}) is no offload effect"
-    return (simplest, why) if why else (best, None)
+def _judged(tier: str, f: Finding | None) -> str | None:
+    """None when `tier` is measurably faster than gpu with offload not shown idle (its own interval of
+    the p50 change lies below 0), else why not, in words."""
+    if f is None or f.p50_change_ci_pct is None:
+        return f"{tier}'s p50 has no interval against gpu (too few sessions or no gpu cell)"
+    verdict = f.p50_verdict or p50_verdict(f.p50_change_ci_pct)
+    if verdict == "indistinguishable":
+        return f"{tier} is indistinguishable from gpu ({_pct_text(f)}: the interval includes 0)"
+    if verdict == "slower":
+        return f"{tier} was measurably slower than gpu ({_pct_text(f)})"
+    if f.offload_exercised is False:
+        return f"{tier}'s offload was never exercised, so its lead ({_pct_text(f)}) is no offload effect"
+    return None
+
+
+def _separated(faster: Finding, than: Finding) -> bool:
+    """Whether `faster`'s interval of the p50 change against gpu lies wholly below `than`'s: the only
+    case in which one offload tier is taken to beat another (both intervals are against the same gpu
+    cells; overlapping intervals leave the two indistinguishable from each other)."""
+    a, b = faster.p50_change_ci_pct, than.p50_change_ci_pct
+    return a is not None and b is not None and a[1] < b[0]
+
+
+def _pick(best: str, tiers: Sequence[str], found: Mapping[str, Finding]) -> tuple[str, str | None]:
+    """The tier to recommend at one level where `best` had the lowest p50, from each offload tier's own
+    interval against gpu: of the tiers measurably faster than gpu (offload not idle), the simplest,
+    unless a more complex one's interval lies wholly below it; none of them: the simplest tier measured
+    (gpu, then cpu). A tier whose interval includes 0 is indistinguishable from gpu, never faster.
+    Returns the tier and, where it is not `best`, why."""
+    ordered = sorted(tiers, key=lambda t: TIER_ORDER.get(t, 9))
+    offload = [t for t in ordered if t != "gpu"]
+    why_not = {t: _judged(t, found.get(t)) for t in offload}
+    faster = [t for t in offload if why_not[t] is None]
+    pick = ordered[0] if not faster else faster[0]
+    for t in faster[1:]:
+        if _separated(found[t], found[pick]):
+            pick = t
+    if pick == best:
+        return pick, None
+    reasons = []
+    if best in faster:
+        reasons.append(
+            f"{best}'s lead ({_pct_text(found[best])}) is not separated from {pick}'s "
+            f"({_pct_text(found[pick])}): their intervals overlap, so the two are indistinguishable"
+        )
+    elif best != "gpu":
+        reasons.append(str(why_not[best]))
+    if pick != "gpu":
+        reasons.append(f"{pick} is measurably faster than gpu ({_pct_text(found[pick])})")
+    return pick, "; ".join(reasons) or None
+
+
+def _noise(c: int, tiers: Sequence[str], found: Mapping[str, Finding]) -> list[str]:
+    """Per offload tier at level `c` whose p50 change against gpu is within noise: the change and the
+    repeats per cell that would separate it (analysis/noise.py)."""
+    out = []
+    for t in sorted(tiers, key=lambda t: TIER_ORDER.get(t, 9)):
+        f = found.get(t)
+        if t == "gpu" or f is None or not within_noise(f.p50_change_ci_pct):
+            continue
+        n0 = min(f.repeats, f.gpu_repeats or f.repeats)
+        n = f.repeats_to_separate
+        if n is None:
+            n = repeats_to_separate(f.p50_change_vs_gpu_pct, f.p50_change_ci_pct, n0)
+        more = (
+            f"about {n} repeats per cell would separate it"
+            if n is not None
+            else "no repeat count separates a change of 0"
+        )
+        out.append(f"{t} at concurrency {c} ({_pct_text(f)}): within noise, {more}")
+    return out
 
 
 def _levels(
     rows: pd.DataFrame, found: Mapping[tuple[int, str], Finding]
-) -> tuple[list[tuple[int, str, list[str], float | None]], list[str], list[str]]:
+) -> tuple[list[tuple[int, str, list[str], float | None]], list[str], list[str], list[str]]:
     """Per concurrency: (concurrency, recommended tier, its cells, sessions live at once), the excluded
-    levels, and why a simpler tier was recommended where one was."""
-    levels, excluded, simpler = [], [], []
+    levels, why a simpler tier was recommended where one was, and the verdicts within noise."""
+    levels, excluded, simpler, noisy = [], [], [], []
     for c, g in rows.groupby("concurrency", sort=True):
         if "comparable" in g and not g["comparable"].fillna(True).astype(bool).all():
             excluded.append(f"concurrency {as_int(c)}: not comparable")
@@ -119,13 +181,16 @@ def _levels(
         best = min(per_tier.index, key=lambda t: (float(per_tier[t]), TIER_ORDER.get(str(t), 9)))
         pick, why = str(best), None
         if found:
-            pick, why = _simpler(pick, [str(t) for t in per_tier.index], found.get((as_int(c), pick)))
+            tiers = [str(t) for t in per_tier.index]
+            mine = {t: found[(as_int(c), t)] for t in tiers if (as_int(c), t) in found}
+            pick, why = _pick(pick, tiers, mine)
+            noisy += _noise(as_int(c), tiers, mine)
         if why:
             simpler.append(f"{pick} at concurrency {as_int(c)}: {why}")
         live = live_sessions(g).dropna()
         cells = sorted(g.loc[g["tier"] == pick, "cell_id"].astype(str))
         levels.append((as_int(c), pick, cells, float(live.mean()) if len(live) else None))
-    return levels, excluded, simpler
+    return levels, excluded, simpler, noisy
 
 
 def _segments(
@@ -228,7 +293,8 @@ def recommend(
             if (f.model, f.num_rounds, f.isl, f.osl)
             == (str(model), as_int(num_rounds), as_int(isl), str(osl))
         }
-        levels, excluded, simpler = _levels(rows, found)
+        levels, excluded, simpler, noisy = _levels(rows, found)
+        single = any(f.one_repeat and f.p50_change_vs_gpu_pct is not None for f in found.values())
         segs = _segments(levels, context)
         preds = [
             p
@@ -263,6 +329,13 @@ def recommend(
             text += f"; {more}"
         if simpler:
             text += f"; the simpler tier where the faster one's lead is not shown: {'; '.join(simpler)}"
+        if noisy:
+            text += f"; verdicts within noise: {'; '.join(noisy)}"
+        if single:
+            text += (
+                "; these verdicts rest on one repeat per cell, whose run-to-run noise the campaign cannot "
+                "judge (set `repeats` to 2 or more)"
+            )
         if excluded:
             text += f" (left out: {'; '.join(excluded)})"
         out.append(
@@ -274,6 +347,8 @@ def recommend(
                 segments=segs,
                 excluded=excluded,
                 simpler=simpler,
+                within_noise=noisy,
+                one_repeat=single,
                 knee_crossed=crossed,
                 extend_to_concurrency=extend,
                 statement=text + ".",
