@@ -21,3 +21,15 @@ TIERS: tuple[Tier, ...] = ("gpu", "cpu", "nvme")  # the order tiers are run and 
 # first real lab's readings should replace it. The report says so beside GPU memory used
 # (kvoffload/report), and `plan` warns when the utilization leaves less (kvoffload/profiles).
 LMCACHE_SERVER_GPU_OVERHEAD_GIB = 1.0
+
+# The vllm role's vllm_health_timeout (a golden test pins the two): the longest a replica may take from
+# start to /health, and so from registering its KV cache with lmcache-server to serving.
+VLLM_HEALTH_TIMEOUT_S = 900
+# lmcache-server reaps a worker that registered but never pinged after this many seconds. A worker
+# pings from its first lookup on (LMCache 0.5.6's heartbeat starts with the first request, not at
+# registration), so a shorter grace would reap a live replica still waiting for its first request and
+# its stores would be lost without a word; a longer one keeps the KV pool of a replica that died
+# before its first request mapped (its restart cannot get the GPU memory back) for that long. It
+# covers two start waves (one replica, then the rest) plus 5 minutes for Caddy and the cell's first
+# request; LMCache's default is 3600 s.
+LMCACHE_REGISTRATION_GRACE_S = 2 * VLLM_HEALTH_TIMEOUT_S + 300

@@ -32,6 +32,7 @@ from kvoffload.analysis.nodes import (
 )
 from kvoffload.analysis.noise import cpu_warnings
 from kvoffload.analysis.software import version_splits
+from kvoffload.tiers import LMCACHE_REGISTRATION_GRACE_S
 
 GROUP_KEYS = ["model", "concurrency", "num_rounds", "isl", "osl", "repeat"]
 MATCH_KEYS = ["tier", *GROUP_KEYS]
@@ -196,6 +197,15 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
                     ": the server restarted, its cache went cold"
                     if ours
                     else " (exporters only: figures from them may have gaps)"
+                )
+                + (
+                    "; a replica that restarted may leave its old registration holding its KV pool in "
+                    f"lmcache-server for up to {LMCACHE_REGISTRATION_GRACE_S} s (LMCache reaps a worker "
+                    "that never pinged only after that grace), so offload capacity was smaller for the rest "
+                    "of the cell"
+                    if row.get("tier") in ("cpu", "nvme")
+                    and "kvoffload-vllm@" in str(row.get("restarted_units"))
+                    else ""
                 ),
             )
         )
@@ -486,6 +496,11 @@ def software_warnings(software: pd.DataFrame) -> list[dict[str, Any]]:
             )
         )
     return out
+
+
+def _replica_restarted(row: Any) -> bool:
+    """A vLLM replica unit among the cell's restarted units (health.py's `restarted_units` text)."""
+    return "kvoffload-vllm@" in str(row.get("restarted_units"))
 
 
 def warnings_table(

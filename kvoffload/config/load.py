@@ -4,7 +4,7 @@ The only module of `kvoffload.config` that reads files (the inventory, the group
 folders beside it, a campaign file). The campaign comes from `--campaign FILE` when given, else from
 the inventory's `all.vars.kvoffload_campaign`. Rules that tie the campaign to the inventory (tiers
 need an lmcache host, nvme needs an NVMe device there, offload tiers need every replica on the lmcache
-host, 2+ replicas need an lb host, no two replicas on one address and port) are checked here,
+host, 2+ replicas need an lb host, no two replicas on one address and port or one GPU) are checked here,
 before any host is touched, and name the key in each file. YAML is read strictly: text that is not
 UTF-8 and a key written twice in one mapping are errors naming the line (PyYAML would keep the last
 value silently); ansible-vault values (`!vault`, or a vars file encrypted whole) pass through unread.
@@ -29,6 +29,7 @@ from kvoffload.config.errors import ConfigError, format_validation_error
 from kvoffload.config.inventory import (
     CAMPAIGN_VAR,
     GROUPS,
+    SHARED_GPU_FIX,
     Host,
     Inventory,
     build_inventory,
@@ -273,6 +274,7 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
                     f"listen on the same address {host.address} and port as a replica of host {owner}: "
                     "list each machine once, or give the replicas different indexes"
                 )
+    problems += _shared_gpu_problems(inv)
     offload = [t for t in campaign.tiers if t != "gpu"]
     if len(vllm) > 1:
         problems += _node_problems(inv, campaign, tiers_at, offload)
@@ -314,6 +316,24 @@ def _check_inventory(inv: Inventory, campaign: Campaign, tiers_at: str) -> None:
         problems.append(f"{f}: all.children.lb: {replicas} vLLM replicas need one host in group lb (Caddy)")
     if problems:
         raise ConfigError(problems)
+
+
+def _shared_gpu_problems(inv: Inventory) -> list[str]:
+    """Replicas of one machine listed under two inventory names (one address) that share a GPU: each
+    host's own replicas were checked when its variables were read (inventory.py), not across names."""
+    problems: list[str] = []
+    owners: dict[tuple[str, str], tuple[str, int]] = {}
+    for host in inv.group("vllm"):
+        for i, replica in enumerate(host.replicas):
+            for gpu in replica.gpus.split(","):
+                owner, j = owners.setdefault((host.address, gpu), (host.name, i))
+                if owner != host.name:
+                    problems.append(
+                        f"{inv.file}: host {host.name} (group vllm): vllm_replicas[{i}].gpus: GPU {gpu} is "
+                        f"also given to vllm_replicas[{j}] of host {owner}, the same machine "
+                        f"({host.address}): {SHARED_GPU_FIX}, and list each machine once"
+                    )
+    return problems
 
 
 def _node_problems(inv: Inventory, campaign: Campaign, tiers_at: str, offload: Sequence[str]) -> list[str]:

@@ -6,9 +6,16 @@ KV caches with it, a first request of a repeated prompt is stored and the same r
 retrieved. The doctor checks the same four by the servers' own counters and status instead of log
 lines (kvoffload/orchestrate/smoke.py collects them):
 - started: lmcache-server and one replica came up through the cell's roles and units (else `error`);
-- registered: the server's GET /status lists the replica (`registered_gpu_ids` on CUDA,
-  `registered_non_cuda_instance_ids` on vLLM's CPU build); a server whose /status has neither key (the
-  simulator) leaves it to the store, which no unregistered replica can make;
+- registered: the server's GET /status lists every rank of the replica. LMCache 0.5.6 lists worker
+  instances (`registered_gpu_ids` on CUDA, `registered_non_cuda_instance_ids` on vLLM's CPU build), and
+  each tensor-parallel rank is a worker of its own with its own random instance id (lmcache 0.5.6
+  wheel, lmcache/integration/vllm/vllm_multi_process_adapter.py: `instance_id = uuid.uuid4()...` per
+  worker adapter; /status from lmcache/v1/multiprocess/modules/lmcache_driven_transfer.py
+  `report_status`, one entry per instance), so a TP-2 replica is two entries: ranks and replicas are
+  counted apart, against the ranks of the one replica the smoke starts. More entries than its ranks are
+  registrations the server still holds from an earlier process (one that died before its first
+  request stays until --worker-registration-grace-seconds): a warning. A server whose /status has
+  neither key (the simulator) leaves it to the store, which no unregistered replica can make;
 - stored: after the first request `lmcache_mp_l1_write_chunks` rose (chunks written to L1), and the
   connector asked the server (`lmcache_mp_lookups_requests` rose);
 - retrieved: after the replica's own prefix cache was emptied (POST /reset_prefix_cache, local only),
@@ -22,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvoffload.doctor.checks import Check, Status
+from kvoffload.profiles.resolve import LMCACHE_REGISTRATION_GRACE_S
 
 NAME = "smoke_pair"
 # Counter families as kvoffload/orchestrate/probe.py `scrape` names them (without `_total`)
@@ -37,6 +45,13 @@ VLLM_FAMILIES = (EXTERNAL_HITS, LOCAL_HITS, "vllm:prompt_tokens")
 STAGES = ("before", "after_first", "after_second")
 
 _JOURNAL = "`journalctl -u kvoffload-lmcache -u kvoffload-vllm@<index>` on the node"
+# A replica that registered its KV cache and died before its first request (its heartbeat starts with
+# that request) stays registered, its KV pool mapped by the server, for the registration grace
+# (kvoffload/profiles/resolve.py LMCACHE_REGISTRATION_GRACE_S): its restarts find the GPU memory taken.
+_STALE = (
+    "the registration (and the mapped KV pool) of a replica process that died before its first "
+    f"request, for up to {LMCACHE_REGISTRATION_GRACE_S} s (--worker-registration-grace-seconds)"
+)
 
 
 def _delta(series: Mapping[str, Any], family: str, start: str, end: str) -> float | None:
@@ -48,12 +63,13 @@ def _delta(series: Mapping[str, Any], family: str, start: str, end: str) -> floa
     return float(now[family]) - float(then.get(family, 0.0))
 
 
-def _registered(status: Mapping[str, Any]) -> int | None:
-    """Replicas the server lists as registered; None when its /status does not say."""
+def _registered_ranks(status: Mapping[str, Any]) -> int | None:
+    """Worker instances (one per tensor-parallel rank) the server lists as registered; None when its
+    /status does not say."""
     keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")
     if not any(k in status for k in keys):
         return None
-    return sum(len(status.get(k) or []) for k in keys)
+    return len({i for k in keys for i in status.get(k) or []})
 
 
 def _fail(detail: str, fix: str, facts: Mapping[str, Any]) -> Check:
@@ -65,17 +81,32 @@ def judge(facts: Mapping[str, Any]) -> Check:
     with the bring-up's `error` when it never got that far)."""
     summary = summarize(facts)
     if facts.get("error"):
+        stage = facts.get("stage", "smoke")
+        held = (
+            f"; a replica that restarts while starting may be kept down by {_STALE}: its restarts "
+            "cannot get that GPU memory back, stop lmcache-server with it (`kvoffload-lab teardown "
+            "INVENTORY`) before trying again"
+            if stage == "start"
+            else ""
+        )
         return _fail(
-            f"{facts.get('stage', 'smoke')}: {facts['error']}",
-            f"{_JOURNAL} says why; `run` would fail its first offload cell the same way",
+            f"{stage}: {facts['error']}",
+            f"{_JOURNAL} says why; `run` would fail its first offload cell the same way{held}",
             summary,
         )
-    registered = summary["registered"]
-    if registered == 0:
+    registered, ranks, per_replica = summary["registered"], summary["registered_ranks"], summary["ranks"]
+    if ranks == 0:
         return _fail(
             "the replica answers /health but lmcache-server lists no registered replica (GET /status)",
             "the connector's lmcache.mp.host/port must reach the server's --port (profiles/engine, "
             f"roles/lmcache_server); {_JOURNAL}",
+            summary,
+        )
+    if ranks is not None and ranks < per_replica:
+        return _fail(
+            f"lmcache-server lists {ranks} of the replica's {per_replica} tensor-parallel ranks as "
+            "registered (GET /status): each rank registers its own KV cache",
+            f"a rank whose registration failed logs why; {_JOURNAL}",
             summary,
         )
     chunk = summary["chunk_size"]
@@ -98,10 +129,21 @@ def judge(facts: Mapping[str, Any]) -> Check:
             "`kvoffload-lab teardown INVENTORY` stops every kvoffload unit",
             summary,
         )
+    if ranks is not None and ranks > per_replica:
+        return Check(
+            NAME,
+            Status.WARN,
+            f"the round trip worked, but lmcache-server lists {ranks} registered workers for the one "
+            f"replica of {per_replica} rank(s) it serves: it still holds {_STALE}",
+            "stop lmcache-server with the node's replicas before a campaign (`kvoffload-lab teardown "
+            f"INVENTORY`); {_JOURNAL} shows the replica's earlier exit",
+            summary,
+        )
     return Check(
         NAME,
         Status.OK,
-        f"lmcache-server up, {_registered_text(registered)}; first request ({prompts[0]} tokens) "
+        f"lmcache-server up, {_registered_text(registered, ranks, per_replica)}; first request "
+        f"({prompts[0]} tokens) "
         f"stored {summary['stored_chunks']:.0f} chunks; after the replica's prefix cache was emptied the "
         f"same request hit {summary['hit_tokens']:.0f} tokens in LMCache, "
         f"{summary['external_hits']:.0f} external hits in vLLM",
@@ -109,10 +151,12 @@ def judge(facts: Mapping[str, Any]) -> Check:
     )
 
 
-def _registered_text(registered: int | None) -> str:
-    if registered is None:
+def _registered_text(registered: int | None, ranks: int | None, per_replica: int) -> str:
+    if registered is None or ranks is None:
         return "registration not listed by this server (the store proves the connector reached it)"
-    return f"{registered} replica registered"
+    if per_replica == 1:
+        return f"{registered} replica registered"
+    return f"{registered} replica registered ({ranks} tensor-parallel ranks, each its own worker)"
 
 
 def _problems(summary: Mapping[str, Any]) -> list[str]:
@@ -142,11 +186,16 @@ def summarize(facts: Mapping[str, Any]) -> dict[str, Any]:
     lm, vl = facts.get("lmcache") or {}, facts.get("vllm") or {}
     status = facts.get("status") or {}
     requests: Sequence[Mapping[str, Any]] = facts.get("requests") or []
+    ranks = _registered_ranks(status)
+    per_replica = int(facts.get("ranks") or 1)
     return {
         "node": facts.get("node"),
         "replica": facts.get("replica"),
         "lmcache": facts.get("lmcache_url"),
-        "registered": _registered(status),
+        # replicas with every rank registered (the smoke starts one), and the worker entries behind them
+        "registered": None if ranks is None else ranks // per_replica,
+        "registered_ranks": ranks,
+        "ranks": per_replica,
         "chunk_size": status.get("chunk_size") or facts.get("chunk_size"),
         "prompt_tokens": [r.get("prompt_tokens") for r in requests] or [None],
         "lookups_first": _delta(lm, LOOKUPS, "before", "after_first"),

@@ -37,6 +37,7 @@ from kvoffload.orchestrate.playbooks_api import (
     TEARDOWN,
 )
 from kvoffload.orchestrate.probe import scrape
+from kvoffload.parallelism import tensor_parallel_size
 from kvoffload.playbook import PlaybookFailed
 
 if TYPE_CHECKING:
@@ -60,13 +61,15 @@ class SmokeError(RuntimeError):
 
 @dataclass(frozen=True)
 class Pair:
-    """Where the round trip finds one node's pair: base URLs, the served model, LMCache's chunk size."""
+    """Where the round trip finds one node's pair: base URLs, the served model, LMCache's chunk size,
+    and the replica's tensor-parallel ranks (each registers with lmcache-server on its own)."""
 
     node: str
     replica: str
     lmcache: str
     model: str
     chunk_size: int
+    ranks: int = 1
 
 
 def smoke_messages(chunk_size: int, nonce: str) -> list[dict[str, str]]:
@@ -136,6 +139,7 @@ def round_trip(
         "replica": pair.replica,
         "lmcache_url": pair.lmcache,
         "chunk_size": pair.chunk_size,
+        "ranks": pair.ranks,
         "requests": [],
         "lmcache": counters.lm,
         "vllm": counters.vl,
@@ -238,7 +242,9 @@ def pair_of(extravars: Mapping[str, Any], lab: LabConfig, node: str, chunk_size:
     replica = ends.replicas.get(f"vllm-{node}-{first.index}")
     if replica is None or ends.lmcache is None:
         raise SmokeError(f"no replica {first.index} or lmcache-server among the targets of node {node}")
-    return Pair(node, replica, ends.lmcache, lab.served_model_name, chunk_size)
+    return Pair(
+        node, replica, ends.lmcache, lab.served_model_name, chunk_size, tensor_parallel_size(first.gpus)
+    )
 
 
 class PairSmoke:

@@ -195,6 +195,7 @@ def _download_set(cache: Path, label: str, reqs: list[str], python: str) -> Path
     folder = cache / f"{label}-{key}"
     if (folder / ".complete").exists():
         return folder
+    cache.mkdir(parents=True, exist_ok=True)  # the lock file lives there (a fresh machine has no cache)
     with _locked(cache / f".{label}-{key}.lock"):
         # Another process may have finished the same set while this one waited for the lock.
         if not (folder / ".complete").exists():

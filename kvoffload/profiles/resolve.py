@@ -22,7 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvoffload.errors import UserError
 from kvoffload.parallelism import parallelism_problem, tensor_parallel_size
-from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB, Tier
+from kvoffload.tiers import (
+    LMCACHE_REGISTRATION_GRACE_S,
+    LMCACHE_SERVER_GPU_OVERHEAD_GIB,
+    Tier,
+)
+from kvoffload.tiers import VLLM_HEALTH_TIMEOUT_S as VLLM_HEALTH_TIMEOUT_S
 
 GpuVendor = Literal["nvidia", "amd"]
 Engine = Literal["vllm", "sim"]
@@ -41,17 +46,8 @@ LMCACHE_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
 CADDY_PORT = 8100
 CADDY_METRICS_PORT = 8101
 NODE_EXPORTER_PORT = 9100
-# The vllm role's vllm_health_timeout (a golden test pins the two): the longest a replica may take from
-# start to /health, and so from registering its KV cache with lmcache-server to serving.
-VLLM_HEALTH_TIMEOUT_S = 900
-# lmcache-server reaps a worker that registered but never pinged after this many seconds. A worker
-# pings from its first lookup on (LMCache 0.5.6's heartbeat starts with the first request, not at
-# registration), so a shorter grace would reap a live replica still waiting for its first request and
-# its stores would be lost without a word; a longer one keeps the KV pool of a replica that died
-# before its first request mapped (its restart cannot get the GPU memory back) for that long. It
-# covers two start waves (one replica, then the rest) plus 5 minutes for Caddy and the cell's first
-# request; LMCache's default is 3600 s.
-LMCACHE_REGISTRATION_GRACE_S = 2 * VLLM_HEALTH_TIMEOUT_S + 300
+# VLLM_HEALTH_TIMEOUT_S and LMCACHE_REGISTRATION_GRACE_S live in kvoffload/tiers.py (the analysis reads
+# the grace too) and are re-exported here, where the flags are built.
 VISIBLE_DEVICES_ENV: dict[GpuVendor, str] = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
 # vLLM's default --gpu-memory-utilization.
 VLLM_GPU_MEMORY_UTILIZATION = 0.9

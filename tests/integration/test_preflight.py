@@ -102,6 +102,16 @@ def test_a_complete_inventory_passes(tmp_path: Path, tier: str) -> None:
             "gpu",
             "inventory host gpu1: vllm_replicas must list replicas with unique `index`",
         ),
+        (
+            inventory(
+                vllm={"gpu1": {"vllm_replicas": [{"index": 0, "gpus": "0,1"}, {"index": 1, "gpus": "1"}]}},
+                lb={"gpu1": {}},
+                client={"c1": {}},
+            ),
+            "gpu",
+            "inventory host gpu1: vllm_replicas must list replicas with unique `index`, and no GPU given to "
+            "two of them (GPU 1 is): replicas of one machine cannot share a GPU",
+        ),
     ],
 )
 def test_a_bad_inventory_is_refused_with_the_group_or_variable_named(

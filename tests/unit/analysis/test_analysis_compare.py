@@ -258,3 +258,24 @@ def test_compare_campaigns_applies_the_validity_rules() -> None:
     assert by["gpu", 16]["not_comparable_reasons"] == "no matching cell in B"
     clean = compare_campaigns([("A", a), ("B", a.assign(cell_id=a["cell_id"] + "b"))], ["ttft_p50_s"])
     assert clean["comparable"].all() and (clean["not_comparable_reasons"] == "").all()
+
+
+@pytest.mark.parametrize(
+    ("tier", "units", "held"),
+    [
+        ("cpu", "kvoffload-vllm@1 on gpu1 x1", True),
+        ("nvme", "kvoffload-vllm@0 on gpu1 x2", True),
+        ("gpu", "kvoffload-vllm@1 on gpu1 x1", False),  # no lmcache-server holds anything
+        ("cpu", "kvoffload-lmcache on gpu1 x1", False),  # the server itself: its cache went cold instead
+    ],
+)
+def test_a_restarted_replica_on_an_offload_tier_says_lmcache_may_hold_its_old_kv_pool(
+    tier: str, units: str, held: bool
+) -> None:
+    """LMCache 0.5.6 keeps a worker that registered and never pinged for the registration grace (issue 41):
+    a replica that died and restarted mid-cell may leave its old KV pool mapped in lmcache-server."""
+    row = pd.Series(_row("c1", tier, unit_restarts=1, service_restarts=1, restarted_units=units))
+    [restart] = [
+        w for w in warnings_table(pd.DataFrame([row])).to_dict("records") if w["kind"] == "unit_restarted"
+    ]
+    assert ("holding its KV pool in lmcache-server for up to 2100 s" in restart["message"]) is held

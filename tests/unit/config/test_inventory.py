@@ -81,7 +81,8 @@ def test_nested_children_and_top_level_groups(write_yaml: Writer) -> None:
         (
             lambda inv: inv["all"]["hosts"]["h2"]["vllm_replicas"].append({"index": 1, "gpus": "1,0"}),
             "all.hosts.h2.vllm_replicas[1].gpus",
-            "GPU 0 is also given to vllm_replicas[0]",
+            "GPU 0 is also given to vllm_replicas[0]: replicas of one machine cannot share a GPU; give each "
+            "replica GPUs of its own",
         ),
         (
             lambda inv: inv["all"]["hosts"]["h2"]["nvme_storage_devices"][0].update({"fstype": "btrfs"}),

@@ -137,6 +137,38 @@ def test_two_replicas_need_a_load_balancer(write_yaml: Writer, inventory: Any, c
     assert problems == [f"{inv}: all.children.lb: 2 vLLM replicas need one host in group lb (Caddy)"]
 
 
+def test_one_machine_under_two_names_may_not_give_a_gpu_to_two_replicas(
+    write_yaml: Writer, multi_host_inventory: Any, campaign: Any
+) -> None:
+    # h3 is h2's machine (same address) with replica index 1: no port clash, but both replicas on GPU 0
+    inventory = multi_host_inventory
+    campaign["tiers"] = ["gpu"]
+    inventory["all"]["hosts"]["h3"] = {
+        "ansible_host": "10.0.0.2",
+        "vllm_replicas": [{"index": 1, "gpus": "1,0"}],
+    }
+    inventory["all"]["children"]["lb"] = {"hosts": {"h2": None, "h3": None}}
+    inv, problems = _problems(write_yaml, inventory, campaign)
+    assert problems == [
+        f"{inv}: host h3 (group vllm): vllm_replicas[0].gpus: GPU 0 is also given to vllm_replicas[0] of "
+        "host h2, the same machine (10.0.0.2): replicas of one machine cannot share a GPU; give each "
+        "replica GPUs of its own, and list each machine once"
+    ]
+    # other GPUs of that machine: nothing shared
+    inventory["all"]["hosts"]["h3"]["vllm_replicas"] = [{"index": 1, "gpus": "1,2"}]
+    assert (
+        len(load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign)).replicas) == 2
+    )
+    # the same GPU ids on another machine are that machine's own GPUs
+    inventory["all"]["hosts"]["h3"] = {
+        "ansible_host": "10.0.0.3",
+        "vllm_replicas": [{"index": 0, "gpus": "0"}],
+    }
+    assert (
+        len(load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign)).replicas) == 2
+    )
+
+
 def test_one_replica_needs_no_load_balancer(write_yaml: Writer, inventory: Any, campaign: Any) -> None:
     del inventory["all"]["children"]["lb"]
     inventory["all"]["hosts"]["h2"]["vllm_replicas"] = [{"index": 0, "gpus": "0"}]

@@ -289,6 +289,12 @@ def test_cuda_verdicts() -> None:
     assert init["facts"]["no_new_privs"] == 1
     assert pinned["detail"] == "4.00 GiB registered in 2.1 s; GPU 0 copies h2d 55.1 GB/s, d2h 55.0 GB/s"
     assert ipc["status"] == "fail" and "INVALID_CONTEXT" in ipc["detail"]
+    # the two processes of the check share user, /dev/shm and PID namespace: the fix points at the GPU
+    # first, then names what the units must keep (and PrivateTmp=, which they set, as harmless)
+    assert ipc["fix"].startswith("two processes of one user in one sandbox could not share a GPU buffer")
+    assert "(torch's IPC files in /dev/shm are mode 0600)" in ipc["fix"]
+    shm = "no PrivateIPC=, PrivateDevices= or private mount of /dev/shm; PrivateTmp= leaves it alone"
+    assert shm in ipc["fix"]
     [plain_init, *_] = probe.verdict_cuda(True, None, outside, "no systemd-run")
     assert plain_init["detail"] == "1 device(s) in a child process (no sandbox: no systemd-run)"
 

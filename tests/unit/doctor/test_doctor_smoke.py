@@ -167,8 +167,8 @@ def test_registration_is_read_from_the_servers_status() -> None:
     nobody = ds.judge(trip(Servers(status={**status, "registered_non_cuda_instance_ids": []})))
     assert nobody.status == dc.Status.FAIL and nobody.detail.startswith("the replica answers /health but")
     assert "lmcache.mp.host/port" in nobody.fix
-    # a CUDA replica registers by GPU id
-    cuda = {**status, "registered_gpu_ids": [0], "registered_non_cuda_instance_ids": []}
+    # a CUDA replica's worker is listed by its instance id (a random 63-bit number, not a GPU index)
+    cuda = {**status, "registered_gpu_ids": [4417385112405863721], "registered_non_cuda_instance_ids": []}
     assert ds.judge(trip(Servers(status=cuda))).facts["registered"] == 1
     # a /status without either key (the simulator's) leaves it to the store
     bare = {k: v for k, v in status.items() if not k.startswith("registered_")}
@@ -176,6 +176,62 @@ def test_registration_is_read_from_the_servers_status() -> None:
     assert verdict.status == dc.Status.OK
     assert "registration not listed by this server (the store proves the connector reached it)" in (
         verdict.detail
+    )
+
+
+def _cuda_status(*instance_ids: int, world_size: int) -> dict[str, Any]:
+    """The recorded /status (vLLM's CPU build) as a CUDA server lists workers: one entry per worker in
+    `registered_gpu_ids` and `cache_context_meta` (lmcache 0.5.6 wheel,
+    lmcache/v1/multiprocess/modules/lmcache_driven_transfer.py `report_status`), edited: no CUDA
+    capture was taken."""
+    status = json.loads(_text(LMC / "status.json"))
+    meta = {"model_name": "tiny", "world_size": world_size, "kv_cache_layout": {"num_layers": 22}}
+    return {
+        **status,
+        "registered_non_cuda_instance_ids": [],
+        "non_cuda_context_meta": {},
+        "registered_gpu_ids": list(instance_ids),
+        "cache_context_meta": {str(i): meta for i in instance_ids},
+    }
+
+
+# two ranks of one TP-2 replica: each worker adapter draws its own instance id
+RANK_IDS = (4417385112405863721, 731158236511702518)
+
+
+def test_tensor_parallel_ranks_are_counted_apart_from_replicas() -> None:
+    pair = Pair("gpu01", REPLICA, CACHE, "tiny", 256, ranks=2)
+    client = httpx.Client(
+        transport=httpx.MockTransport(Servers(status=_cuda_status(*RANK_IDS, world_size=2)))
+    )
+    facts = round_trip(pair, client, nonce="n0", store_wait_s=0, sleep=lambda _s: None)
+    verdict = ds.judge(facts)
+    assert verdict.status == dc.Status.OK, verdict.detail
+    assert verdict.detail.startswith(
+        "lmcache-server up, 1 replica registered (2 tensor-parallel ranks, each its own worker); "
+    )
+    facts = verdict.facts
+    assert (facts["registered"], facts["registered_ranks"], facts["ranks"]) == (1, 2, 2)
+
+
+def test_a_rank_that_did_not_register_fails_and_extra_registrations_warn() -> None:
+    two_ranks = Pair("gpu01", REPLICA, CACHE, "tiny", 256, ranks=2)
+    one = Servers(status=_cuda_status(RANK_IDS[0], world_size=2))
+    client = httpx.Client(transport=httpx.MockTransport(one))
+    verdict = ds.judge(round_trip(two_ranks, client, nonce="n0", store_wait_s=0, sleep=lambda _s: None))
+    assert verdict.status == dc.Status.FAIL
+    assert verdict.detail == (
+        "lmcache-server lists 1 of the replica's 2 tensor-parallel ranks as registered (GET /status): each "
+        "rank registers its own KV cache"
+    )
+    # one single-GPU replica, two workers listed: the server still holds an earlier process's registration
+    stale = Servers(status=_cuda_status(*RANK_IDS, world_size=1))
+    verdict = ds.judge(trip(stale))
+    assert verdict.status == dc.Status.WARN
+    assert verdict.detail == (
+        "the round trip worked, but lmcache-server lists 2 registered workers for the one replica of 1 "
+        "rank(s) it serves: it still holds the registration (and the mapped KV pool) of a replica process "
+        "that died before its first request, for up to 2100 s (--worker-registration-grace-seconds)"
     )
 
 
@@ -233,6 +289,14 @@ def test_an_unreachable_server_and_a_failed_bring_up_fail_with_their_stage() -> 
     assert verdict.status == dc.Status.FAIL
     assert verdict.detail == "start: gpu01: 'Wait for replica 0 healthy' failed"
     assert "`run` would fail its first offload cell the same way" in verdict.fix
+    # a replica that died while starting may be held down by its own earlier registration
+    assert verdict.fix.endswith(
+        "; a replica that restarts while starting may be kept down by the registration (and the mapped "
+        "KV pool) of a replica process that died before its first request, for up to 2100 s "
+        "(--worker-registration-grace-seconds): its restarts cannot get that GPU memory back, stop "
+        "lmcache-server with it (`kvoffload-lab teardown INVENTORY`) before trying again"
+    )
+    assert "grace" not in ds.judge({**deploy, "stage": "install"}).fix
 
 
 def test_a_pair_left_running_warns() -> None:

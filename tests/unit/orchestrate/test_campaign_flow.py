@@ -142,11 +142,10 @@ class Recorder:
             if kw.get("tags") and "install" in kw["tags"]:
                 self.mark(f"installed {playbook} {node}")
         plays = ((api.COLLECT_PLAY, 0.0), (api.TEARDOWN_PLAY, 0.0)) if teardown else ()
-        # the lmcache_server role's fstrim after each L2 wipe (trim_l2.yml), in the play that wiped
+        # the lmcache_server role's fstrim after each end-of-cell L2 wipe (trim_l2.yml), in the play that
+        # wiped; the clear of a reset's probes right before the replay (api.CLEAR_L2_PLAY) trims nothing
         wipes: list[str] = []
         if ev.get("lmcache_server_l2_path") and not kw.get("tags"):
-            if "+clear-l2+" in playbook + "+" and playbook.startswith("replay.yml"):
-                wipes.append(api.CLEAR_L2_PLAY)
             if "+clear-l2-next" in playbook:
                 wipes.append("Empty L2 for the next cell, which keeps these engines")
             if teardown or playbook == "teardown.yml":
@@ -722,10 +721,13 @@ def test_each_nvme_cell_records_the_trim_after_the_last_wipe_before_its_replay(
     assert first is None  # nothing wiped an L2 in this run before the first nvme cell
     runs = [p for p, _n, _l in rec.runs]
     if cold_start == "reset":
-        # the second cell keeps the engines: its own replay run cleared L2 after the reset and trimmed,
-        # which replaces the trim of the first cell's collect
+        # the second cell keeps the engines: its replay run cleared L2 after the reset without a trim
+        # (a whole-drive trim right before a replay), so its trim is the first cell's collect's, at the
+        # end of that cell
         assert runs[-2:] == ["replay.yml+clear-l2+teardown", "teardown.yml:unquiet"]
-        assert second["message"].endswith(f"replay.yml+clear-l2+teardown {api.CLEAR_L2_PLAY}")
+        assert second["message"].endswith(
+            "replay.yml+clear-l2-next Empty L2 for the next cell, which keeps these engines"
+        )
     else:
         # restart: the first cell's replay ended with the teardown, whose wipe the second cell follows
         assert second["message"].endswith(f"replay.yml+teardown {api.TEARDOWN_PLAY}")

@@ -10,13 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from kvoffload.config import load_lab
 from kvoffload.doctor import checks as dc
 from kvoffload.orchestrate import doctor
 from kvoffload.orchestrate.campaign import CampaignRunner
 from kvoffload.orchestrate.results import CampaignResults
-from kvoffload.orchestrate.smoke import PairSmoke, offload_cell
+from kvoffload.orchestrate.smoke import PairSmoke, offload_cell, pair_of
 from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 from kvoffload.playbook.runner import TaskFailure
@@ -61,6 +62,7 @@ def test_each_node_installs_starts_one_replica_checks_and_stops(tmp_path: Path) 
     smoke, lab = _smoke(tmp_path, playbooks, servers)
     found = smoke([GPU1], None)
     assert found[GPU1].get("error") is None, found
+    assert found[GPU1]["ranks"] == 1  # gpus "0": one rank
     assert dc.smoke_pair(None, "vllm", True, found[GPU1]).status == dc.Status.OK
     steps = [(r["playbook"], r.get("tags"), r.get("skip_tags"), r.get("limit")) for r in playbooks.runs]
     node = ",".join(lab.node_hosts(lab.node(GPU1)))
@@ -97,6 +99,24 @@ def test_each_node_installs_starts_one_replica_checks_and_stops(tmp_path: Path) 
     )
     assert "VLLM_SERVER_DEV_MODE='1'" in env.splitlines() and "KVOFFLOAD_PORT='8000'" in env.splitlines()
     assert '\\"lmcache.mp.host\\":\\"tcp://192.0.2.11\\",\\"lmcache.mp.port\\":5555' in env
+
+
+def test_the_pair_expects_one_registration_per_tensor_parallel_rank(tmp_path: Path) -> None:
+    inv, camp = _lab_files(tmp_path)
+    inventory = yaml.safe_load(inv.read_text())
+    # gpu01's first replica spans two GPUs: two ranks, each registering with lmcache-server on its own
+    inventory["all"]["hosts"][GPU1]["vllm_replicas"] = [
+        {"index": 0, "gpus": "0,1"},
+        {"index": 1, "gpus": "2"},
+    ]
+    inv.write_text(yaml.safe_dump(inventory))
+    lab = load_lab(inv, camp)
+    targets = [
+        {"name": "vllm-gpu01.lab.example-0", "url": "http://192.0.2.11:8000/metrics"},
+        {"name": "lmcache", "url": "http://192.0.2.11:8080/metrics"},
+    ]
+    pair = pair_of({"replay_metrics_targets": targets}, lab, GPU1, 256)
+    assert (pair.replica, pair.lmcache, pair.ranks) == ("http://192.0.2.11:8000", "http://192.0.2.11:8080", 2)
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,19 @@ def test_two_builders_sharing_a_cache_download_a_set_once(
     assert calls == ["deps", "engine-cpu"]
 
 
+def test_a_set_downloads_into_a_cache_that_does_not_exist_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh machine: caddy_wheel() before anything made the cache (the integration lane's Caddy gate)
+    def download(cache: Path, folder: Path, label: str, reqs: list[str], python: str) -> None:
+        folder.mkdir()
+        (folder / ".complete").write_text("\n".join(reqs) + "\n")
+
+    monkeypatch.setattr(wh, "_download_into", download)
+    cache = tmp_path / "fresh" / "wheels"
+    assert wh._download_set(cache, "caddy", ["c==1"], "3.11.2").parent == cache
+
+
 def _fake_sets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     """Downloads replaced by minimal wheels named after each requirement; returns the labels asked for."""
     asked: list[str] = []

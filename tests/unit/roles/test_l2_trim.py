@@ -1,4 +1,5 @@
-"""lmcache_server's fstrim after each L2 wipe (tasks/trim_l2.yml): both wipes include it, and the fact
+"""lmcache_server's fstrim after each end-of-cell L2 wipe (tasks/trim_l2.yml): the teardown's wipe and
+the collect's clear for a next cell include it, the clear right before a replay does not; and the fact
 kvoffload-lab records in cell.json says trimmed, unsupported or failed from fstrim's own answers.
 
 The command needs a mounted file system and CAP_SYS_ADMIN; here the fact's expressions are templated as
@@ -23,10 +24,37 @@ def _tasks(name: str) -> list[dict[str, Any]]:
     return tasks
 
 
-@pytest.mark.parametrize("wipe", ["clear_l2.yml", "teardown_l2.yml"])
-def test_every_wipe_of_l2_ends_with_the_trim(wipe: str) -> None:
-    last = _tasks(wipe)[-1]
-    assert last["ansible.builtin.include_tasks"] == "trim_l2.yml"
+PLAYBOOKS = ROLES.parent / "playbooks"
+
+
+def _play(playbook: str, name: str) -> list[dict[str, Any]]:
+    plays = yaml.safe_load((PLAYBOOKS / playbook).read_text())
+    tasks: list[dict[str, Any]] = next(p for p in plays if p["name"] == name)["tasks"]
+    return tasks
+
+
+def _includes(tasks: list[dict[str, Any]]) -> list[str]:
+    """The lmcache_server task files a play's tasks include, in order."""
+    return [
+        t["ansible.builtin.include_role"]["tasks_from"]
+        for t in tasks
+        if t.get("ansible.builtin.include_role", {}).get("name") == "lmcache_server"
+    ]
+
+
+def test_the_end_of_cell_wipes_trim_and_the_clear_before_a_replay_does_not() -> None:
+    """XFS's FITRIM discards all free space on every call: a trim right before the replay (the clear of a
+    reset's probes) would leave the SSD working through a whole-drive deallocate under the nvme cells after
+    a reset only, and not under the others."""
+    # the teardown's wipe, after the server stopped
+    assert _tasks("teardown_l2.yml")[-1]["ansible.builtin.include_tasks"] == "trim_l2.yml"
+    # the collect's clear for a next cell that keeps the engines: the clear, then the trim, on one switch
+    collect = _play("collect.yml", "Empty L2 for the next cell, which keeps these engines")
+    assert _includes(collect) == ["clear_l2.yml", "trim_l2.yml"]
+    assert {t["when"] for t in collect} == {"kvoffload_clear_l2_next | default(false) | bool"}
+    # right before the replay: the clear alone, and the clear itself includes no trim
+    assert _includes(_play("replay.yml", "Empty L2 of the reset's probes")) == ["clear_l2.yml"]
+    assert not any("trim_l2.yml" in str(t) for t in _tasks("clear_l2.yml"))
 
 
 @pytest.mark.parametrize(

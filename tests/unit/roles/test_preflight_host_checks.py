@@ -77,28 +77,107 @@ def test_host_python_against_vllms_minimum_and_the_wheelhouse(
     assert says in message
 
 
-def _stat(path: str, ischr: bool | None) -> dict[str, Any]:
-    stat: dict[str, Any] = {"exists": False} if ischr is None else {"exists": True, "ischr": ischr}
-    return {"item": path, "stat": stat}
+# An 8-GPU node's driver files as `grep -H '^Device Minor:'` prints them (the file's tab-aligned
+# "Device Minor: \t 0" line); the driver numbers GPU 5 (PCI order) as minor 6 here and GPU 6 as 5, as
+# it may when its probe order is not the PCI bus order.
+PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0",
+       "0000:ba:00.0", "0000:db:00.0"]  # fmt: skip
+MINORS = dict(enumerate([0, 1, 2, 3, 4, 6, 5, 7]))
+
+
+def _grep(listed: list[int]) -> str:
+    return "\n".join(
+        f"/proc/driver/nvidia/gpus/{PCI[i]}/information:Device Minor: \t {MINORS[i]}" for i in listed
+    )
+
+
+def _stat_lines(chr_paths: list[str], other: dict[str, str] | None = None) -> list[str]:
+    """`stat --dereference --format '%F|%n'`'s stdout: a line per file it found (missing ones only on
+    stderr, "stat: cannot statx '/dev/nvidia7': No such file or directory")."""
+    return [f"character special file|{p}" for p in chr_paths] + [f"{t}|{p}" for p, t in (other or {}).items()]
+
+
+def _devices(gpus: list[str], listed: list[int], stat: list[str]) -> dict[str, Any]:
+    return {
+        "ansible_local": {"kvoffload_gpu": {"count": 8, "devices": [{"pci": p} for p in PCI]}},
+        "vllm_replicas": [{"index": i, "gpus": g} for i, g in enumerate(gpus)],
+        "_preflight_nvidia_minors": {"rc": 0, "stdout": _grep(listed)},
+        "_preflight_nvidia_devices": {"rc": 0, "stdout_lines": stat},
+    }
+
+
+BASE = ["/dev/nvidiactl", "/dev/nvidia-uvm"]
 
 
 @pytest.mark.parametrize(
-    ("ctl", "uvm", "missing"),
+    ("stat", "missing"),
     [
-        (True, True, None),  # the H200 above: crw-rw-rw- 195,255 /dev/nvidiactl and 238,0 /dev/nvidia-uvm
-        (True, None, "/dev/nvidia-uvm"),  # nvidia_uvm not loaded, or loaded without its node
-        (True, False, "/dev/nvidia-uvm"),  # a plain file where the node should be
-        (None, None, "/dev/nvidiactl and /dev/nvidia-uvm"),
+        # every node there, as on the H200 above (crw-rw-rw- 195,255 /dev/nvidiactl, 238,0 /dev/nvidia-uvm)
+        (_stat_lines([*BASE, "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia6"]), None),
+        (_stat_lines(["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia6"]), "/dev/nvidia-uvm"),
+        (
+            _stat_lines(
+                ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia6"],
+                {"/dev/nvidia-uvm": "regular empty file"},
+            ),
+            "/dev/nvidia-uvm",
+        ),
+        (
+            [],
+            "/dev/nvidiactl and /dev/nvidia-uvm and /dev/nvidia0 (GPU 0, 0000:18:00.0) and /dev/nvidia1 "
+            "(GPU 1, 0000:2a:00.0) and /dev/nvidia6 (GPU 5, 0000:ab:00.0)",
+        ),
+        # the control and UVM nodes alone are not enough: GPU 5's own node (minor 6) is missing
+        (
+            _stat_lines([*BASE, "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia5"]),
+            "/dev/nvidia6 (GPU 5, 0000:ab:00.0)",
+        ),
     ],
 )
-def test_device_files_must_be_character_devices(
-    ctl: bool | None, uvm: bool | None, missing: str | None
+def test_device_files_of_the_driver_uvm_and_each_replica_gpu_must_be_character_devices(
+    stat: list[str], missing: str | None
 ) -> None:
-    results = [_stat("/dev/nvidiactl", ctl), _stat("/dev/nvidia-uvm", uvm)]
-    ok, message = _check("gpu_devices.yml", {"_preflight_nvidia_devices": {"results": results}})
+    # replica 0 on GPU 0, replica 1 tensor-parallel over GPUs 1 and 5
+    ok, message = _check("gpu_devices.yml", _devices(["0", "1,5"], [0, 1, 5], stat))
     assert ok is (missing is None)
     if missing:
-        assert message.startswith(f"{missing} on gpu1 is not a character device")
+        assert message.startswith(f"{missing} on gpu1: not a character device, or not listed by the driver.")
+        assert "as root, `nvidia-modprobe -c=255 -c=<minor>` creates them" in message
+
+
+def test_the_device_files_read_are_those_of_the_replicas_gpus_by_the_drivers_minor() -> None:
+    variables = {**role_defaults("preflight"), **_devices(["0", "1,5"], [0, 1, 5], [])}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    tasks = yaml.safe_load((TASKS / "gpu_devices.yml").read_text())
+    grep, stat = (
+        templar.template(trust_as_template(t["ansible.builtin.command"]["argv"])) for t in tasks[:2]
+    )
+    assert grep == ["grep", "-H", "^Device Minor:"] + [
+        f"/proc/driver/nvidia/gpus/{PCI[i]}/information" for i in (0, 1, 5)
+    ]
+    assert stat == [
+        "stat",
+        "--dereference",
+        "--format",
+        "%F|%n",
+        *BASE,
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+        "/dev/nvidia6",
+    ]
+    # a GPU the driver does not list: named by its id and PCI address, never guessed as /dev/nvidia5
+    ok, message = _check(
+        "gpu_devices.yml",
+        _devices(["0", "1,5"], [0, 1], _stat_lines([*BASE, "/dev/nvidia0", "/dev/nvidia1"])),
+    )
+    assert ok is False
+    assert message.startswith("GPU 5 (0000:ab:00.0, no /proc/driver/nvidia/gpus entry) on gpu1: ")
+    # before the first read (nothing registered yet) every GPU's file is asked for
+    fresh = {k: v for k, v in variables.items() if k != "_preflight_nvidia_minors"}
+    argv = Templar(loader=DataLoader(), variables=fresh).template(
+        trust_as_template(tasks[0]["ansible.builtin.command"]["argv"])
+    )
+    assert len(argv) == 3 + 3
 
 
 def _fabric(state: str) -> str:
