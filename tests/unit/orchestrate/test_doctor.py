@@ -323,3 +323,26 @@ def test_the_probe_answer_of_a_real_h200() -> None:
     [engine_check] = [c for c in broken["checks"] if c["name"] == "engine"]
     engine_check["facts"] = {**engine_check["facts"], "versions": {"lmcache": "0.5.6"}, "connector": False}
     assert dc.smoke_pair(broken, "vllm", True).status == dc.Status.FAIL
+
+
+def test_the_doctor_would_have_caught_the_flashinfer_sampler_on_a_real_h200() -> None:
+    """The probe on a lent H200 whose engine Python holds torch 2.11 and flashinfer-python 0.7.0.post1,
+    the CUDA 13 toolkit in /usr/local/cuda, and ninja only in that venv's bin (issue 41): a replica unit
+    there finds nvcc but no ninja, so with vLLM's default (sampler on) the node fails before any replica
+    dies in start-up profiling; with the shipped nvidia profiles (sampler off) it passes."""
+    probe = json.loads((H200 / "probe-flashinfer.json").read_text())
+    assert probe["unit_toolchain"] == {
+        "path": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
+        "nvcc": "/usr/local/cuda/bin/nvcc",
+        "ninja": None,
+    }
+
+    def verdict(sampler: tuple[tuple[str, str | None], ...]) -> dc.Check:
+        ask = doctor.HostAsk(16.0, "/tmp/doctor-l2", True, "cuda", sampler)
+        report = doctor.judge("h200", probe, ask, engine="vllm", hosts_python="3.12.3", expected={})
+        return {c.name: c for c in report.checks}["flashinfer_jit"]
+
+    default = verdict((("cpu", None), ("gpu", None)))
+    assert default.status == dc.Status.FAIL and "no ninja" in default.detail
+    shipped = verdict((("cpu", "0"), ("gpu", "0")))
+    assert shipped.status == dc.Status.OK, shipped
