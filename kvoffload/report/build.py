@@ -37,10 +37,12 @@ from kvoffload.errors import UserError
 from kvoffload.ingest import Tables, ensure_tables
 from kvoffload.profiles.resolve import LmcacheProfile, lmcache_profile
 from kvoffload.report import plots
+from kvoffload.report.model_config import find_model_config, is_hub_id
 from kvoffload.report.prompts import shared_prefix_reuse
 from kvoffload.report.views import (
     CACHE_COLUMNS,
     COMPARISON_COLUMNS,
+    COMPARISON_NOTE,
     DISK_COLUMNS,
     LATENCY_COLUMNS,
     OFFLOAD_COLUMNS,
@@ -52,6 +54,7 @@ from kvoffload.report.views import (
     gpu_memory_note,
     hosts_table,
     knee_table,
+    left_out_text,
     prediction_tables,
     rounds_pivot,
     software_view,
@@ -59,6 +62,7 @@ from kvoffload.report.views import (
 )
 from kvoffload.sim.profile import load_profile
 from kvoffload.tiers import Tier
+from kvoffload.tokenizer import hf_hub_cache
 
 # The title of the turn-by-turn section (Markdown, HTML and the terminal's findings).
 TURNS_TITLE = "Where each turn's prompt came from"
@@ -150,7 +154,7 @@ def analyse(results_dir: Path) -> Analysis:
         ),
         rounds=rounds_table(t.cells, t.requests),
         software=software,
-        attribution=tier_attribution(t.cells, t.requests, relevant(t.samples)),
+        attribution=tier_attribution(summary, t.requests, relevant(t.samples)),
     )
 
 
@@ -163,25 +167,40 @@ def _lmcache(tier: Tier) -> LmcacheProfile | None:
         return None
 
 
-def _kv_bytes_input(config: dict[str, Any]) -> Stated:
-    """KV bytes per token of one cell: the model's config.json when `model` is a folder here, else the
-    simulator profile the cell ran with."""
-    model = str(config.get("model") or "")
-    path = Path(model) / "config.json" if model else None
-    if path is not None and path.is_file():
-        try:
-            return cap.kv_bytes_from_model_config(json.loads(path.read_text("utf-8")), str(path))
-        except (OSError, json.JSONDecodeError) as exc:
-            return Stated("KV bytes per token", None, "B", f"{path}: unreadable ({exc})")
+def _kv_bytes_input(
+    config: dict[str, Any], tensor_parallel_sizes: Sequence[int] = (), hub_cache: Path | None = None
+) -> Stated:
+    """KV bytes per token of one cell: the simulator profile a sim cell ran with (its server stores
+    exactly that), else the model's config.json where this machine has it (the model's folder, for a hub
+    id the Hugging Face hub cache, the lab's staged copy: report/model_config.py), sized for the
+    replicas' tensor-parallel sizes and the campaign's extra_engine_args."""
+    name = "KV bytes per token"
     profile = config.get("sim_profile") if config.get("engine") == "sim" else None
     if profile:
         try:
             value = load_profile(str(profile)).model.kv_bytes_per_token
         except UserError as exc:
-            return Stated("KV bytes per token", None, "B", f"simulator profile {profile!r}: {exc}")
+            return Stated(name, None, "B", f"simulator profile {profile!r}: {exc}")
         source = f"kvoffload/profiles/sim/{profile}.yaml model.kv_bytes_per_token (the simulator's model)"
-        return Stated("KV bytes per token", float(value), "B", source)
-    return Stated("KV bytes per token", None, "B", f"model {model!r} is no folder with a config.json here")
+        return Stated(name, float(value), "B", source)
+    model = str(config.get("model") or "")
+    found = find_model_config(model, hub_cache)
+    if found is None:
+        cache = (
+            f", nor in the Hugging Face hub cache {hub_cache or hf_hub_cache()}" if is_hub_id(model) else ""
+        )
+        why = f"model {model!r}: no config.json in a folder of that name{cache}, nor in the lab's staged copy"
+        return Stated(name, None, "B", why)
+    source = f"{found.path} (from {found.where})"
+    try:
+        parsed = json.loads(found.path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return Stated(name, None, "B", f"{source}: unreadable ({exc})")
+    if not isinstance(parsed, dict):
+        return Stated(name, None, "B", f"{source}: not a JSON object")
+    args = config.get("extra_engine_args")
+    engine_args = [str(a) for a in args] if isinstance(args, list) else []
+    return cap.kv_bytes_from_model_config(parsed, source, tensor_parallel_sizes, engine_args)
 
 
 def capacity_inputs(
@@ -210,7 +229,8 @@ def capacity_inputs(
     for _, cell in t.cells.iterrows():
         cid = str(cell["cell_id"])
         config = json.loads(cell["config"]) if isinstance(cell.get("config"), str) else {}
-        kv[cid] = _kv_bytes_input(config)
+        targets = parse_targets(cell.get("targets") if isinstance(cell.get("targets"), str) else None)
+        kv[cid] = _kv_bytes_input(config, sorted(set(cap.replica_tensor_parallel_sizes(targets).values())))
         if cell["tier"] == "nvme":
             hosts = json.loads(cell["hosts"]) if isinstance(cell.get("hosts"), str) else {}
             device = cell.get("l2_device")
@@ -330,7 +350,7 @@ def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
         views.append(
             GroupView(
                 title=title,
-                comparison=table("Tier comparison", group, COMPARISON_COLUMNS),
+                comparison=table("Tier comparison", group, COMPARISON_COLUMNS, note=COMPARISON_NOTE),
                 latency=table("TTFT, token latency and throughput", group, LATENCY_COLUMNS),
                 cache=table("Prefix cache, KV usage and engine times", group, CACHE_COLUMNS, key_columns=2),
                 offload=table("KV offload (LMCache) and reuse", group, OFFLOAD_COLUMNS, key_columns=2),
@@ -434,11 +454,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     return {
         "finding_groups": _finding_groups(c),
         "turns_title": TURNS_TITLE,
-        "attribution": [
-            {"statement": v.statement, "tables": attribution_tables(v)}
-            for v in a.attribution
-            if not v.rounds.empty
-        ],
+        "attribution": attribution_views(a.attribution),
         "routing_note": ROUTING_NOTE,
         "predicted": predicted,
         "capacity_inputs": inputs,
@@ -459,6 +475,20 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "cpu": _cpu_table(a.summary),
         "gpus": _gpu_table(a.tables, frames),
     }
+
+
+def attribution_views(views: Sequence[TierAttribution]) -> list[dict[str, Any]]:
+    """The turn-by-turn section's entries, one per group and tier that has a valid cell or a cell left
+    out: `group` (with `new_group` where it starts), `statement`, `left_out` and `tables`."""
+    out: list[dict[str, Any]] = []
+    for v in views:
+        if v.rounds.empty and not v.excluded:
+            continue
+        new = not out or out[-1]["group"] != v.group
+        tables = attribution_tables(v) if not v.rounds.empty else ()
+        entry = {"group": v.group, "new_group": new, "statement": v.statement, "tables": tables}
+        out.append({**entry, "left_out": left_out_text(v)})
+    return out
 
 
 def md_table(t: Table | None) -> str:
@@ -486,9 +516,10 @@ def render_markdown(ctx: dict[str, Any]) -> str:
     if ctx["attribution"]:
         out += [f"## {TURNS_TITLE}", ""]
         for v in ctx["attribution"]:
-            out += ([f"- {v['statement']}", ""] if v["statement"] else []) + [
-                md_table(t) for t in v["tables"]
-            ]
+            out += [f"### {v['group']}", ""] if v["new_group"] else []
+            out += [f"- {v['statement']}", ""] if v["statement"] else []
+            out += [v["left_out"], ""] if v["left_out"] else []
+            out += [md_table(t) for t in v["tables"]]
     out += ["## Capacity: how much history each tier retains", ""]
     out += [md_table(ctx["predicted"]), md_table(ctx["capacity_inputs"]), "### Measured knee", ""]
     out += [f"- {k}" for k in ctx["knees"]] + [""]
@@ -686,8 +717,9 @@ def knee_verdicts(knees: Sequence[Knee], ramps: Any) -> list[str]:
 
 def report_json(a: Analysis, c: Conclusions) -> str:
     """`report --format json`: {"summary": one object per cell (the summary table), "findings": one per
-    comparison group and tier, "attribution": one per tier (rounds with their token sources, the cost
-    of each source per 1K tokens with its spread, the sentence), "capacity": {"predicted", "measured",
+    comparison group and tier, "attribution": one per comparison group, node and tier (its valid cells
+    and those left out, rounds with their token sources, the cost of each source per 1K tokens with its
+    interval and verdict, the sentence), "capacity": {"predicted", "measured",
     "recommendation"}}."""
     doc = {
         "summary": summary_records(a.summary),

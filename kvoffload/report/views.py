@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from kvoffload.analysis.attribution import Cost, TierAttribution
+from kvoffload.analysis.attribution import Cost, TierAttribution, Verdict
 from kvoffload.analysis.capacity import Knee, TierCapacity, as_number, tokens_text
 from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB
 
@@ -70,6 +70,14 @@ def _sessions(r: pd.Series) -> str:
     return f"{fmt_int(r.get('achieved_sessions'))}/{fmt_int(r.get('virtual_users_available'))}"
 
 
+def _records_sent(r: pd.Series) -> str:
+    """requests.jsonl records / requests sessions.json counts sent ("–" for files that did not count
+    them: they read 0 although records exist)."""
+    records, sent = as_number(r.get("requests")), as_number(r.get("requests_sent"))
+    unknown = sent is None or (sent == 0 and bool(records))
+    return f"{fmt_int(records)}/{MISSING if unknown else fmt_int(sent)}"
+
+
 def _requests(r: pd.Series) -> str:
     return f"{fmt_int(r.get('requests_ok'))}/{fmt_int(r.get('requests'))}"
 
@@ -82,21 +90,28 @@ COMPARISON_COLUMNS: list[Column] = [
     ("requests ok/all", _requests),
     ("later-round TTFT p50 (s)", _col("ttft_later_p50_s")),
     ("later-round TTFT p95 (s)", _col("ttft_later_p95_s")),
-    ("TTFT p50 vs gpu (%)", _col("ttft_p50_vs_gpu_pct", 1, signed=True)),
-    ("TTFT p95 vs gpu (%)", _col("ttft_p95_vs_gpu_pct", 1, signed=True)),
+    ("later-round TTFT p50 vs gpu (%)", _col("ttft_later_p50_vs_gpu_pct", 1, signed=True)),
+    ("later-round TTFT p95 vs gpu (%)", _col("ttft_later_p95_vs_gpu_pct", 1, signed=True)),
     ("TTFT degradation p50, later rounds vs round 1 (%)", _col("ttft_degradation_p50_pct", 1, signed=True)),
     ("comparable", lambda r: "yes" if bool(r.get("comparable", True)) else "NO"),
 ]
+# One definition per figure (issue 43): the comparison table's TTFT columns and its change vs gpu are all
+# over later rounds, as the findings' are.
+COMPARISON_NOTE = (
+    "Every TTFT figure here is over the later rounds (round 2 on), the rounds the findings compare; the "
+    "change vs gpu is against this group's gpu cell, which is the findings' change when the campaign has "
+    "one repeat (the findings pool the repeats). The all-rounds TTFT is in the next table."
+)
 
 LATENCY_COLUMNS: list[Column] = [
     ("tier", lambda r: str(r["tier"])),
     ("cell", lambda r: str(r["cell_id"])),
-    ("TTFT mean (s)", _col("ttft_mean_s")),
-    ("TTFT p50 (s)", _col("ttft_p50_s")),
-    ("TTFT p90 (s)", _col("ttft_p90_s")),
-    ("TTFT p95 (s)", _col("ttft_p95_s")),
-    ("TTFT p99 (s)", _col("ttft_p99_s")),
-    ("TTFT degradation p95 (%)", _col("ttft_degradation_p95_pct", 1, signed=True)),
+    ("TTFT mean, all rounds (s)", _col("ttft_mean_s")),
+    ("TTFT p50, all rounds (s)", _col("ttft_p50_s")),
+    ("TTFT p90, all rounds (s)", _col("ttft_p90_s")),
+    ("TTFT p95, all rounds (s)", _col("ttft_p95_s")),
+    ("TTFT p99, all rounds (s)", _col("ttft_p99_s")),
+    ("TTFT degradation p95, later rounds vs round 1 (%)", _col("ttft_degradation_p95_pct", 1, signed=True)),
     ("time per output token, mean (ms)", _col("tpot_mean_s", 2, 1000.0)),
     ("input tokens per second", _col("input_tokens_per_s", 1)),
     ("output tokens per second", _col("output_tokens_per_s", 1)),
@@ -205,6 +220,7 @@ SESSION_COLUMNS: list[Column] = [
     ("sessions incomplete", _int("sessions_incomplete")),
     ("sessions ended in error", _int("sessions_error")),
     ("failed requests", _int("failed_requests")),
+    ("request records/sent", _records_sent),
     ("Caddy upstream flaps", _int("caddy_upstream_flaps")),
     ("unit restarts", _int("unit_restarts")),
     ("node", lambda r: str(r.get("node") or MISSING)),
@@ -376,36 +392,92 @@ COST_NAMES = {
     "l2": "l2",
     "recomputed": "recomputed",
     "cached_other": "GPU prefix cache or L1",
-    "l2_hit": "L2",
+    "l2_hit": "L2 lookup hits (some may have been served from the GPU)",
     "missed": "recomputed",
 }
+# What the cost table says for each verdict (attribution.Verdict; docs/metrics.md "Cost of a hit and of
+# a miss").
+VERDICT_WORDS = {
+    Verdict.COST: "a cost: its 95 % interval is above zero",
+    Verdict.ZERO: "not told from zero: its 95 % interval reaches zero",
+    Verdict.NO_INTERVAL: "too few sessions for an interval: not told from zero",
+    Verdict.BELOW_ZERO: "no cost",
+    Verdict.NOT_ESTIMABLE: "not estimable",
+}
+COARSE_ROUNDS_NOTE = (
+    "The server did not split the GPU prefix cache from LMCache per request (vLLM 0.32 streams no "
+    "cached_token_stats), so this is what every request does say: its cached tokens (GPU prefix cache and "
+    "LMCache together) and the rest of its prompt, recomputed; and LMCache's L1 and L2 lookup hits for it "
+    "(its line in the LMCache server's log, chunks x the server's chunk size). LMCache's lookup covers the "
+    "whole prefix, so a lookup hit may have been served from the GPU prefix cache: the lookup hits are "
+    "not a split of the cached tokens."
+)
+
+
+def _round_requests(r: Mapping[Any, Any]) -> str:
+    """ "12", or "12 (10 say cached_tokens, 11 with a lookup line)" where some requests do not say."""
+    n, said, looked = fmt_int(r["requests"]), fmt_int(r.get("said_cached")), fmt_int(r.get("looked_up"))
+    return n if said == looked == n else f"{n} ({said} say cached_tokens, {looked} with a lookup line)"
+
+
+def _rounds_table(view: TierAttribution) -> Table:
+    """Per round TTFT p50/p95 with the round's prompt tokens by source beside it: the fine split where
+    the server said it, else what every request says (cached, recomputed, LMCache's lookup hits)."""
+    title = f"{view.tier}: TTFT and prompt sources by round"
+    records = view.rounds.to_dict("records")
+    head = ["round", "requests", "TTFT p50 s", "TTFT p95 s"]
+    if view.split == "coarse":
+        columns = ("cached", "missed", "l1_lookup", "l2_lookup")
+        headers = [*head, "cached tokens (GPU or LMCache)", "recomputed tokens", "LMCache L1 lookup hits",
+                   "LMCache L2 lookup hits"]  # fmt: skip
+        note = COARSE_ROUNDS_NOTE
+    else:
+        columns = ("gpu", "l1", "l2", "recomputed")
+        headers = [*head, "GPU tokens", "L1 tokens", "L2 tokens", "recomputed tokens"]
+        note = (
+            "Tokens of the requests whose server said every source "
+            "(docs/metrics.md, Per-request attribution)."
+        )
+    rows = [
+        [fmt_int(r["round"]), _round_requests(r) if view.split == "coarse" else fmt_int(r["requests"]),
+         fmt(r["ttft_p50_s"]), fmt(r["ttft_p95_s"]), *(fmt_int(r.get(f"{c}_tokens")) for c in columns)]
+        for r in records
+    ]  # fmt: skip
+    return Table(title, headers, rows, note)
+
+
+def _cost_row(name: str, cost: Cost) -> list[str]:
+    value = fmt(cost.s_per_1k, 2, 1000.0) if cost.verdict in (Verdict.COST, Verdict.NO_INTERVAL) else MISSING
+    ci = (
+        f"{fmt(cost.low, 2, 1000.0)}-{fmt(cost.high, 2, 1000.0)}"
+        if cost.verdict in (Verdict.COST, Verdict.ZERO) and cost.low is not None
+        else MISSING
+    )
+    said = VERDICT_WORDS[cost.verdict] + (f": {cost.why}" if cost.why and cost.verdict in (
+        Verdict.BELOW_ZERO, Verdict.NOT_ESTIMABLE) else "")  # fmt: skip
+    return [COST_NAMES[name], value, ci, said]
 
 
 def attribution_tables(view: TierAttribution) -> tuple[Table, Table, Table]:
     """The turn-by-turn tables of one tier: per round TTFT p50/p95 with the round's prompt tokens by
-    source stacked beside it, the cost of each source (ms of TTFT per 1K tokens, ± its standard
-    error), and the hit share against the turn's age (where retention shows)."""
-    rounds = Table(
-        f"{view.tier}: TTFT and prompt sources by round",
-        ["round", "requests", "TTFT p50 s", "TTFT p95 s", "GPU tokens", "L1 tokens", "L2 tokens",
-         "recomputed tokens"],
-        [
-            [fmt_int(r["round"]), fmt_int(r["requests"]), fmt(r["ttft_p50_s"]), fmt(r["ttft_p95_s"]),
-             *(fmt_int(r[f"{s}_tokens"]) for s in ("gpu", "l1", "l2", "recomputed"))]
-            for r in view.rounds.to_dict("records")
-        ],
-        "Tokens of the requests whose server said every source (docs/metrics.md, Per-request attribution).",
-    )  # fmt: skip
+    source beside it, the cost of each source (ms of TTFT per 1K tokens, its 95 % interval and what the
+    data say of it: a cost, not told from zero, no cost, not estimable), and the hit share against the
+    turn's age (where retention shows)."""
     costs = [
-        [COST_NAMES[name], fmt(c.s_per_1k, 2, 1000.0), fmt(c.stderr, 2, 1000.0)]
-        for name, c in ((s, view.costs.get(s)) for s in COST_NAMES)
-        if isinstance(c, Cost)
+        _cost_row(name, c) for name, c in ((s, view.costs.get(s)) for s in COST_NAMES) if isinstance(c, Cost)
     ]
-    note = f"Least-squares fit of TTFT over {view.costs.get('requests', 0)} requests."
-    if view.costs.get("split") == "coarse":
+    clock = "the server's own TTFT" if view.costs.get("basis") == "server" else "TTFT as the client saw it"
+    note = (
+        f"Non-negative least squares of {clock} over {view.costs.get('requests', 0)} requests of "
+        f"{view.costs.get('sessions', 0)} sessions; 95 % intervals from resampling the sessions "
+        "(docs/metrics.md, Cost of a hit and of a miss)."
+        if view.costs.get("requests")
+        else "No fit: no request said every source and its TTFT."
+    )
+    if view.split == "coarse":
         note += (
-            " The server did not split the GPU prefix cache from LMCache per request (vLLM 0.32 streams no "
-            "cached_token_stats), so the fit splits cached tokens into LMCache L2 hits and the rest."
+            " The server did not split the GPU prefix cache from LMCache per request, so the fit splits "
+            "cached tokens into LMCache L2 lookup hits and the rest."
         )
     ages = Table(
         f"{view.tier}: hit share by the turn's age",
@@ -418,8 +490,17 @@ def attribution_tables(view: TierAttribution) -> tuple[Table, Table, Table]:
         "Cached prompt tokens (GPU prefix cache and LMCache) over prompt tokens, rounds 2 on; a share that "
         "falls with age is history the tier no longer held.",
     )  # fmt: skip
+    headers = ["source", "ms per 1K tokens", "95 % interval (ms)", "what the data say"]
     return (
-        rounds,
-        Table(f"{view.tier}: cost per 1K prompt tokens", ["source", "ms", "± ms"], costs, note),
+        _rounds_table(view),
+        Table(f"{view.tier}: cost per 1K prompt tokens", headers, costs, note),
         ages,
     )
+
+
+def left_out_text(view: TierAttribution) -> str:
+    """ "Left out: c2 (status 'failed' ...)" for the cells of the view's group and tier that the
+    attribution does not pool (attribution.excluded_reason), or ""."""
+    if not view.excluded:
+        return ""
+    return "Left out: " + "; ".join(f"{e['cell_id']} ({e['reason']})" for e in view.excluded) + "."

@@ -167,12 +167,32 @@ def test_cli_report_json_to_file_and_bad_flags(campaign: Path, tmp_path: Path) -
     assert main(["report", str(campaign), "--format", "json", "--output", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert list(doc) == ["summary", "findings", "attribution", "capacity"]
-    # Schema-1 records: the gpu tier's sources are its cached tokens (no connector), the offload tiers'
-    # were never asked of the server: rounds with TTFT but unknown sources.
-    gpu, cpu_view = doc["attribution"][0], doc["attribution"][1]
-    assert (gpu["tier"], cpu_view["tier"]) == ("gpu", "cpu")
-    assert gpu["rounds"][1]["gpu_tokens"] == 800 and cpu_view["rounds"][1]["gpu_tokens"] is None
-    assert list(gpu["costs"]) == ["requests", "basis", "base_s", "gpu", "l1", "l2", "recomputed"]
+    # One attribution per comparison group and tier, over the cells the validity rules let in: a1gpu's
+    # per-request sources disagree with its counters (its records and counters are separately made),
+    # b1gpu was interrupted; both are left out, with why.
+    views = doc["attribution"]
+    assert [(v["tier"], v["concurrency"], v["cells"]) for v in views] == [
+        ("gpu", 2, []), ("cpu", 2, ["a2cpu"]), ("nvme", 2, ["a3nvme"]), ("gpu", 8, []), ("cpu", 8, ["b2cpu"])
+    ]  # fmt: skip
+    gpu, cpu_view = views[0], views[1]
+    assert [e["cell_id"] for e in gpu["excluded"]] == ["a1gpu"] and gpu["rounds"] == []
+    assert "disagree with the counters" in gpu["excluded"][0]["reason"]
+    assert views[3]["excluded"] == [
+        {"cell_id": "b1gpu", "reason": "status 'interrupted' without DONE: a partial run"}
+    ]
+    # Schema-1 records on cpu: no GPU/LMCache split and no LMCache log lines, but every request's cached
+    # tokens: round 2 of a2cpu is 4 users x 200 prompt tokens, 100 of each cached (fixture README).
+    r2 = cpu_view["rounds"][1]
+    assert (r2["cached_tokens"], r2["missed_tokens"], r2["said_cached"]) == (400, 400, 4)
+    assert r2["gpu_tokens"] is None and r2["l1_lookup_tokens"] is None and cpu_view["split"] == "coarse"
+    assert list(cpu_view["costs"]) == [
+        "requests", "sessions", "basis", "method", "base_s", "base_ci_s", "cached_other", "l2_hit", "missed",
+        "split",
+    ]  # fmt: skip
+    assert cpu_view["costs"]["missed"] == {
+        "verdict": "not_estimable", "s_per_1k": None, "ci_s_per_1k": None,
+        "why": "no request said every source and its TTFT",
+    }  # fmt: skip
     assert [r["cell_id"] for r in doc["summary"]] == ["a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"]
     assert [(f["tier"], f["concurrency"], f["comparable"]) for f in doc["findings"]] == [
         ("gpu", 2, True),
