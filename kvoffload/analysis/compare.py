@@ -3,8 +3,9 @@
 A tier comparison holds model, concurrency, num_rounds, ISL, OSL and repeat fixed (GROUP_KEYS).
 Cells of a group whose session counts (achieved, complete, error, incomplete) differ, or any of which
 had a failed request, a fault (cell.json `valid: false`: a replica or lmcache-server that went
-down mid-replay), a Caddy upstream flap or a restart of one of our units (analysis/health.py), make
-the group not comparable; an offload tier
+down mid-replay), a Caddy upstream flap, a restart of one of our units (analysis/health.py) or lost
+request records (requests.jsonl holds fewer than sessions.json counts sent) make the group not
+comparable; an offload tier
 cell whose KV usage never came near full (< NEAR_FULL_PCT), with no LMCache eviction and no external
 prefix-cache hit, is flagged "offload never exercised". Cell warnings cover concurrency above the
 virtual-user ceiling, zero virtual users, unfinished cells, failed requests, scrape gaps, absent
@@ -49,6 +50,11 @@ def group_label(row: pd.Series | dict[str, Any]) -> str:
     )
     node = row.get("node")
     return f"{label} on {node}" if isinstance(node, str) and node else label
+
+
+def as_float(v: Any) -> float | None:
+    """A known number as float; None for None or NaN."""
+    return None if v is None or pd.isna(v) else float(v)
 
 
 def _is_zero_or_none(v: Any) -> bool:
@@ -161,6 +167,19 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
     if failed is not None and not pd.isna(failed) and int(failed) > 0:
         msg = f"{int(failed)} requests failed (error or timeout)"
         out.append(_w("cell", cid, grp, "failed_requests", msg))
+    if _positive(row, "requests_lost"):
+        sent, lost = _count(row, "requests_sent"), _count(row, "requests_lost")
+        out.append(
+            _w(
+                "cell",
+                cid,
+                grp,
+                "requests_lost",
+                f"not valid: cells/{cid}/requests.jsonl holds {sent - lost} request records where "
+                f"cells/{cid}/sessions.json counts {sent} requests sent ({lost} lost: the file was cut or "
+                "damaged): its client figures cover part of the run, and the cell enters no comparison",
+            )
+        )
     if int(row.get("scrape_failures") or 0) > 0:
         out.append(
             _w(
@@ -223,11 +242,27 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
                     cid,
                     grp,
                     "fallback_before_after",
-                    f"{key.removesuffix('_source')} comes from the before/after snapshots: the run "
-                    "was shorter than one sampling interval",
+                    f"{key.removesuffix('_source')} comes from the before/after snapshots: "
+                    + _fallback_cause(row),
                 )
             )
     return out
+
+
+def _fallback_cause(row: pd.Series) -> str:
+    """Why a figure of this row fell back to the snapshots, from what the row measured: the summary
+    keeps such a figure only for a replay shorter than two of its sampler's intervals (analysis/
+    summary.py) and nulls it otherwise. Issue 43: the old text said "shorter than one sampling
+    interval" of replays that lasted several."""
+    run_s, interval = (as_float(row.get(k)) for k in ("run_s", "sample_interval_s"))
+    if run_s is not None and interval is not None:
+        return (
+            f"the {run_s:.1f} s replay lasted less than two sampling intervals ({interval:.3g} s each), "
+            "too few sampler rounds for a figure over them"
+        )
+    if interval is None:
+        return "fewer than two sampler rounds" + ("" if run_s is None else f" over the {run_s:.1f} s replay")
+    return "no request record gives the replay window, and the sampler rounds gave no figure"
 
 
 def offload_exercised(row: pd.Series) -> bool | None:
@@ -285,15 +320,18 @@ def _unclean_text(row: pd.Series) -> str:
     """What made one cell not clean, e.g. "1 failed request(s), 2 Caddy upstream flap(s)"."""
     parts = [] if _valid(row) else [f"a fault ({row.get('invalid_reasons') or 'no reason recorded'})"]
     for key, what in zip(
-        CLEAN_COUNTS, ("failed request(s)", "Caddy upstream flap(s)", "service restart(s)"), strict=True
+        CLEAN_COUNTS,
+        ("failed request(s)", "Caddy upstream flap(s)", "service restart(s)", "request record(s) lost"),
+        strict=True,
     ):
         if _positive(row, key):
             parts.append(f"{int(row[key])} {what}")
     return ", ".join(parts)
 
 
-# Counts of a summary row that make its cell not clean when positive.
-CLEAN_COUNTS = ("failed_requests", "caddy_upstream_flaps", "service_restarts")
+# Counts of a summary row that make its cell not clean when positive (`requests_lost`: records of sent
+# requests missing from requests.jsonl, analysis/summary.py).
+CLEAN_COUNTS = ("failed_requests", "caddy_upstream_flaps", "service_restarts", "requests_lost")
 
 
 # --- validity: missing session counts and routing (docs/metrics.md "Validity rules") ---
@@ -534,8 +572,20 @@ def warnings_table(
     return pd.DataFrame(rows, columns=WARNING_COLUMNS)
 
 
+# The change vs gpu of the comparison table: later-round (round >= 2) TTFT percentiles, the figures
+# beside it and the ones the findings compare (analysis/findings.py, bootstrap.change_pct's estimate);
+# an all-rounds change beside later-round values read as a contradiction (issue 43).
+VS_GPU = {"p50": "ttft_later_p50_s", "p95": "ttft_later_p95_s"}
+
+
+def vs_gpu_column(q: str) -> str:
+    """The tier_comparison column of the later-round TTFT percentile `q` ("p50", "p95") vs gpu (%)."""
+    return f"ttft_later_{q}_vs_gpu_pct"
+
+
 def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Summary rows with per-group TTFT change vs the gpu tier (%) and a `comparable` flag.
+    """Summary rows with per-group later-round TTFT change vs the gpu cell of the group (%,
+    `ttft_later_p50_vs_gpu_pct`, `ttft_later_p95_vs_gpu_pct`) and a `comparable` flag.
 
     A group is not comparable when its achieved session counts differ or are unknown for a cell (no
     sessions.json), when a cell breached its tier's routing (`routing_breach`), when a cell of a group
@@ -543,18 +593,17 @@ def tier_comparison(summary: pd.DataFrame, software: pd.DataFrame | None = None)
     compared item at another version in some of its cells.
     """
     if summary.empty:
-        return summary.assign(ttft_p50_vs_gpu_pct=[], ttft_p95_vs_gpu_pct=[], comparable=[])
+        return summary.assign(**{vs_gpu_column(q): [] for q in VS_GPU}, comparable=[])
     parts = []
     for _, group in summary.groupby(GROUP_KEYS, sort=False, dropna=False):
         g = group.copy()
         base = g[g["tier"] == "gpu"]
-        for q in ("p50", "p95"):
-            col = f"ttft_{q}_s"
+        for q, col in VS_GPU.items():
             ref = base[col].iloc[0] if len(base) and col in g else None
             if ref is None or pd.isna(ref) or float(ref) == 0:
-                g[f"ttft_{q}_vs_gpu_pct"] = float("nan")
+                g[vs_gpu_column(q)] = float("nan")
             else:
-                g[f"ttft_{q}_vs_gpu_pct"] = 100.0 * (g[col].astype(float) / float(ref) - 1.0)
+                g[vs_gpu_column(q)] = 100.0 * (pd.to_numeric(g[col], errors="coerce") / float(ref) - 1.0)
         same_sessions = len(set(session_outcomes(g).values())) <= 1
         same_software = software is None or version_splits(software, g["cell_id"].astype(str)).empty
         counts_known = not any(sessions_missing(r) for _, r in g.iterrows())

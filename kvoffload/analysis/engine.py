@@ -1,15 +1,18 @@
 """vLLM engine figures of one cell from its samples: hit rates, prefill/queue time, KV usage.
 
-- Local / external hit rate: windowed rate ratio (300 s window, 15 s step) of hits over queries,
-  summed over replicas; the figure is the mean of the final quarter of that series. When the run has
-  too few samples for any window (shorter than one sampling interval), the before/after increase ratio.
+- Local / external hit rate: windowed rate ratio (300 s window, a step of the sampler's interval, at
+  most 15 s: series.grid_step) of hits over queries, summed over replicas; the figure is the mean of the
+  final quarter of that series, and the plot draws that series. When no window holds two sampler rounds
+  with traffic between them (a replay shorter than one sampling interval), the before/after increase
+  ratio.
 - Mean prefill / queue / inter-token time: increase of `_sum` over increase of `_count` of the vLLM
   histogram (before/after snapshots); None, never 0, when the histogram is absent or saw no request.
 - KV usage: mean (and max) of the gauge samples in the replay window in percent (the gauge is a 0..1
   fraction): sampler rounds after the first request was sent and up to the end of the last one, so
   rounds before traffic do not pull the mean down; without a sampler round in the window (a run shorter
   than one sample), the mean of the before and after snapshot values. No replay window (no request
-  record): None.
+  record): None. The plot draws the fullest replica at each sampler round of the same window
+  (`engine_series`), so its peak is the table's max.
 - Where prompt tokens came from (increase over the run, summed over replicas): GPU prefix cache share =
   local hits / prefix-cache queries (queries = every prompt token vLLM scheduled), LMCache share =
   external hits / the same queries; the rest was computed.
@@ -28,12 +31,13 @@ from kvoffload.analysis import names as N
 from kvoffload.analysis.series import (
     AFTER,
     BEFORE,
-    STEP_S,
     WINDOW_S,
     cut_short,
     delta,
     final_quarter_mean,
+    gauge_over_time,
     gauge_values,
+    grid_step,
     make_grid,
     run_span,
     windowed_rate,
@@ -54,11 +58,12 @@ def rate_ratio(
     num_candidates: Sequence[str],
     den_candidates: Sequence[str],
     window_s: float = WINDOW_S,
-    step_s: float = STEP_S,
+    step_s: float | None = None,
     replay: tuple[float, float] | None = None,
 ) -> Ratio:
     """Steady-state ratio of two counters' windowed rates, with the before/after fallback; None when
-    the sampler rounds stop well before the `replay` window (start, end) does (series.cut_short)."""
+    the sampler rounds stop well before the `replay` window (start, end) does (series.cut_short).
+    The grid's step is `step_s`, by default the sampler's interval (series.grid_step)."""
     present = samples["name"].unique()
     num, den = N.resolve(present, num_candidates), N.resolve(present, den_candidates)
     if num is None or den is None:
@@ -66,10 +71,10 @@ def rate_ratio(
     pair = samples[samples["name"].isin([num, den])]
     if cut_short(pair, num, replay):
         return Ratio(None, None)
-    span = run_span(samples[samples["name"].isin([num, den])])
+    span = run_span(pair)
     series = pd.Series(dtype=float)
     if span is not None:
-        grid = make_grid(span[0], span[1], step_s)
+        grid = make_grid(span[0], span[1], grid_step(pair) if step_s is None else step_s)
         r_num = windowed_rate(samples, num, grid, window_s).to_numpy()
         r_den = windowed_rate(samples, den, grid, window_s).to_numpy()
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -159,18 +164,21 @@ def engine_figures(samples: pd.DataFrame, window: tuple[float, float] | None = N
     }
 
 
-def engine_series(samples: pd.DataFrame) -> pd.DataFrame:
-    """Hit rates and KV usage over time (seconds since the first sample) for plots."""
+def engine_series(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> pd.DataFrame:
+    """Hit rates and KV usage over time (seconds since the first sample) for plots: the hit-rate series
+    whose final quarter is the table's hit rate, and `kv_usage_max_pct`, the fullest replica at each
+    sampler round of the replay `window` (start, end) when given, whose peak is the table's KV usage
+    max (series.gauge_over_time)."""
     local = rate_ratio(samples, N.VLLM_PREFIX_HITS, N.VLLM_PREFIX_QUERIES).series.rename("local_hit_rate")
     external = rate_ratio(samples, N.VLLM_EXT_HITS, N.VLLM_EXT_QUERIES).series.rename("external_hit_rate")
     span = run_span(samples)
     kv_name = N.resolve(samples["name"].unique(), N.VLLM_KV_USAGE)
     kv = gauge_values(samples, kv_name)
     if span is not None and not kv.empty:
-        bucket = np.round((kv["ts"].to_numpy(dtype=float) - span[0]) / STEP_S) * STEP_S
-        kv_series = (kv.groupby(bucket)["value"].mean() * 100.0).rename("kv_usage_pct")
+        step = grid_step(kv)
+        kv_series = (gauge_over_time(kv, kv_name, span[0], step, window) * 100.0).rename("kv_usage_max_pct")
     else:
-        kv_series = pd.Series(dtype=float, name="kv_usage_pct")
+        kv_series = pd.Series(dtype=float, name="kv_usage_max_pct")
     frame = pd.concat([local, external, kv_series], axis=1).sort_index()
     frame.index.name = "t_s"
     return frame.reset_index()

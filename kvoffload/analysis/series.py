@@ -17,7 +17,11 @@ Conventions used by every figure:
   collector opened by `collect_notes()`; the summary turns them into warnings (docs/metrics.md "Null
   rules"). Without an open collector the notes are dropped.
 - `windowed_rate()` is Prometheus `rate()` without extrapolation: at each grid time t the increase of
-  each series over its samples in (t - window, t] divided by their time span, summed over series.
+  each series over its samples in (t - window, t] divided by their time span, summed over series. The
+  grid's step is the sampler's own interval (`grid_step`: the median gap between a target's rounds, at
+  most STEP_S): a fixed 15 s step over a replay of 14 s sampled every 2 s had one grid point with one
+  round in its window, so no rate at all, an empty plot and a snapshot figure said to come from a run
+  "shorter than one sampling interval" (issue 43).
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ import pandas as pd
 
 RUN, BEFORE, AFTER = "run", "before", "after"
 WINDOW_S = 300.0
+# The methodology's sampling interval, and the coarsest grid step (campaign `sample_interval_s` default).
 STEP_S = 15.0
+# The finest grid step: a sampler faster than this still gets a grid of whole seconds.
+MIN_STEP_S = 1.0
 # Sampler rounds of one target closer than this are one round (the sampler scrapes targets in turn).
 _SAME_ROUND_S = STEP_S / 2
 
@@ -269,6 +276,25 @@ def cut_short(rows: pd.DataFrame, name: str, window: tuple[float, float] | None)
     return False
 
 
+def sampler_interval(samples: pd.DataFrame) -> float | None:
+    """The sampler's interval in this cell: the median gap between consecutive run rounds of a target
+    (one scrape stamps all its samples with one time), over every target; None below two rounds."""
+    rounds = samples.loc[samples["phase"] == RUN, ["target", "ts"]].drop_duplicates()
+    if len(rounds) < 2:
+        return None
+    rounds = rounds.sort_values(["target", "ts"], kind="stable")
+    gaps = rounds.groupby("target", sort=False)["ts"].diff().dropna().to_numpy(dtype=float)
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if len(gaps) else None
+
+
+def grid_step(samples: pd.DataFrame) -> float:
+    """Step of the windowed-rate grid: the sampler's interval between MIN_STEP_S and STEP_S; STEP_S
+    when it cannot be told (fewer than two rounds)."""
+    interval = sampler_interval(samples)
+    return STEP_S if interval is None else min(STEP_S, max(MIN_STEP_S, interval))
+
+
 def make_grid(t0: float, t1: float, step_s: float = STEP_S) -> np.ndarray:
     """Evaluation times t0, t0 + step, ... up to t1 (inclusive within a millisecond)."""
     if t1 < t0:
@@ -324,10 +350,23 @@ def gauge_values(samples: pd.DataFrame, name: str | None, phase: str = RUN) -> p
     return rows[rows["value"].notna()]
 
 
-def gauge_over_time(samples: pd.DataFrame, name: str | None, t0: float, step_s: float = STEP_S) -> pd.Series:
-    """Mean over series per sampler round (bucketed by step), indexed by seconds since t0."""
+def gauge_over_time(
+    samples: pd.DataFrame,
+    name: str | None,
+    t0: float,
+    step_s: float = STEP_S,
+    window: tuple[float, float] | None = None,
+) -> pd.Series:
+    """The largest value over series (replicas) per sampler round, rounds bucketed by `step_s` and
+    indexed by seconds since t0; with `window` (start, end) only the rounds in (start, end].
+
+    The max, not the mean over replicas: its peak is the summary's max over the same samples (a gauge
+    such as KV usage, whose table figure is the fullest replica's), and a mean over replicas or over
+    15 s of 2 s rounds drew a plot that peaked at 34 % where the table said 86.1 % (issue 43)."""
     rows = gauge_values(samples, name)
+    if window is not None:
+        rows = rows[(rows["ts"] > window[0]) & (rows["ts"] <= window[1])]
     if rows.empty:
         return pd.Series(dtype=float)
     bucket = np.round((rows["ts"].to_numpy(dtype=float) - t0) / step_s) * step_s
-    return rows.groupby(bucket)["value"].mean()
+    return rows.groupby(bucket)["value"].max()

@@ -4,7 +4,8 @@ Inputs are the ingest tables as DataFrames; output DataFrames are what the repor
 `report --format json|csv` prints. Each row's `data_notes` (JSON text: a list of {kind, message}) says
 which figures fell back or are null and why (docs/metrics.md "Null rules"); analysis/nulls.py turns them
 into warnings. A figure that only the before/after snapshots could give (`*_source` "snapshots") is
-kept for a replay shorter than two sampling intervals and null for a longer one: there the sampler's
+kept for a replay shorter than two sampling intervals (the sampler's own interval in this cell,
+`sample_interval_s`, at most 15 s: series.grid_step) and null for a longer one: there the sampler's
 rounds are missing, and the whole-run snapshot figure is not the steady-state one the rounds give.
 """
 
@@ -24,7 +25,7 @@ from kvoffload.analysis.health import caddy_flaps, unit_restarts
 from kvoffload.analysis.hosts import cpu_utilization, disk_figures, gpu_figures, parse_targets
 from kvoffload.analysis.lmcache import lmcache_figures
 from kvoffload.analysis.routing import routing_figures
-from kvoffload.analysis.series import STEP_S, collect_notes, note
+from kvoffload.analysis.series import collect_notes, grid_step, note, sampler_interval
 from kvoffload.tiers import TIERS
 
 TIER_ORDER: dict[str, int] = {tier: i for i, tier in enumerate(TIERS)}
@@ -55,7 +56,20 @@ SESSION_COLUMNS = {
     "incomplete": "sessions_incomplete",
     "error": "sessions_error",
     "failed_requests": "failed_requests",
+    "requests": "requests_sent",  # 0 in files written before the replay counted them
 }
+
+
+def requests_lost(records: int, sessions: pd.Series | None) -> int | None:
+    """Requests sessions.json counts as sent that requests.jsonl holds no record of (the replay writes
+    one record per request sent, retries included: kvoffload/replay/runner.py `_send`), e.g. a file cut
+    at a line boundary or lost on the way back; None when sessions.json is missing or counts no request
+    (files written before it counted them). More records than counted (a replay worker that died
+    before handing its counts on) is no loss: 0."""
+    sent = None if sessions is None else sessions.get("requests")
+    if sent is None or pd.isna(sent) or int(sent) <= 0:
+        return None
+    return max(0, int(sent) - records)
 
 
 # Request counts that read 0 from no records: null when the records are missing (not a cell that sent
@@ -126,9 +140,9 @@ WINDOWED_GAUGES = (
 )
 
 
-def _null_unsampled(row: dict[str, Any], window: tuple[float, float] | None) -> None:
-    """Null the snapshot-only figures of a replay long enough to have sampler rounds (module doc);
-    without a replay window (no request record) KV usage has no window and is null too."""
+def _null_unsampled(row: dict[str, Any], window: tuple[float, float] | None, step_s: float) -> None:
+    """Null the snapshot-only figures of a replay long enough to have sampler rounds `step_s` apart
+    (module doc); without a replay window (no request record) KV usage has no window and is null too."""
     if window is None:
         if row.get("kv_usage_source") is not None or row.get("lmcache_l1_usage_mean_pct") is not None:
             note(
@@ -137,7 +151,7 @@ def _null_unsampled(row: dict[str, Any], window: tuple[float, float] | None) -> 
             )
         row.update(dict.fromkeys(WINDOWED_GAUGES))
         return
-    if window[1] - window[0] < 2 * STEP_S:
+    if window[1] - window[0] < 2 * step_s:
         return
     for figure, columns in SOURCED_FIGURES.items():
         if row.get(f"{figure}_source") == "snapshots":
@@ -202,11 +216,14 @@ def _cell_figures(
             + ": the client figures are null",
         )
         row.update(dict.fromkeys(REQUEST_COUNTS))
+    # issue 43: records lost at a line boundary still read, and gave figures of part of the run
+    row["requests_lost"] = requests_lost(len(requests), sessions)
     row["reuse_share"] = reuse_from_records(requests)
     window = replay_window(requests)
     row.update(engine_figures(samples, window))
     row.update(lmcache_figures(samples, window))
-    _null_unsampled(row, window)
+    row["sample_interval_s"] = sampler_interval(samples)
+    _null_unsampled(row, window, grid_step(samples))
     targets = parse_targets(cell["targets"])
     _note_unsampled_targets(samples, targets)
     row["cpu_util_pct_by_host"] = cpu_by_host(samples, targets)

@@ -22,7 +22,7 @@ from kvoffload import __version__
 from kvoffload.analysis import capacity as cap
 from kvoffload.analysis.attribution import TierAttribution, tier_attribution
 from kvoffload.analysis.capacity import Knee, Stated, TierCapacity
-from kvoffload.analysis.client import ttft_by_round, ttft_cdf
+from kvoffload.analysis.client import replay_window, ttft_by_round, ttft_cdf
 from kvoffload.analysis.compare import GROUP_KEYS, group_label, tier_comparison, warnings_table
 from kvoffload.analysis.engine import engine_series
 from kvoffload.analysis.findings import ROUTING_NOTE, Finding, by_group, findings
@@ -36,7 +36,7 @@ from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.errors import UserError
 from kvoffload.ingest import Tables, ensure_tables
 from kvoffload.profiles.resolve import LmcacheProfile, lmcache_profile
-from kvoffload.report import plots
+from kvoffload.report import decision_view, plots
 from kvoffload.report.model_config import find_model_config, is_hub_id
 from kvoffload.report.prompts import shared_prefix_reuse
 from kvoffload.report.views import (
@@ -89,6 +89,8 @@ class Conclusions:
     predictions: list[TierCapacity]
     knees: list[Knee]
     recommendations: list[Recommendation]
+    # issue 42: sessions at the campaign's slo, goodput and cost per tier (report/decision_view.py)
+    decision: decision_view.DecisionSection | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def with_prefix_reuse(summary: pd.DataFrame, t: Tables) -> pd.DataFrame:
     whose figure is null gets an informational `prefix_reuse_unknown` data note saying why."""
     if summary.empty:
         return summary
-    reuse = shared_prefix_reuse(t.cells, t.requests)
+    reuse = shared_prefix_reuse(t.cells, t.requests, t.campaign)  # campaign.json: where the dataset was
     out = summary.copy()
     values = [reuse.get(str(c), (None, None)) for c in out["cell_id"]]
     at = list(out.columns).index("reuse_share") + 1
@@ -268,6 +270,9 @@ def conclude(a: Analysis, replicates: int | None = None) -> Conclusions:
         predictions=predictions,
         knees=knees,
         recommendations=recommend(a.comparison, predictions, knees, found),
+        decision=decision_view.section(
+            a.tables.campaign, a.summary, requests, predictions, profile_l1, l2, software=a.software, **extra
+        ),
     )
 
 
@@ -335,7 +340,7 @@ def _group_views(a: Analysis, split: _CellFrames) -> list[GroupView]:
             req, smp = split(cid)
             curves[label] = ttft_by_round(req)
             cdfs[label] = ttft_cdf(req)
-            cache[label] = engine_series(smp)
+            cache[label] = engine_series(smp, replay_window(req))  # KV usage over the table's window
             if row["tier"] == "nvme":
                 targets = parse_targets(str(cells.loc[cid, "targets"]))
                 device = cells.loc[cid, "l2_device"]
@@ -375,25 +380,51 @@ PHASE_NAMES = {
 
 def timing_table(campaign: dict[str, Any]) -> Table | None:
     """The run's estimate (campaign.json `estimate`, what `plan` prints) against what its cells
-    measured, per phase (summed over the cells) and for the whole run; None before a run kept one."""
+    measured, like with like: per phase (summed over the campaign's cells), the wall time of what the
+    estimate's total covers (the run's start and its cells), and the knee search apart (its worst case
+    against what it ran); None before a run kept one. The ratio is estimate / measured (docs/metrics.md,
+    "Run time: estimate against measured")."""
     estimate = campaign.get("estimate")
     if not isinstance(estimate, dict) or not isinstance(estimate.get("measured"), dict):
         return None
     measured = estimate["measured"]
     rows = []
     pairs = [(PHASE_NAMES.get(k, k), v, measured["phases"].get(k)) for k, v in estimate["phases"].items()]
-    pairs.append(("wall time of the run", estimate["total_s"], measured.get("total_s")))
+    knee_ran = measured.get("knee_search") if isinstance(measured.get("knee_search"), dict) else None
+    knee_plan = estimate.get("knee_search") if isinstance(estimate.get("knee_search"), dict) else None
+    if "wall_s" in measured:
+        pairs.append(("wall time of the campaign's cells (with the run's start)", estimate["total_s"],
+                      measured.get("total_s")))  # fmt: skip
+    else:
+        # written before the knee search was timed apart: its wall time may hold a knee search
+        knee = campaign.get("knee_search")
+        pairs.append(("wall time of the run" + (" (knee search included)" if knee else ""),
+                      estimate["total_s"], None if knee else measured.get("total_s")))  # fmt: skip
+    if knee_plan is not None or knee_ran is not None:
+        cells = f"worst case {knee_plan.get('cells')} cell(s)" if knee_plan else "not estimated"
+        cells += f", ran {knee_ran.get('cells')}" if knee_ran else ""
+        planned_s, ran_s = (knee_plan or {}).get("total_s"), (knee_ran or {}).get("total_s")
+        pairs.append((f"knee search ({cells})", planned_s, ran_s))
     for name, planned, actual in pairs:
-        ratio = actual / planned if planned and actual is not None else None
+        ratio = planned / actual if planned is not None and actual else None
         rows.append(
-            [name, fmt(planned / 60, 1), fmt(None if actual is None else actual / 60, 1), fmt(ratio, 2)]
+            [
+                name,
+                fmt(None if planned is None else planned / 60, 1),
+                fmt(None if actual is None else actual / 60, 1),
+                fmt(ratio, 2),
+            ]
         )
     sources = estimate.get("priors", {}).get("sources", {})
-    note = "Phases are node time summed over the run's cells; the estimate's figures came from: " + ", ".join(
-        f"{k.removesuffix('_s').replace('_', ' ')} {v}" for k, v in sources.items()
+    note = (
+        "Phases are node time summed over the campaign's cells; the knee search's cells are its own row, "
+        "beside its worst case (not in the estimate's total). Estimate / measured below 1: the run took "
+        "longer than estimated. The estimate's figures came from: "
+        + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v}" for k, v in sources.items())
+        + (f"; replays: {estimate['replay_model']}" if estimate.get("replay_model") else "")
     )
     return Table("Run time: estimate against measured", ["phase", "estimate (min)", "measured (min)",
-                                                         "measured / estimate"], rows, note)  # fmt: skip
+                                                         "estimate / measured"], rows, note)  # fmt: skip
 
 
 def _campaign_items(t: Tables, results_dir: Path) -> list[tuple[str, str]]:
@@ -452,6 +483,9 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
     ]
     predicted, inputs = prediction_tables(c.predictions)
     return {
+        "decision": c.decision,
+        "decision_title": decision_view.TITLE,
+        "decision_views": [] if c.decision is None else decision_view.views(c.decision),
         "finding_groups": _finding_groups(c),
         "turns_title": TURNS_TITLE,
         "attribution": attribution_views(a.attribution),
@@ -507,7 +541,9 @@ def md_table(t: Table | None) -> str:
 
 def render_markdown(ctx: dict[str, Any]) -> str:
     """The Markdown report (findings first, campaign settings last; plots are in the HTML report)."""
-    out = [f"# kvoffload-lab report: {ctx['title']}", "", "## Findings", ""]
+    out = [f"# kvoffload-lab report: {ctx['title']}", ""]
+    out += [] if ctx.get("decision") is None else decision_view.markdown(ctx["decision"])
+    out += ["## Findings", ""]
     for g in ctx["finding_groups"]:
         out += [f"### {g.title}", ""] + [f"- {s}" for s in g.statements] + [""]
     if not ctx["finding_groups"]:
@@ -583,6 +619,8 @@ class BuiltReport:
     finding_groups: list[FindingGroup]
     # The turn-by-turn section's sentence per tier (the findings' "where each turn's prompt came from").
     turn_statements: list[str] = field(default_factory=list)
+    # issue 42: the decision tables and sentences as terminal lines (report/decision_view.py)
+    decision_lines: list[str] = field(default_factory=list)
 
 
 def write_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> BuiltReport:
@@ -601,7 +639,8 @@ def write_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -
     if "html" in formats:
         _write(report_dir / "index.html", render_html(ctx))
     turns = [v["statement"] for v in ctx["attribution"] if v["statement"]]
-    return BuiltReport(report_dir / "index.html", ctx["finding_groups"], turns)
+    decision = [] if ctx["decision"] is None else decision_view.terminal_lines(ctx["decision"])
+    return BuiltReport(report_dir / "index.html", ctx["finding_groups"], turns, decision)
 
 
 def build_report(results_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> Path:
@@ -731,6 +770,7 @@ def report_json(a: Analysis, c: Conclusions) -> str:
             "recommendation": [r.as_dict() for r in c.recommendations],
             "knee_search": a.tables.campaign.get("knee_search"),
         },
+        "decision": None if c.decision is None else decision_view.json_section(c.decision),
     }
     return json.dumps(_clean_json(doc), indent=1, sort_keys=False) + "\n"
 

@@ -71,7 +71,11 @@ def ttft_cdf(cdfs: Mapping[str, pd.DataFrame]) -> str | None:
 
 
 def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
-    """Hit rates (local solid, external dashed) and KV usage over time, per tier."""
+    """Hit rates (local solid, external dashed) and KV usage over time, per tier, as the tables define
+    them (analysis/engine.py `engine_series`): the windowed hit-rate series whose last quarter's mean
+    is the table's hit rate, and the fullest replica's KV usage at each sampler round of the replay,
+    whose peak is the table's "KV cache usage max". Every point has a marker: a line alone draws nothing
+    for a point between gaps (a short replay's series can be one point)."""
     series = {t: s for t, s in series.items() if not s.empty}
     if not series:
         return None
@@ -79,15 +83,18 @@ def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
     for tier, s in series.items():
         colour = _colour(tier)
         if s["local_hit_rate"].notna().any():
-            ax1.plot(s["t_s"], 100 * s["local_hit_rate"], "-", color=colour, label=f"{tier} local")
+            ax1.plot(s["t_s"], 100 * s["local_hit_rate"], "-o", color=colour, label=f"{tier} local", ms=2)
         if s["external_hit_rate"].notna().any():
-            ax1.plot(s["t_s"], 100 * s["external_hit_rate"], "--", color=colour, label=f"{tier} external")
-        if s["kv_usage_pct"].notna().any():
-            ax2.plot(s["t_s"], s["kv_usage_pct"], "-", color=colour, label=tier)
+            ax1.plot(
+                s["t_s"], 100 * s["external_hit_rate"], "--o", color=colour, label=f"{tier} external", ms=2
+            )
+        kv = s.dropna(subset=["kv_usage_max_pct"])
+        if not kv.empty:
+            ax2.plot(kv["t_s"], kv["kv_usage_max_pct"], "-o", color=colour, label=tier, ms=2)
     ax1.set_title("prefix-cache hit rate (300 s window)")
-    ax1.set_ylabel("%")
-    ax2.set_title("KV cache usage")
-    ax2.set_ylabel("%")
+    ax1.set_ylabel("hit rate (%): table = mean of the last quarter")
+    ax2.set_title("KV cache usage, fullest replica")
+    ax2.set_ylabel("KV usage (%): table max = peak")
     for ax in (ax1, ax2):
         ax.set_xlabel("seconds since start")
         ax.grid(alpha=0.3)

@@ -201,3 +201,44 @@ def test_report_on_the_damaged_corpus_never_raises_never_invents_and_names_what_
     validity = markdown.split("## Validity warnings")[1].split("### Notes (information, not validity)")
     assert len(validity) == 2 and "**before_snapshot_missing**" in validity[1]
     assert "**before_snapshot_missing**" not in validity[0] and "**counter_renamed**" in validity[0]
+
+
+def _campaign_with_counted_requests(root: Path, cells: tuple[str, ...]) -> Path:
+    """campaign-small's `cells`, each sessions.json counting its 12 requests sent (the fixture's files
+    predate that count)."""
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("tables", "report", "*.py"))
+    for cell in list((root / "cells").iterdir()):
+        if cell.name not in cells:
+            shutil.rmtree(cell)
+            continue
+        counts = json.loads((cell / "sessions.json").read_text())
+        counts["requests"] = len(_lines(cell / "requests.jsonl"))
+        (cell / "sessions.json").write_text(json.dumps(counts))
+    return root
+
+
+def test_requests_lost_at_a_line_boundary_make_the_cell_invalid(tmp_path: Path) -> None:
+    """Issue 43, defect 8: a2cpu's requests.jsonl keeps its first 6 of 12 records (cut at a line
+    boundary, so every line still reads). Its TTFT changes; the cell must say so, name the counts and
+    the file, and its group must not be comparable, while the intact campaign's is."""
+    cells = ("a1gpu", "a2cpu")
+    intact = analyse(_campaign_with_counted_requests(tmp_path / "intact", cells))
+    assert intact.comparison["comparable"].all()
+    assert "requests_lost" not in set(intact.warnings["kind"])
+
+    damaged_dir = _campaign_with_counted_requests(tmp_path / "damaged", cells)
+    path = damaged_dir / "cells" / "a2cpu" / "requests.jsonl"
+    _write_lines(path, _lines(path)[:6])
+    a = analyse(damaged_dir)
+    assert not a.comparison["comparable"].any()
+    lost = a.warnings[a.warnings["kind"] == "requests_lost"]
+    assert list(lost["cell_id"]) == ["a2cpu"]
+    message = str(lost["message"].iloc[0])
+    assert "cells/a2cpu/requests.jsonl holds 6 request records" in message
+    assert "sessions.json counts 12 requests sent (6 lost" in message
+    row = a.summary.set_index("cell_id").loc["a2cpu"]
+    assert (row["requests"], row["requests_sent"], row["requests_lost"]) == (6, 12, 6)
+    c = conclude(a)
+    cpu = [f for f in c.findings if f.tier == "cpu"]
+    assert cpu and not any(f.comparable for f in cpu)
+    assert "6 request record(s) lost" in " ".join(f.statement for f in cpu)

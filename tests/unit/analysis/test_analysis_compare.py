@@ -7,7 +7,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from kvoffload.analysis.client import request_figures
+from kvoffload.analysis.compare import cell_warnings as cell_warnings_of
 from kvoffload.analysis.compare import compare_campaigns, offload_exercised, tier_comparison, warnings_table
+from kvoffload.analysis.findings import findings
+from kvoffload.report import views
 
 
 def _row(cell_id: str, tier: str, **over: Any) -> dict[str, Any]:
@@ -146,17 +150,57 @@ def test_cell_level_warnings() -> None:
 def test_tier_comparison_change_vs_gpu() -> None:
     s = pd.DataFrame(
         [
-            _row("g", "gpu", ttft_p50_s=2.0, ttft_p95_s=4.0),
-            _row("c", "cpu", ttft_p50_s=1.5, ttft_p95_s=5.0),
-            _row("other", "cpu", concurrency=32, ttft_p50_s=1.0),  # another group, no gpu cell
+            _row("g", "gpu", ttft_later_p50_s=2.0, ttft_later_p95_s=4.0),
+            _row("c", "cpu", ttft_later_p50_s=1.5, ttft_later_p95_s=5.0),
+            _row("other", "cpu", concurrency=32, ttft_later_p50_s=1.0),  # another group, no gpu cell
         ]
     )
     t = tier_comparison(s).set_index("cell_id")
-    assert t.loc["c", "ttft_p50_vs_gpu_pct"] == pytest.approx(-25.0)
-    assert t.loc["c", "ttft_p95_vs_gpu_pct"] == pytest.approx(25.0)
-    assert t.loc["g", "ttft_p50_vs_gpu_pct"] == pytest.approx(0.0)
-    assert pd.isna(t.loc["other", "ttft_p50_vs_gpu_pct"])
+    assert t.loc["c", "ttft_later_p50_vs_gpu_pct"] == pytest.approx(-25.0)
+    assert t.loc["c", "ttft_later_p95_vs_gpu_pct"] == pytest.approx(25.0)
+    assert t.loc["g", "ttft_later_p50_vs_gpu_pct"] == pytest.approx(0.0)
+    assert pd.isna(t.loc["other", "ttft_later_p50_vs_gpu_pct"])
     assert t["comparable"].all()
+
+
+def _replay(first: float, later: float, users: int = 12) -> pd.DataFrame:
+    """Three rounds of `users` sessions: round 1 at `first` s, rounds 2 and 3 at `later` s."""
+    rows = [
+        {"user_id": f"u{u}", "round": r, "status": "ok", "ttft_s": first if r == 1 else later,
+         "t_start": float(10 * r + u), "latency_s": 1.0, "tpot_s": 0.01, "prompt_tokens": 100 * r,
+         "completion_tokens": 8, "cached_tokens": None}
+        for u in range(users) for r in (1, 2, 3)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_tables_change_vs_gpu_is_the_findings_change_over_later_rounds() -> None:
+    """Issue 43, defect 6: gpu's later rounds take 0.42 s, cpu's 0.056 s, but cpu's round 1 is slow
+    (2 s against 0.1 s): over all rounds cpu's p95 is worse, over later rounds (the columns beside it
+    and the findings) 87 % better. The table's change is the later-round one, the findings' figure."""
+    requests = {"g": _replay(0.1, 0.420), "c": _replay(2.0, 0.056)}
+    counts = {"achieved_sessions": 12, "sessions_complete": 12, "sessions_error": 0}
+    rows = [
+        _row(cid, tier, **counts, **request_figures(requests[cid]))
+        for cid, tier in (("g", "gpu"), ("c", "cpu"))
+    ]
+    summary = pd.DataFrame(rows)
+    table = tier_comparison(summary).set_index("cell_id")
+    all_rounds_p95 = 100.0 * (summary.loc[1, "ttft_p95_s"] / summary.loc[0, "ttft_p95_s"] - 1.0)
+    assert all_rounds_p95 > 0  # the old column's figure: cpu worse over all rounds
+    later_p95 = 100.0 * (0.056 / 0.420 - 1.0)  # -86.7 %
+    found = {
+        f.tier: f for f in findings(table.reset_index(), warnings_table(summary), requests, replicates=200)
+    }
+    assert found["cpu"].p95_change_vs_gpu_pct is not None
+    assert table.loc["c", "ttft_later_p95_vs_gpu_pct"] == pytest.approx(found["cpu"].p95_change_vs_gpu_pct)
+    assert table.loc["c", "ttft_later_p50_vs_gpu_pct"] == pytest.approx(found["cpu"].p50_change_vs_gpu_pct)
+    assert table.loc["c", "ttft_later_p95_vs_gpu_pct"] == pytest.approx(later_p95, abs=0.05)
+    shown = views.table("Tier comparison", table.reset_index(), views.COMPARISON_COLUMNS)
+    at = shown.headers.index("later-round TTFT p95 vs gpu (%)")
+    assert shown.rows[1][at] == f"{later_p95:+.1f}"
+    # every TTFT header of the table names its scope
+    assert all("later-round" in h or "later rounds" in h for h in shown.headers if "TTFT" in h)
 
 
 def test_compare_campaigns_matches_cells_on_config() -> None:
@@ -279,3 +323,19 @@ def test_a_restarted_replica_on_an_offload_tier_says_lmcache_may_hold_its_old_kv
         w for w in warnings_table(pd.DataFrame([row])).to_dict("records") if w["kind"] == "unit_restarted"
     ]
     assert ("holding its KV pool in lmcache-server for up to 2100 s" in restart["message"]) is held
+
+
+def test_the_snapshot_fallback_says_what_the_replay_measured() -> None:
+    """Issue 43, defect 10: the fallback note said "the run was shorter than one sampling interval" of
+    replays that were not. It now says what the row measured: the replay and the sampler's interval."""
+    row = pd.Series(_row("c", "cpu", kv_usage_source="snapshots", run_s=3.0, sample_interval_s=2.0))
+    (w,) = [w for w in cell_warnings_of(row) if w["kind"] == "fallback_before_after"]
+    assert w["message"] == (
+        "kv_usage comes from the before/after snapshots: the 3.0 s replay lasted less than two sampling "
+        "intervals (2 s each), too few sampler rounds for a figure over them"
+    )
+    one_round = pd.Series(
+        _row("c", "cpu", local_hit_rate_source="snapshots", run_s=0.8, sample_interval_s=None)
+    )
+    (w,) = [w for w in cell_warnings_of(one_round) if w["kind"] == "fallback_before_after"]
+    assert w["message"].endswith("snapshots: fewer than two sampler rounds over the 0.8 s replay")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.analysis.engine import engine_figures, gauge_stats, histogram_mean, rate_ratio
+from kvoffload.analysis.engine import engine_figures, engine_series, gauge_stats, histogram_mean, rate_ratio
 from kvoffload.analysis.names import VLLM_KV_USAGE, VLLM_PREFILL_TIME, VLLM_PREFIX_HITS, VLLM_PREFIX_QUERIES
 from tests.unit.analysis.analysis_frames import counter, samples_frame
 
@@ -107,3 +107,41 @@ def test_external_hit_rate_and_preemptions_over_two_replicas() -> None:
     assert f["external_hit_tokens"] == pytest.approx(4.0 * 120)
     assert f["preemptions"] == 4.0  # 0 -> 2 on each replica
     assert f["local_hit_rate"] is None and f["prefill_mean_s"] is None
+
+
+# Issue 43, defect 10: a demo cell replays for 14 s and its sampler runs every 2 s.
+FAST = [2.0 * i for i in range(8)]  # 0 .. 14 s
+
+
+def test_a_short_replay_sampled_every_2_s_has_a_hit_rate_series() -> None:
+    # 10 query tokens/s; no hits until t=6, then 8 hit tokens/s.
+    rows = counter("vllm:prefix_cache_queries_total", lambda t: 10 * t, FAST, **LAB)
+    rows += counter("vllm:prefix_cache_hits_total", lambda t: 8 * max(0.0, t - 6), FAST, **LAB)
+    r = rate_ratio(samples_frame(rows), VLLM_PREFIX_HITS, VLLM_PREFIX_QUERIES)
+    # The grid steps at the sampler's 2 s (not 15 s, which left one point, t=0, with one round in its
+    # window: no rate, an empty plot). The 300 s windows reach back to t=0: the ratio at t is
+    # 8 (t - 6) / 10 t; at t=2 and 4 no hit yet. The final quarter is ceil(8/4) = 2 points, t=12 and 14.
+    assert r.source == "samples" and r.series.index.tolist() == FAST
+    assert int(r.series.notna().sum()) == 7  # every grid point but t=0
+    assert r.series[12.0] == pytest.approx(48 / 120) and r.series[14.0] == pytest.approx(64 / 140)
+    assert r.value == pytest.approx((48 / 120 + 64 / 140) / 2)
+    series = engine_series(samples_frame(rows))
+    assert series["local_hit_rate"].notna().sum() == 7  # what the plot draws
+
+
+def test_the_kv_usage_plot_peaks_at_the_tables_max() -> None:
+    # Two replicas sampled every 2 s: vllm-0 fills up to 86.1 % at t=8, vllm-1 stays at 10 %; the
+    # replay window is (1, 13]. A mean over replicas (or over 15 s of rounds) peaked far lower.
+    fill = {0.0: 0.05, 2.0: 0.2, 4.0: 0.5, 6.0: 0.7, 8.0: 0.861, 10.0: 0.6, 12.0: 0.3, 14.0: 0.95}
+    rows = [("run", t, "vllm-0", "vllm:kv_cache_usage_perc", LAB, v) for t, v in fill.items()]
+    rows += [("run", t, "vllm-1", "vllm:kv_cache_usage_perc", LAB, 0.1) for t in fill]
+    s = samples_frame(rows)
+    window = (1.0, 13.0)
+    table = engine_figures(s, window)
+    series = engine_series(s, window)
+    assert table["kv_usage_max_pct"] == pytest.approx(86.1)
+    assert series["kv_usage_max_pct"].max() == pytest.approx(table["kv_usage_max_pct"])
+    # one point per 2 s round inside the window, each the fullest replica's
+    kv = series.dropna(subset=["kv_usage_max_pct"]).set_index("t_s")["kv_usage_max_pct"]
+    assert kv.index.tolist() == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    assert kv[4.0] == pytest.approx(50.0) and kv[12.0] == pytest.approx(30.0)

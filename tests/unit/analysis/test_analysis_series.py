@@ -11,7 +11,9 @@ from kvoffload.analysis.series import (
     corrected,
     delta,
     final_quarter_mean,
+    grid_step,
     make_grid,
+    sampler_interval,
     windowed_rate,
 )
 from tests.unit.analysis.analysis_frames import counter, samples_frame
@@ -153,3 +155,21 @@ def test_delta_reads_a_series_cut_from_the_before_snapshot_from_the_first_round(
     with collect_notes() as notes:
         d = delta(samples_frame(rows), "c_total")
     assert d is not None and d.increase == 5040.0 and notes == []
+
+
+def test_the_grid_steps_at_the_samplers_interval() -> None:
+    """Issue 43: the grid follows the sampler (2 s in the demo), never coarser than 15 s, and 15 s when
+    fewer than two rounds say what the interval was. Two targets, each scraped every 2 s at its own
+    offset, with a skipped round (an overrun): the median gap is still 2 s."""
+    times = [0.0, 2.0, 4.0, 8.0, 10.0]
+    times_b = [t + 0.3 for t in times]
+    s = samples_frame(
+        [*counter("c_total", lambda t: t, times), *counter("c_total", lambda t: t, times_b, "b")]
+    )
+    assert sampler_interval(s) == pytest.approx(2.0) and grid_step(s) == pytest.approx(2.0)
+    slow = samples_frame(counter("c_total", lambda t: t, [0.0, 30.0, 60.0]))
+    assert sampler_interval(slow) == pytest.approx(30.0) and grid_step(slow) == 15.0
+    once = samples_frame(
+        [*counter("c_total", lambda t: t, [5.0]), ("before", 0.0, "vllm-0", "c_total", {}, 0.0)]
+    )
+    assert sampler_interval(once) is None and grid_step(once) == 15.0
