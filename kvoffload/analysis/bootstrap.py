@@ -183,3 +183,22 @@ def change_pct(
         return Interval(estimate, None, None, c.sessions, len(c.cell_sessions), b.sessions)
     low, high = _bounds(draws)
     return Interval(estimate, low, high, c.sessions, len(c.cell_sessions), b.sessions)
+
+
+# --- public resampling helpers (issue 42): kvoffload/analysis/decision.py resamples several figures of
+# the same sessions at once (TTFT, TPOT, hit rate), so it takes the draws, not an interval.
+def session_counts(cell_sizes: Sequence[int], replicates: int, rng: np.random.Generator) -> np.ndarray:
+    """How often each session is drawn in each replicate (shape replicates x sessions), the sessions
+    numbered cell after cell (`cell_sizes`: sessions per cell): cells first when there are several,
+    then sessions within each drawn cell, as every interval of this module."""
+    ids, offset = [], 0
+    for n in cell_sizes:
+        ids.append(np.arange(offset, offset + n))
+        offset += n
+    return _session_counts(_Cells(np.array([]), np.array([], dtype=int), ids), replicates, rng)
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
+    """Per row of `weights` (copies of each of the sorted `values`; every row's total above 0): the
+    linear-interpolation percentile q, as `numpy.percentile` of the expanded values."""
+    return _weighted_percentile(values, weights, q)

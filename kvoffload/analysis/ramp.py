@@ -9,13 +9,20 @@ breaches. A point breaches when its later-round p95 TTFT is above the SLO or its
 is below the threshold (whichever limits are set). Growth is geometric (x `factor`) until the first
 breach, then bisection between the bracket's ends. No IO: the orchestrator runs the cells and calls
 this again with the new summaries.
+
+Every step stays within [1, `max_concurrency`], growth and bisection alike: the orchestrator lowers
+the maximum to the load the campaign can produce, and a point measured above it (a campaign cell at a
+concurrency beyond the users it replays) ran no more load than the maximum. Such a point's breach is
+no bracket end: the maximum itself is tried, and when it keeps the limits the ramp ends "not_reached",
+censored: the knee is at least the maximum (`RampDecision.at_least`), not between two concurrencies
+that produce the same load.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Action = Literal["try", "bracketed", "not_reached", "below_minimum", "blocked"]
@@ -62,6 +69,8 @@ class RampDecision:
     next_concurrency: int | None
     bracket: tuple[int, int] | None
     reason: str
+    # "not_reached": every concurrency up to this one kept the limits; the knee, if any, lies above it
+    at_least: int | None = None
 
 
 def breaches(point: RampPoint, policy: RampPolicy) -> bool | None:
@@ -100,20 +109,40 @@ def next_step(points: Sequence[RampPoint], policy: RampPolicy) -> RampDecision:
         verdict[p.concurrency] = verdict.get(p.concurrency, False) or b
     if not verdict:
         return RampDecision("try", policy.start, None, f"nothing measured yet: start at {policy.start}")
-    failing = sorted(c for c, b in verdict.items() if b)
+    top = policy.max_concurrency
+    inside = {c: b for c, b in verdict.items() if c <= top}
+    beyond = sorted(c for c, b in verdict.items() if c > top and b)  # breaches beyond the maximum
+    failing = sorted(c for c, b in inside.items() if b)
     if not failing:
-        top = max(verdict)
-        if top >= policy.max_concurrency:
+        if any(not b for c, b in verdict.items() if c >= top):
+            # the maximum (or a point beyond it, which ran no more load) kept every limit
+            noise = (
+                f"; the breach at concurrency {beyond[0]}, beyond it, brackets no knee below it"
+                if beyond
+                else ""
+            )
             return RampDecision(
                 "not_reached",
                 None,
                 None,
-                f"every concurrency up to the maximum {policy.max_concurrency} kept {_limits(policy)}",
+                f"every concurrency up to the maximum {top} kept {_limits(policy)}{noise}",
+                at_least=top,
             )
-        nxt = min(policy.max_concurrency, max(top + 1, math.ceil(top * policy.factor)))
-        return RampDecision("try", nxt, None, f"concurrency {top} kept {_limits(policy)}: grow to {nxt}")
+        if beyond:
+            # only the maximum can say whether the knee lies within it: bisecting towards the breach
+            # would measure concurrencies that add no load
+            return RampDecision(
+                "try",
+                top,
+                None,
+                f"concurrency {beyond[0]} breaks {_limits(policy)} but lies beyond the maximum {top}: "
+                f"try {top}",
+            )
+        highest = max(inside)
+        nxt = min(top, max(highest + 1, math.ceil(highest * policy.factor)))
+        return RampDecision("try", nxt, None, f"concurrency {highest} kept {_limits(policy)}: grow to {nxt}")
     high = failing[0]
-    passing = [c for c, b in verdict.items() if not b and c < high]
+    passing = [c for c, b in inside.items() if not b and c < high]
     if not passing:
         if high == 1:
             return RampDecision(
@@ -137,3 +166,29 @@ def next_step(points: Sequence[RampPoint], policy: RampPolicy) -> RampDecision:
         )
     nxt = (low + high) // 2
     return RampDecision("try", nxt, (low, high), f"bisect the bracket {low}..{high}: try {nxt}")
+
+
+def ramp_paths(measured: Sequence[int], policy: RampPolicy, max_steps: int = 64) -> list[tuple[int, ...]]:
+    """The concurrencies a ramp tries after the `measured` ones, for every place the knee could be:
+    one path per knee k in 1 .. max_concurrency + 1 under a monotone response (a point breaches when
+    min(its concurrency, max_concurrency) >= k: beyond the maximum no load is added), each distinct
+    path once, in the order of k. What the knee search can cost at most (the run-time estimate)."""
+    rule = replace(policy, slo_p95_s=1.0, min_hit_rate=None)
+    top = policy.max_concurrency
+    paths: dict[tuple[int, ...], None] = {}
+    for knee in range(1, top + 2):
+
+        def point(c: int, knee: int = knee) -> RampPoint:
+            return RampPoint(c, 2.0 if min(c, top) >= knee else 0.5, None)
+
+        points = [point(c) for c in measured]
+        tried: list[int] = []
+        for _ in range(max_steps):
+            d = next_step(points, rule)
+            nxt = d.next_concurrency
+            if d.action != "try" or nxt is None or nxt in tried or nxt in measured:
+                break
+            tried.append(nxt)
+            points.append(point(nxt))
+        paths[tuple(tried)] = None
+    return list(paths)

@@ -33,13 +33,17 @@ def register(sub: Any) -> None:
             "links, NUMA placement of the GPUs and the NVMe, host Python against the wheelhouse, memory "
             "for L1, the L2 mount (file system, O_DIRECT, a short throughput probe, TRIM), CUDA init in "
             "a unit-like sandbox, a pinned allocation, CUDA IPC between two processes, the engine set's "
-            "versions and LMCache's connector module. Then, for a vllm campaign, the smoke check of "
-            "the vLLM/LMCache pair on each node with an lmcache-server, in parallel: it installs the "
+            "versions and LMCache's connector module. Then, for a vllm campaign, on each node with an "
+            "lmcache-server, in parallel, the smoke check of the vLLM/LMCache pair: it installs the "
             "node's software and model as `run` does (idempotent), starts lmcache-server and one "
             "replica through the cell's roles and units, checks that the replica registered, sends "
             "one prompt twice (the replica's own prefix cache emptied in between) and reads a store "
             "and a retrieve from the servers' counters, then stops them (--no-smoke leaves it out: "
-            "then nothing on the hosts changes). Prints a table per host, writes "
+            "then nothing on the hosts changes). After it, the cell-free pair check (seconds, no "
+            "model): LMCache's own `lmcache server` and `lmcache bench server` as two transient "
+            "systemd units with the engine units' [Service] keys, storing, retrieving and checksumming "
+            "KV through L1 (and L2 on an nvme host), comparing the server's live metric names with the "
+            "analysis's (--no-pair-check leaves it out). Prints a table per host, writes "
             "RESULTS/<campaign>/doctor.json, exits 1 when a host fails a check."
         ),
     )
@@ -60,6 +64,14 @@ def register(sub: Any) -> None:
         help="leave out the vLLM/LMCache pair's smoke check (it installs and loads the model: minutes)",
     )
     p.add_argument(
+        "--no-pair-check",
+        action="store_true",
+        help=(
+            "leave out the cell-free pair check (LMCache's server and bench as two sandboxed transient "
+            "units: seconds, no model; it needs the engine venv, which the smoke check installs)"
+        ),
+    )
+    p.add_argument(
         "--wheel-cache",
         type=Path,
         default=None,
@@ -72,6 +84,7 @@ def register(sub: Any) -> None:
 def doctor(args: argparse.Namespace) -> int:
     from kvoffload.config import load_lab
     from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
+    from kvoffload.orchestrate.pair_cellfree import PairCellFree
     from kvoffload.playbook import PlaybookRunner
 
     hosts_python_flag(args.hosts_python)
@@ -87,6 +100,9 @@ def doctor(args: argparse.Namespace) -> int:
         hosts_python=None if args.no_wheelhouse else args.hosts_python,
         learn_python=not args.no_wheelhouse,
         smoke=_smoke(args, lab, inventory),
+        pair_check=None
+        if args.no_pair_check or lab.campaign.engine != "vllm"
+        else PairCellFree(runner, root / DOCTOR_DIR),
     )
     record = doctor_json(reports, lab.campaign.name)
     (root / DOCTOR_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -1,9 +1,10 @@
 """`kvoffload-lab metrics sample|snapshot|gpu-textfile`: the samplers that run on lab hosts.
 
 Thin CLI over `kvoffload.metrics` (base deps only, so it works on hosts without the controller extra).
-`sample` (started by the replay role on the client) runs until SIGTERM/SIGINT and exits 0 after closing
-its files; `snapshot` scrapes once; `gpu-textfile` (kvoffload-gpu-telemetry.service on `vllm` hosts)
-rewrites a node-exporter textfile until SIGTERM/SIGINT, or once with `--once`.
+`sample` (started by the replay role on the client) runs until SIGTERM/SIGINT, or with `--replay-lock`
+until the replay it samples for has ended, and exits 0 after closing its files; `snapshot` scrapes
+once; `gpu-textfile` (kvoffload-gpu-telemetry.service on `vllm` hosts) rewrites a node-exporter
+textfile until SIGTERM/SIGINT, or once with `--once`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ def register(sub: Any) -> None:
     common(s)
     s.add_argument("--interval", type=float, default=15.0, help="seconds between scrapes (15)")
     s.add_argument("--output", type=Path, required=True, help="folder for <NAME>.jsonl files")
+    s.add_argument(
+        "--replay-lock",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also stop once the replay holding an flock on FILE has ended, or none took it within "
+        "--lock-grace seconds (the replay role runs the replay under `flock FILE`)",
+    )
+    s.add_argument(
+        "--lock-grace", type=float, default=300.0, help="seconds a replay has to take --replay-lock (300)"
+    )
     s.set_defaults(func=_sample)
 
     n = msub.add_parser("snapshot", help="scrape every target once into one JSONL file")
@@ -121,10 +133,16 @@ def _scraper(args: argparse.Namespace) -> Any:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from kvoffload.metrics.sampler import run_sampler
+    from kvoffload.metrics.sampler import ReplayLease, run_sampler
 
     _seconds(args.interval, "--interval")
+    _seconds(args.lock_grace, "--lock-grace")
     check_folder_flag(args.output, "--output")
+    lease = None
+    if args.replay_lock is not None:
+        if not args.replay_lock.is_file():
+            raise UserError(f"--replay-lock {args.replay_lock}: no such file (the replay role creates it)")
+        lease = ReplayLease(args.replay_lock, args.lock_grace)
     scraper = _scraper(args)
     stop = threading.Event()
 
@@ -134,7 +152,7 @@ def _sample(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        rounds = run_sampler(scraper, args.output, args.interval, stop)
+        rounds = run_sampler(scraper, args.output, args.interval, stop, lease)
     finally:
         scraper.close()
     print(f"metrics sample: {rounds} rounds written to {args.output}")

@@ -6,8 +6,8 @@ CELL_ID` it completes the results of that cell's plain Ansible run (kvoffload/cl
 Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
 virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
 which cells are already DONE in the results folder and would be skipped. Bad input exits 2, a
-dataset that is on this machine but does not load included, and so does an engine set whose pins need
-two torches (orchestrate/engine_pins.py).
+dataset that is not on this machine or does not load included, a host without an address (one this
+machine resolves) too, and so does an engine set whose pins need two torches (orchestrate/engine_pins.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from kvoffload.cli import cellvars
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.datasets import virtual_users
 from kvoffload.orchestrate.checks import (
+    check_dataset_path,
     check_engine_pins,
     check_folder_flag,
+    check_host_addresses,
     check_sim_profile,
     load_campaign_dataset,
 )
@@ -51,12 +53,9 @@ def register(subparsers: Any) -> None:
 
 
 def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
-    """Virtual users per num_rounds of the campaign, or (None, why) when the dataset is not on this
-    machine (a campaign may be planned away from its data); a dataset that is here but bad exits 2.
-    Also the sessions, for the token table."""
+    """Virtual users per num_rounds of the campaign; a dataset that is not on this machine (`run` ships
+    it from here) or does not load exits 2. Also the sessions, for the token table."""
     path = lab.dataset_path
-    if not path.exists():
-        return None, f"dataset {path} is not on this machine: virtual-user ceilings unknown", []
     sessions = load_campaign_dataset(lab.campaign, path, lab.where)
     code = lab.campaign.dataset.code
     return {n: len(virtual_users(sessions, code, n)) for n in lab.campaign.num_rounds}, None, sessions
@@ -186,12 +185,14 @@ def _plan(args: argparse.Namespace) -> int:
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     check_sim_profile(lab.campaign, lab.where)
+    check_host_addresses(lab.inventory)
     # before --emit-extravars too: a plain Ansible run installs the same engine set
     engine_warnings = check_engine_pins(lab)
     if args.emit_extravars is not None:
         return cellvars.emit(lab, args, _schedule)
     if args.finish_cell is not None:
         return cellvars.finish(lab, args)
+    check_dataset_path(lab.campaign, lab.dataset_path, lab.where)  # before the first line printed
     campaign = lab.campaign
     console = Console()
     if not console.is_terminal:
@@ -324,12 +325,13 @@ def _estimate_table(lab: Any, todo: list[Any], results: Path, known: bool) -> An
     from kvoffload.orchestrate.estimate import PHASES
     from kvoffload.orchestrate.estimate_inputs import campaign_estimate
 
-    requests = None
+    requests = users = None
     if known:
         from kvoffload.orchestrate.pools import CellPools
 
-        requests = CellPools(lab).expected
-    e = campaign_estimate(lab, todo, results, requests)
+        pools = CellPools(lab)
+        requests, users = pools.expected, pools.users
+    e = campaign_estimate(lab, todo, results, requests, users)
     sources = e.priors.sources
     names = {
         "install": "install",
@@ -348,11 +350,18 @@ def _estimate_table(lab: Any, todo: list[Any], results: Path, known: bool) -> An
         mine = [c for c in e.cells if e.where[c] == node]
         sums = [sum(e.cells[c][p] for c in mine) for p in PHASES]
         table.add_row(node, str(len(mine)), *[_minutes(v) for v in sums], _minutes(total))
+    knee = e.knee
     table.caption = (
         f"from: install {sources['install_s']} ({e.priors.install_s:.0f} s a node), engine start "
         f"{sources['engine_start_s']} ({e.priors.engine_start_s:.0f} s), a request "
-        f"{sources['request_s']} ({e.priors.request_s:.2f} s), overhead {sources['cell_overhead_s']} "
-        f"({e.priors.cell_overhead_s:.0f} s a cell), the run's start {sources['campaign_s']}"
-        + ("" if known else "; the dataset is not on this machine: replays count 0")
+        f"{sources['request_s']} ({e.priors.request_s:.2f} s alone), overhead {sources['cell_overhead_s']} "
+        f"({e.priors.cell_overhead_s:.0f} s a cell), the run's start {sources['campaign_s']}; replays: "
+        f"{e.basis}, x{e.priors.replay_scale:.2f} ({sources['replay_scale']})"
+        + (
+            f"; knee search, not in the total: up to {knee.cells} more cell(s), {_minutes(knee.total_s)} "
+            "(its worst case over every place the knee could be)"
+            if knee is not None
+            else ""
+        )
     )
     return table

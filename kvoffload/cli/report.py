@@ -2,8 +2,9 @@
 
 Thin CLI over `kvoffload.ingest` and `kvoffload.report` (controller extra). `report` ingests first when
 the tables are missing or older than the raw files. md/html write files under RESULTS_DIR/report/;
-json prints {"summary": one object per cell, "findings", "capacity"} (docs/metrics.md "report --format
-json"), csv the summary table (one row per cell), to stdout or to --output.
+json prints {"summary": one object per cell, "findings", "capacity", "decision"} (docs/metrics.md "report
+--format json"), csv the summary table (one row per cell; `--table decision`: the decision's rows), to
+stdout or to --output.
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def register(sub: Any) -> None:
         "and capacity) / csv (the summary table) on stdout (or --output)",
     )
     r.add_argument("--output", type=Path, help="file for --format json|csv (default: stdout)")
+    r.add_argument(
+        "--table",
+        choices=("summary", "decision"),
+        default="summary",
+        help="for --format csv: summary (one row per cell, the default) or decision (one row per model, "
+        "num_rounds, ISL, OSL and tier: sessions at the campaign's slo, goodput, cost; docs/metrics.md)",
+    )
     r.set_defaults(func=_report)
 
 
@@ -93,6 +101,8 @@ def _report(args: argparse.Namespace) -> int:
         raise UserError("--format: give at most one of json, csv per run")
     if args.output and not data_formats:
         raise UserError("--output is only for --format json or csv")
+    if args.table != "summary" and data_formats != ["csv"]:
+        raise UserError("--table is only for --format csv")
     if args.output and (args.output.is_dir() or not args.output.parent.is_dir()):
         raise UserError(f"--output {args.output}: give a file in an existing folder")
     if file_formats:
@@ -107,6 +117,10 @@ def _report(args: argparse.Namespace) -> int:
             text = json.dumps(doc, indent=1) + "\n"
         else:
             summary = analysis.summary.copy()
+            if args.table == "decision":  # issue 42: the decision's rows (report/decision_view.py)
+                from kvoffload.report.decision_view import csv_frame, empty_section
+
+                summary = csv_frame(conclude(analysis).decision or empty_section())
             floats = summary.select_dtypes("float").columns
             summary[floats] = summary[floats].map(round_figure)
             text = summary_csv(summary)

@@ -22,6 +22,7 @@ from kvoffload.orchestrate.beside import start_beside
 from kvoffload.orchestrate.checks import (
     check_engine_pins,
     check_folder_flag,
+    check_host_addresses,
     check_sim_profile,
     load_campaign_dataset,
 )
@@ -200,6 +201,7 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
 
     lab = load_lab(args.inventory, args.campaign)
     check_sim_profile(lab.campaign, lab.where)
+    check_host_addresses(lab.inventory)
     for warning in check_engine_pins(lab):
         log.warning("%s", warning)
     check_folder_flag(args.results, "--results")
@@ -302,7 +304,9 @@ def _run(
         from kvoffload.report import findings_text, write_report
 
         report = write_report(results.root)
-        # the report's first section, so that the end of a run answers without opening a file
+        # the report's first sections, so that the end of a run answers without opening a file
+        if report.decision_lines:
+            print("\n".join(report.decision_lines) + "\n")
         print(findings_text(report.finding_groups, report.turn_statements))
         print(f"report: {report.path}")
     return 0 if not outcome.failed else 1

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from kvoffload.config.errors import KeyedError
+from kvoffload.config.slo import Prices, Slo
 from kvoffload.datasets import DATASET_CODES, chunk_floor
 from kvoffload.parallelism import parallelism_problem
 from kvoffload.tiers import TIERS, Tier
@@ -48,28 +49,31 @@ class DatasetSpec(_Strict):
 
 
 class KneeSearch(_Strict):
-    """Ramp concurrency per tier past the campaign's own cells until a limit is crossed (the knee)."""
+    """Ramp concurrency per tier past the campaign's own cells until a limit is crossed (the knee).
+    Its limits are the campaign's `slo`; the two keys below are their older spelling, for a campaign
+    without `slo` (Campaign._cross_field_rules: one of the two places, never both)."""
 
+    enabled: bool = Field(
+        default=True, description="false: no knee search, even with slo set (which turns it on by default)"
+    )
     slo_p95_ttft_s: float | None = Field(
-        default=None, gt=0, description="later-round p95 TTFT (s) a concurrency may not exceed"
+        default=None,
+        gt=0,
+        description="later-round p95 TTFT (s) a concurrency may not exceed; older spelling of "
+        "slo.ttft_p95_s, only without slo",
     )
     min_later_hit_rate: float | None = Field(
         default=None,
         gt=0,
         le=1,
-        description="later-round prefix hit rate (0-1) a concurrency may not fall below",
+        description="later-round prefix hit rate (0-1) a concurrency may not fall below; older spelling "
+        "of slo.min_later_hit_rate, only without slo",
     )
     max_concurrency: PositiveInt = Field(default=1024, description="never ramp beyond this concurrency")
     factor: float = Field(default=2.0, gt=1, description="growth per step until the first breach")
     resolution: PositiveInt = Field(
         default=1, description="stop bisecting once the knee's bracket is this narrow (in concurrency)"
     )
-
-    @model_validator(mode="after")
-    def _a_limit(self) -> KneeSearch:
-        if self.slo_p95_ttft_s is None and self.min_later_hit_rate is None:
-            raise KeyedError("slo_p95_ttft_s", "set slo_p95_ttft_s, min_later_hit_rate or both")
-        return self
 
 
 class L1Sizes(_Strict):
@@ -181,8 +185,18 @@ class Campaign(_Strict):
     )
     knee_search: KneeSearch | None = Field(
         default=None,
-        description="after the campaign's cells, ramp concurrency per tier until later-round p95 TTFT "
-        "exceeds slo_p95_ttft_s or the later-round hit rate falls below min_later_hit_rate",
+        description="after the campaign's cells, ramp concurrency per tier until a concurrency misses "
+        "the slo (on by default when slo is set; {enabled: false} turns it off)",
+    )
+    slo: Slo | None = Field(
+        default=None,
+        description="the latency target (later rounds): the knee search's limits and the report's "
+        "sessions at the target per tier",
+    )
+    prices: Prices | None = Field(
+        default=None,
+        description="what the node's resources cost, for the report's cost per million tokens (or the "
+        "inventory's kvoffload_prices)",
     )
     cold_start: Literal["reset", "restart"] = Field(
         default="reset",
@@ -245,6 +259,7 @@ class Campaign(_Strict):
             raise KeyedError(
                 "num_gpu_blocks_override", "set kv_cache_memory_bytes or num_gpu_blocks_override, not both"
             )
+        self._knee_limits_rule()
         if self.knee_search is not None and max(self.concurrency) > self.knee_search.max_concurrency:
             raise KeyedError(
                 "knee_search.max_concurrency",
@@ -257,6 +272,42 @@ class Campaign(_Strict):
             if problem is not None:
                 raise KeyedError(f"num_rounds[{i}]", problem)
         return self
+
+    def _knee_limits_rule(self) -> None:
+        """The target is given once: in `slo`, or (older campaigns) in knee_search's own limits."""
+        knee = self.knee_search
+        if knee is None or not knee.enabled:
+            return
+        old = [k for k in ("slo_p95_ttft_s", "min_later_hit_rate") if getattr(knee, k) is not None]
+        if self.slo is not None and old:
+            raise KeyedError(
+                f"knee_search.{old[0]}",
+                f"the target is set in slo (slo.ttft_p95_s, slo.min_later_hit_rate), which the knee search "
+                f"and the report share: remove knee_search.{old[0]}",
+            )
+        if self.slo is None and not old:
+            raise KeyedError(
+                "knee_search.slo_p95_ttft_s",
+                "the knee search needs a limit: set slo (slo.ttft_p95_s, the campaign's latency target), "
+                "or slo_p95_ttft_s / min_later_hit_rate here",
+            )
+
+    def knee_spec(self) -> KneeSearch | None:
+        """The knee search this campaign runs: its `knee_search` unless disabled, or the defaults when
+        only `slo` is set (never below the campaign's own concurrencies); None when there is none."""
+        if self.knee_search is not None:
+            return self.knee_search if self.knee_search.enabled else None
+        if self.slo is None:
+            return None
+        return KneeSearch(max_concurrency=max(1024, *self.concurrency))
+
+    def knee_limits(self) -> tuple[float | None, float | None]:
+        """(later-round p95 TTFT s, minimum later-round hit rate) the knee search judges by: the slo's,
+        else knee_search's older keys."""
+        if self.slo is not None:
+            return self.slo.ttft_p95_s, self.slo.min_later_hit_rate
+        knee = self.knee_search
+        return (None, None) if knee is None else (knee.slo_p95_ttft_s, knee.min_later_hit_rate)
 
     def ordered_tiers(self) -> list[Tier]:
         """Tiers in the canonical order gpu, cpu, nvme (the order cells run and reports list them)."""

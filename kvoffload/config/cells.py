@@ -51,7 +51,8 @@ class Cell:
 
 
 # Keys that become per-cell values (or, for the L1 sizes, the value of the cell's tier).
-# The knee search only decides which further cells run: it is no part of any cell's configuration.
+# The knee search only decides which further cells run, and the latency target and the prices only how
+# the report reads them (issue 42): none is part of any cell's configuration, so adding them keeps ids.
 _MATRIX_KEYS = (
     "name",
     "tiers",
@@ -62,6 +63,8 @@ _MATRIX_KEYS = (
     "repeats",
     "lmcache_l1_size_gb",
     "knee_search",
+    "slo",
+    "prices",
 )
 
 

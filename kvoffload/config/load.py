@@ -25,7 +25,7 @@ from kvoffload.config.ansible_inventory import read_ansible_inventory
 from kvoffload.config.campaign import Campaign
 from kvoffload.config.cells import Cell, resolve_cells
 from kvoffload.config.clients import assign_clients, client_problems
-from kvoffload.config.errors import ConfigError, format_validation_error
+from kvoffload.config.errors import ConfigError, KeyedError, format_validation_error
 from kvoffload.config.inventory import (
     CAMPAIGN_VAR,
     GROUPS,
@@ -35,6 +35,7 @@ from kvoffload.config.inventory import (
     build_inventory,
     check_yaml_layout,
 )
+from kvoffload.config.slo import PRICES_VAR, Prices, lab_prices
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class LabConfig:
     cells: tuple[Cell, ...]
     # The campaign's model as a folder on the controller (shipped to the hosts), or None for a hub id.
     model_folder: Path | None = None
+    # issue 42: the run's prices (the campaign's, or the nodes' kvoffload_prices) and where they are written
+    prices: Prices | None = None
+    prices_source: str | None = None
 
     def where(self, key: str) -> str:
         """`<campaign file>: <key path>` of a campaign key, as config errors spell it."""
@@ -429,6 +433,18 @@ def load_campaign(path: Path | str) -> tuple[Campaign, str]:
     return _validate_campaign(raw, Path(path), key), key
 
 
+def _lab_prices(inv: Inventory, campaign: Campaign, where: str) -> tuple[Prices | None, str | None]:
+    """The campaign's `prices` or the nodes' `kvoffload_prices` (config/slo.py `lab_prices`)."""
+    nodes = []
+    for host in inv.group("vllm"):
+        file, key = host.var_sources.get(PRICES_VAR, (inv.file, f"host {host.name}.{PRICES_VAR}"))
+        nodes.append((host.name, host.vars.model_extra or {}, f"{file}: {key}"))
+    try:
+        return lab_prices(campaign.prices, where, nodes)
+    except KeyedError as exc:
+        raise ConfigError([f"{exc.key}: {exc}"]) from exc
+
+
 def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None) -> LabConfig:
     """Inventory + campaign, validated together, with the campaign's cells resolved."""
     inventory = load_inventory(inventory_path)
@@ -445,7 +461,12 @@ def load_lab(inventory_path: Path | str, campaign_path: Path | str | None = None
             raise ConfigError([f"{campaign_file}: {key}: no campaign here: add one, or pass --campaign FILE"])
     campaign = _validate_campaign(raw, campaign_file, key)
     _check_inventory(inventory, campaign, f"{campaign_file}: {key + '.' if key else ''}tiers")
+    prices, prices_source = _lab_prices(
+        inventory, campaign, f"{campaign_file}: {key + '.' if key else ''}prices"
+    )
     return LabConfig(
+        prices=prices,
+        prices_source=prices_source,
         model_folder=_model_folder(campaign.model, campaign_file, key),
         inventory=inventory,
         campaign=campaign,

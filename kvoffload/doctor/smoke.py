@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvoffload.doctor.checks import Check, Status
-from kvoffload.profiles.resolve import LMCACHE_REGISTRATION_GRACE_S
+from kvoffload.tiers import LMCACHE_REGISTRATION_GRACE_S
 
 NAME = "smoke_pair"
 # Counter families as kvoffload/orchestrate/probe.py `scrape` names them (without `_total`)
@@ -89,8 +89,10 @@ def judge(facts: Mapping[str, Any]) -> Check:
             if stage == "start"
             else ""
         )
+        # the replica's own first error line, from the journal the teardown kept (orchestrate/smoke.py)
+        said = f"; the replica's journal: {facts['journal_error']}" if facts.get("journal_error") else ""
         return _fail(
-            f"{stage}: {facts['error']}",
+            f"{stage}: {facts['error']}{said}",
             f"{_JOURNAL} says why; `run` would fail its first offload cell the same way{held}",
             summary,
         )

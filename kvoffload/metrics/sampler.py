@@ -4,14 +4,19 @@ Every `interval_s` it scrapes all targets at once (one thread each, so a dead ta
 others by more than `timeout_s`) and appends the samples to `<output>/<target>.jsonl`, flushing after
 each round so a killed sampler loses at most the round in flight. A failed scrape writes one
 `up == 0` sample with the error, never raises. `run()` returns when the stop event is set (the CLI
-sets it on SIGTERM/SIGINT); rounds that overrun are skipped, not queued.
+sets it on SIGTERM/SIGINT) or, given a `ReplayLease`, once the replay it samples for is over (the
+replay role runs the replay under `flock`, so a sampler whose stop never comes, after a Ctrl-C that
+canceled the playbook or a lost controller, ends with its replay instead of scraping dead targets
+until the next run); rounds that overrun are skipped, not queued.
 
 This module must not interpret samples; analysis lives on the controller.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -88,8 +93,54 @@ class Scraper:
         return {name: f.result() for name, f in futures.items()}
 
 
-def run_sampler(scraper: Scraper, output_dir: Path, interval_s: float, stop: threading.Event) -> int:
-    """Scrape every `interval_s` into `<output_dir>/<target>.jsonl` until `stop` is set; return rounds."""
+class ReplayLease:
+    """Whether the replay a sampler samples for still runs. The replay holds an flock on `path` for its
+    whole life (the replay role runs it as `flock PATH kvoffload-lab replay ...`), and the kernel drops
+    the lock however the replay ends. The sampler starts first: the lease is over once the lock was
+    held and is free again, or when no replay took it within `grace_s`."""
+
+    def __init__(self, path: Path, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.grace_s = grace_s
+        self._clock = clock
+        self._start = clock()
+        self._seen = False  # the replay held the lock at some check
+
+    def held(self) -> bool:
+        """Whether a process holds the lock now (asked with a shared lock taken and dropped at once)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also drops the shared lock, if this check took it
+        return False
+
+    def over(self) -> str | None:
+        """Why the sampler should stop now; None while the replay runs, or may still start."""
+        if self.held():
+            self._seen = True
+            return None
+        if self._seen:
+            return f"the replay that held {self.path} has ended"
+        if self._clock() - self._start > self.grace_s:
+            return f"no replay took {self.path} within {self.grace_s:g} s"
+        return None
+
+
+def run_sampler(
+    scraper: Scraper,
+    output_dir: Path,
+    interval_s: float,
+    stop: threading.Event,
+    lease: ReplayLease | None = None,
+) -> int:
+    """Scrape every `interval_s` into `<output_dir>/<target>.jsonl` until `stop` is set or `lease` is
+    over (checked before each round); return the rounds."""
     output_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, IO[str]] = {}
     rounds = 0
@@ -98,6 +149,10 @@ def run_sampler(scraper: Scraper, output_dir: Path, interval_s: float, stop: thr
             files[name] = (output_dir / f"{name}.jsonl").open("a", encoding="utf-8")
         start = time.monotonic()
         while not stop.is_set():
+            why = lease.over() if lease is not None else None
+            if why is not None:
+                log.warning("sampler stops after %d round(s): %s", rounds, why)
+                break
             for name, samples in scraper.scrape().items():
                 files[name].writelines(to_jsonl(samples))
                 files[name].flush()

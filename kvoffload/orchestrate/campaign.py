@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.config import Cell, LabConfig
+from kvoffload.datasets.digest import dataset_digest
 from kvoffload.orchestrate import knee
 from kvoffload.orchestrate.cell_plan import CellPlan
 from kvoffload.orchestrate.cell_record import tool_versions
@@ -140,6 +141,7 @@ class CampaignRunner:
         # what `plan` estimated for this run's cells and, once they ran, what they measured
         # (kvoffload/orchestrate/estimate.py; campaign.json `estimate`)
         self._estimate: dict[str, Any] | None = None
+        self._dataset: dict[str, Any] | None = None  # campaign.json `dataset`, digested once per run
         self._knee: list[knee.RampLog] = []
         # facts, once a node's install gathered them, serve its later cells (node_facts)
         self._facts_dir = results.ansible / "facts"
@@ -163,14 +165,33 @@ class CampaignRunner:
                 "inventory": str(inv),
                 "inventory_sha256": hashlib.sha256(inv.read_bytes()).hexdigest() if inv.is_file() else None,
                 "cells": [{"id": c.id, **c.config} for c in self.lab.cells],
+                "dataset": self._dataset_record(),
                 "versions": tool_versions(),
                 "nodes": [n.name for n in self.lab.nodes],
                 "timings": self._campaign_timings,
                 "knee_search": [log.to_json() for log in self._knee] or None,
+                # issue 42: the prices the report's decision uses (the campaign's, or the inventory's
+                # kvoffload_prices: config/slo.py lab_prices) and where they are written
+                "prices": None if self.lab.prices is None else self.lab.prices.model_dump(mode="json"),
+                "prices_source": self.lab.prices_source,
                 "estimate": self._estimate,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },
         )
+
+    def _dataset_record(self) -> dict[str, Any]:
+        """campaign.json `dataset` (docs/contracts.md): the dataset's code, its absolute path on this
+        controller as this run resolved it (a relative `dataset.path` is relative to the campaign file,
+        which the report's working directory knows nothing of) and its digest, to find it again."""
+        if self._dataset is None:
+            path = self.lab.dataset_path.resolve()
+            try:
+                digest = dataset_digest(path)
+            except OSError as exc:
+                log.warning("dataset %s: no digest (%s); the report finds it by its path only", path, exc)
+                digest = None
+            self._dataset = {"code": self.lab.campaign.dataset.code, "path": str(path), "digest": digest}
+        return self._dataset
 
     def plan_of(self, cell: Cell, node: str) -> CellPlan:
         """The cell's plan on `node`, built once (the wheels first, when none are built yet)."""
@@ -271,7 +292,9 @@ class CampaignRunner:
         try:
             self._run_cells(todo, outcome)
             if knee_search:
+                k0 = time.monotonic()  # apart from the cells: the estimate's total leaves it out
                 self._knee_search(len(todo), outcome)
+                self._campaign_timings["knee-search"] = round(time.monotonic() - k0, 3)
             ended = "failed" if outcome.failed else "done"
         except KeyboardInterrupt:
             raise
@@ -289,7 +312,8 @@ class CampaignRunner:
             return
         plans = self.plan(todo)
         self._estimate = self._estimate_of(todo)
-        self.status.start({p.node: [c.id for c in p.cells] for p in plans}, outcome.skipped)
+        # the plan's estimate goes with the queues, so the live page has an ETA before any cell ends
+        self.status.start({p.node: [c.id for c in p.cells] for p in plans}, outcome.skipped, self._estimate)
         self._prepare(todo[0], len(todo), [p.node for p in plans])
         if len(plans) > 1:
             self._run_nodes(plans, len(todo), outcome)
@@ -313,7 +337,11 @@ class CampaignRunner:
         self._campaign_timings["cells"] = round(time.monotonic() - t0, 3)
         if self._estimate is not None:
             self._estimate["measured"] = measured_phases(
-                self.results.paths, list(self._estimate["cells"]), self._campaign_timings["cells"]
+                self.results.paths,
+                list(self._estimate["cells"]),
+                self._campaign_timings["cells"],
+                self._campaign_timings.get("knee-search"),
+                [step["cell_id"] for ramp in self._knee for step in ramp.steps if step["cell_id"]],
             )
         self.write_campaign_json()
         shutil.rmtree(self._facts_dir, ignore_errors=True)
@@ -327,28 +355,29 @@ class CampaignRunner:
             return None
 
     def _prepare(self, cell: Cell, total: int, nodes: Sequence[str]) -> None:
-        """Once per run, before its first cell: provision, then the client hosts' software and dataset
-        (the node threads' replays then skip those).
+        """Before the run's first cell: provision. Before the cells of `nodes` (the run's, or a knee
+        ramp's node): the software and dataset of their client hosts that this run has not installed
+        yet (the node threads' replays then skip those). A resumed run's knee search may ramp on a node
+        none of the run's cells ran on, whose client host this run would otherwise never install.
 
         A client host's install does not hold up the nodes (kvoffload/orchestrate/client_install.py):
-        it starts once every node of the run has installed its own software (so that the pip runs
+        it starts once every node of `nodes` has installed its own software (so that the pip runs
         never share a host's cores) and runs while the nodes start their first engines (a model load:
         minutes on GPUs). Every replay waits for its own client host's install (`client_ready`). A
         client host that is also one of the nodes' hosts installs first, alone."""
-        if self._prepared:
-            return
-        self._prepared = True
-        if self._provision:
-            self.provision()
-        self._client_extravars = self.plan_of(cell, self.lab.nodes[0].name).extravars
+        if not self._prepared:
+            self._prepared = True
+            if self._provision:
+                self.provision()
+            self._client_extravars = self.plan_of(cell, self.lab.nodes[0].name).extravars
         assignment = self.lab.client_assignment
         clients = list(dict.fromkeys(assignment[n] for n in nodes)) if nodes else [self.lab.clients[0].name]
         node_hosts = {h for n in nodes for h in self.lab.node_hosts(self.lab.node(n))}
-        for client in clients:
+        for client in (c for c in clients if not self._clients.covers(c)):
             if client in node_hosts or not nodes:
                 self._campaign_phase("install (client)" + (f" {client}" if len(clients) > 1 else ""), total)
                 t0 = time.monotonic()
-                self._install_client(client)
+                self._clients.run_now(client)
                 self._campaign_timings["install-client"] = max(
                     self._campaign_timings.get("install-client", 0.0), round(time.monotonic() - t0, 3)
                 )
@@ -422,7 +451,9 @@ class CampaignRunner:
         """One step of a ramp: keep the engines (the ramp may go on at this tier); the node's first
         step installs its software and quiets its disk jobs again (its last cell gave them back)."""
         first = state.previous is None
-        self._prepare(cell, total, [state.name])  # a resumed run whose campaign cells were all done
+        # provision in a resumed run whose campaign cells were all done; this node's client host,
+        # unless this run installed it for its cells
+        self._prepare(cell, total, [state.name])
         index = self._next_index()
         result = self.run_cell(
             cell, index, max(total, index), state, following=cell, install=cell if first else None

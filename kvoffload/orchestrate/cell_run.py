@@ -35,6 +35,7 @@ from kvoffload.orchestrate.cell_record import (
     unpack_fetched,
     write_collected,
 )
+from kvoffload.orchestrate.client_install import ClientInstallFailed
 from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed
 from kvoffload.orchestrate.faults import Fault, TargetWatch, unit_faults
 from kvoffload.orchestrate.playbooks_api import (
@@ -233,6 +234,12 @@ class CellRun:
         self.record.write(self.paths)
         outcome = CellOutcome(CellStatus.DONE, str(CellStatus.DONE))
         try:
+            self.check_client()
+        except ClientInstallFailed as exc:
+            # nothing of this cell was deployed: only engines an earlier cell kept for it need stopping
+            self.torn_down = self.deployed is None
+            return self.finish(self.failed(exc))
+        try:
             self.make_cold(was_deployed is None and previous_key == self.plan.engine_key)
             self.replay()
         except KeyboardInterrupt:
@@ -241,6 +248,14 @@ class CellRun:
         except (PlaybookFailed, RuntimeError) as exc:
             outcome = self.failed(exc)
         return self.finish(outcome)
+
+    def check_client(self) -> None:
+        """A cell whose client host's install already failed fails at once, with that install's error,
+        before it deploys or resets anything (ClientInstallFailed). One whose install still runs goes
+        on: its replay waits for it (`replay`), while the engines start."""
+        node = self.node.name
+        if not self.campaign.client_pending(node):
+            self.campaign.client_ready(node)  # returns at once: the install is over, or there is none
 
     def make_cold(self, torn_down_before: bool) -> None:
         """A reset of the engines the previous cell left running, else a (re)start proven cold.

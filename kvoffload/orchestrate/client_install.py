@@ -3,9 +3,12 @@
 Part of the orchestrator (kvoffload/orchestrate/campaign.py starts and waits on it). A client host's
 install (replay.yml, tag install, limited to that host) starts once every node of the run has
 installed its own software, so that the pip runs never share cores, and runs while the nodes start
-their first engines. A replay waits for its own client host's install only; a failed install fails
-the cells of the nodes that client host replays, and no other node's. The playbook runs through the
-`install` callable the campaign gives (it knows the extravars, idents and cancel hook).
+their first engines; a client host that is also a node's host installs at once, alone (`run_now`). A
+client host installs once per run, whichever part of the run first replays from it (`covers`: a
+resumed run's knee search may replay from a client host none of the run's cells used). A replay waits
+for its own client host's install only; a failed install fails the cells of the nodes that client host
+replays, and no other node's. The playbook runs through the `install` callable the campaign gives (it
+knows the extravars, idents and cancel hook).
 """
 
 from __future__ import annotations
@@ -46,6 +49,20 @@ class ClientInstalls:
         """Install `host` once every node in `after` is installed."""
         with self._lock:
             self._by_host[host] = _One(host, after)
+
+    def covers(self, host: str) -> bool:
+        """Whether this run installs (or installed, or failed to install) `host` already."""
+        with self._lock:
+            return host in self._by_host
+
+    def run_now(self, host: str) -> None:
+        """Install `host` in this thread, now; raises what the install raised."""
+        one = _One(host, ())
+        with self._lock:
+            self._by_host[host] = one
+        self._run(one)
+        if one.error is not None:
+            raise one.error
 
     def node_installed(self, node: str) -> None:
         """`node`'s install is over (or will not happen): start the installs that waited for it last."""

@@ -6,19 +6,21 @@ will pin (the largest of the campaign's cells there), its L2 folder (nvme tier),
 calls `cheap_gate` after provisioning: the probe without its CUDA children, engine import or a long
 L2 probe, and a `UserError` naming the host, the check and the fix when one fails. `doctor` then hands
 the nodes with a vLLM/LMCache pair to the smoke check (orchestrate/smoke.py), whose facts the pair's
-check judges (doctor/smoke.py). Prints nothing.
+check judges (doctor/smoke.py), and to the cell-free pair check (orchestrate/pair_cellfree.py: LMCache's
+server and bench as two sandboxed units, no model; judged by doctor/pair_cellfree.py). Prints nothing.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvoffload.doctor import checks as dc
+from kvoffload.doctor import pair_cellfree as dp
 from kvoffload.doctor.jit import SAMPLER_ENV, flashinfer_jit
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.deployment import REMOTE_VENV
@@ -34,8 +36,10 @@ PLAYBOOK = DOCTOR  # playbooks_api names it
 DOCTOR_JSON = "doctor.json"
 DOCTOR_DIR = "doctor"
 RUN_DOCTOR_DIR = "doctor-run"
-# in DOCTOR_DIR: what the smoke check's round trip collected on each node (orchestrate/smoke.py)
+# in DOCTOR_DIR: what the smoke check's round trip collected on each node (orchestrate/smoke.py), and
+# the cell-free pair check's node answers (orchestrate/pair_cellfree.py)
 SMOKE_JSON = "smoke.json"
+PAIR_JSON = "pair_cellfree.json"
 PROBE = Path(__file__).resolve().parents[1] / "doctor" / "probe.py"
 # `run`'s cheap checks: no CUDA children (seconds to a minute per GPU host), no import of the engine
 # packages (tens of seconds), a 4 MiB L2 probe
@@ -128,9 +132,12 @@ def judge(
     lab_pythons: Mapping[str, str] | None = None,
     smoke: Mapping[str, Any] | None = None,
     why_not: str | None = None,
+    pair: Mapping[str, Any] | None = None,
+    pair_why_not: str | None = None,
 ) -> dc.NodeReport:
     """A host's report: the probe's checks and the controller's (`smoke`: the pair's round trip on this
-    host, orchestrate/smoke.py; `why_not`: why it did not run)."""
+    host, orchestrate/smoke.py; `why_not`: why it did not run; `pair`, `pair_why_not`: the same of the
+    cell-free pair check, orchestrate/pair_cellfree.py)."""
     found = dc.probe_checks(probe)
     host_python = _probe_python(probe)
     engine_facts = next((c.facts for c in found if c.name == "engine"), {})
@@ -146,6 +153,8 @@ def judge(
                 versions if isinstance(versions, Mapping) else None,
             )
         )
+    pair_here = engine == "vllm" and ask.lmcache and ask.engine_build is not None
+    extra.append(dp.check(pair, pair_here, pair_why_not))
     extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None, smoke, why_not))
     return dc.NodeReport(host, (*found, *extra), probe)
 
@@ -166,6 +175,7 @@ def run_doctor(
     venv: str = str(REMOTE_VENV),
     learn_python: bool = False,
     smoke: Smoke | None = None,
+    pair_check: PairCheck | None = None,
 ) -> list[dc.NodeReport]:
     """Probe every host of the inventory; a host that failed or was unreachable gets a `reach` failure.
     The probes' JSON land in `out/<host>.json` (emptied first). `learn_python` (with `hosts_python`
@@ -173,8 +183,10 @@ def run_doctor(
     --hosts-python (orchestrate/host_python.py); hosts that report different ones fail that check.
     `smoke` (orchestrate/smoke.py PairSmoke): the vLLM/LMCache pair's round trip, on the nodes with a
     pair that fail none of `checks.PAIR_BLOCKERS` (the probes ran first: their record is of the hosts
-    before the smoke provisioned them); its facts land in `out/smoke.json`. None: the pair check says
-    it did not run (--no-smoke)."""
+    before the smoke provisioned them); its facts land in `out/smoke.json`. `pair_check`
+    (orchestrate/pair_cellfree.py PairCellFree): the cell-free pair check on the same nodes, after the
+    smoke (whose install gives a fresh lab its engine venv); its answers land in
+    `out/pair_cellfree.json`. None: the check says it did not run (--no-smoke, --no-pair-check)."""
     from kvoffload.orchestrate.wheelhouse import engine_requirements
 
     asks = host_asks(lab)
@@ -187,8 +199,16 @@ def run_doctor(
         if len(set(lab_pythons.values())) == 1:
             hosts_python = next(iter(lab_pythons.values()))
 
+    # why a pair check did not run where no other reason applies
+    cheap_why = "`run`'s cheap checks leave it out (`kvoffload-lab doctor` makes it)" if cheap else None
+    smoke_why, pair_why = cheap_why or "--no-smoke", cheap_why or "--no-pair-check"
+
     def report(
-        host: str, smoke_facts: Mapping[str, Any] | None = None, why_not: str | None = None
+        host: str,
+        smoke_facts: Mapping[str, Any] | None = None,
+        why_not: str | None = smoke_why,
+        pair: Mapping[str, Any] | None = None,
+        pair_why_not: str | None = pair_why,
     ) -> dc.NodeReport:
         probe, ask = probes[host], asks[host]
         if isinstance(probe, str):
@@ -203,15 +223,51 @@ def run_doctor(
             lab_pythons=lab_pythons,
             smoke=smoke_facts,
             why_not=why_not,
+            pair=pair,
+            pair_why_not=pair_why_not,
         )
 
-    # why the pair's round trip did not run where no other reason applies
-    not_run = "`run`'s cheap checks leave it out (`kvoffload-lab doctor` makes it)" if cheap else "--no-smoke"
-    reports = {host: report(host, why_not=not_run) for host in asks}
-    pairs = smoke_nodes(lab, asks) if smoke is not None else []
+    reports = {host: report(host) for host in asks}
+    pairs = smoke_nodes(lab, asks) if smoke is not None or pair_check is not None else []
+    blocked = {h: sorted({c.name for c in reports[h].failed} & dc.PAIR_BLOCKERS) for h in pairs}
+    ready = [h for h in pairs if not blocked[h]]
+    smoke_found: Mapping[str, Mapping[str, Any]] = {}
+    pair_found: Mapping[str, Mapping[str, Any]] = {}
     if smoke is not None and pairs:
-        _smoke_pairs(smoke, pairs, reports, report, hosts_python, out)
+        smoke_found = smoke(ready, hosts_python) if ready else {}
+        (out / SMOKE_JSON).write_text(json.dumps(smoke_found, indent=1) + "\n", encoding="utf-8")
+    if pair_check is not None and pairs:
+        pair_found = pair_check(pair_asks(lab, {h: asks[h] for h in ready}, venv)) if ready else {}
+        (out / PAIR_JSON).write_text(json.dumps(pair_found, indent=1) + "\n", encoding="utf-8")
+    for host in pairs:
+        if blocked[host]:
+            why = f"{', '.join(blocked[host])} failed (provisioning would refuse the host); fix it first"
+            reports[host] = report(
+                host,
+                why_not=why if smoke is not None else smoke_why,
+                pair_why_not=why if pair_check else pair_why,
+            )
+            continue
+        reports[host] = report(
+            host,
+            (smoke_found.get(host) or {"node": host, "error": "no answer"}) if smoke is not None else None,
+            pair=(pair_found.get(host) or {"error": "no answer"}) if pair_check is not None else None,
+        )
     return list(reports.values())
+
+
+def pair_asks(lab: LabConfig, asks: Mapping[str, HostAsk], venv: str) -> dict[str, list[str]]:
+    """The cell-free pair check's arguments per host (orchestrate/pair_cellfree.py pair_args): the
+    chunk size of the campaign's first offload cell's profile, as the smoke check deploys."""
+    from kvoffload.orchestrate.pair_cellfree import pair_args
+    from kvoffload.orchestrate.smoke import offload_cell
+    from kvoffload.profiles.resolve import lmcache_profile
+
+    cell = offload_cell(lab)
+    if cell is None:  # no offload cell, no lmcache-server: smoke_nodes() names no host
+        return {}
+    chunk = lmcache_profile(cell.tier).chunk_size
+    return {h: pair_args(venv, a.engine_build, chunk, a.l2_path) for h, a in asks.items()}
 
 
 def _probe_hosts(
@@ -244,32 +300,17 @@ def _probe_hosts(
     return probes
 
 
-def _smoke_pairs(
-    smoke: Smoke,
-    pairs: Sequence[str],
-    reports: dict[str, dc.NodeReport],
-    report: Callable[..., dc.NodeReport],
-    hosts_python: str | None,
-    out: Path,
-) -> None:
-    """The pair's round trip on the nodes that fail none of `checks.PAIR_BLOCKERS`; their reports again
-    with its facts (in `out/smoke.json`), the others' with why it did not run."""
-    ready = [h for h in pairs if not {c.name for c in reports[h].failed} & dc.PAIR_BLOCKERS]
-    for host in pairs:
-        if host not in ready:
-            blockers = sorted({c.name for c in reports[host].failed} & dc.PAIR_BLOCKERS)
-            why = f"{', '.join(blockers)} failed (provisioning would refuse the host); fix it first"
-            reports[host] = report(host, why_not=why)
-    found = smoke(ready, hosts_python) if ready else {}
-    (out / SMOKE_JSON).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
-    for host in ready:
-        reports[host] = report(host, found.get(host) or {"node": host, "error": "no answer"})
-
-
 class Smoke(Protocol):
     """The pair's round trip on some nodes (orchestrate/smoke.py PairSmoke; tests give a fake)."""
 
     def __call__(self, nodes: Sequence[str], hosts_python: str | None) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+class PairCheck(Protocol):
+    """The cell-free pair check on some hosts, host -> the node script's arguments (orchestrate/
+    pair_cellfree.py PairCellFree; tests give a fake)."""
+
+    def __call__(self, asked: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, Any]]: ...
 
 
 def smoke_nodes(lab: LabConfig, asks: Mapping[str, HostAsk]) -> list[str]:

@@ -7,9 +7,12 @@ crosses a limit, then bisection, until the knee is bracketed, or the maximum is 
 breach. The maximum is the smaller of `knee_search.max_concurrency` and the load the campaign can
 produce: concurrency beyond the virtual users a cell replays (`max_sessions`, the dataset's users at
 this num_rounds less those the isl filter drops: sessions.json `virtual_users_available` less
-`dropped_by_isl`) adds no load, so those steps would measure noise. A step that failed, had failed
-requests or was marked invalid (faults) stops the ramp with its reason: its figures are no point of
-the curve.
+`dropped_by_isl`) adds no load, so those steps would measure noise. The cap binds growth and bisection
+alike: a campaign cell beyond it that breaches makes the ramp try the ceiling itself, and a ceiling
+that keeps the limits ends the ramp "not_reached", censored at the ceiling ("no knee within what the
+dataset can produce: at least N concurrent sessions"), never a bracket above it. A step that failed,
+had failed requests or was marked invalid (faults) stops the ramp with its reason: its figures are no
+point of the curve.
 
 A ramp stays on one node: the node that ran its seed's campaign cells (the largest concurrency of
 them when a sweep was spread over nodes), and it judges only the points measured there, so a bracket
@@ -176,6 +179,7 @@ class RampLog:
     outcome: str = "running"
     bracket: tuple[int, int] | None = None
     node: str | None = None
+    at_least: int | None = None  # "not_reached": the knee, if any, lies above this concurrency
 
     def add(self, decision: RampDecision, cell: Cell | None) -> None:
         self.steps.append(
@@ -189,6 +193,7 @@ class RampLog:
         if decision.action != "try":
             self.outcome = decision.action
             self.bracket = decision.bracket
+            self.at_least = decision.at_least
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -199,6 +204,7 @@ class RampLog:
             "node": self.node,
             "outcome": self.outcome,
             "bracket": list(self.bracket) if self.bracket else None,
+            "at_least": self.at_least,
             "steps": self.steps,
         }
 
@@ -264,12 +270,18 @@ def _decide(
         step_rule = replace(rule, max_concurrency=top, start=min(rule.start, top))
     seen = [p for p in points(table, seed, node) if p.concurrency in allowed]
     decision = next_step(seen, step_rule)
-    if capped and decision.action == "not_reached":
+    if not capped:
+        return decision
+    load = f"the campaign produces no more load than {ceiling} concurrent sessions ({source})"
+    if decision.action == "not_reached":
         decision = replace(
             decision,
-            reason=f"{decision.reason}; the campaign produces no more load than {ceiling} concurrent "
-            f"sessions ({source}), so knee_search.max_concurrency {spec.max_concurrency} is out of reach",
+            reason=f"{decision.reason}; {load}, so knee_search.max_concurrency {spec.max_concurrency} is "
+            f"out of reach: no knee within what the dataset can produce, the knee is at least {ceiling} "
+            "concurrent sessions",
         )
+    elif decision.action == "try" and decision.next_concurrency == ceiling:
+        decision = replace(decision, reason=f"{decision.reason}; {load}")
     return decision
 
 

@@ -18,6 +18,9 @@ DEPLOY = "deploy.yml"
 REPLAY = "replay.yml"
 TEARDOWN = "teardown.yml"
 DOCTOR = "doctor.yml"
+# doctor's cell-free pair check: LMCache's server and bench as two transient units
+# (orchestrate/pair_cellfree.py)
+DOCTOR_PAIR = "doctor_pair.yml"
 HOST_PYTHON = "host_python.yml"
 
 # -- tags ----------------------------------------------------------------------------------------------

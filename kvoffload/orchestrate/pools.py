@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvoffload.config import Cell, LabConfig
-from kvoffload.datasets import Session, load_dataset
+from kvoffload.datasets import Session, VirtualUser, load_dataset
 from kvoffload.replay.command import is_gpt_oss
 from kvoffload.replay.requests import RequestOptions, build_payload
 from kvoffload.replay.users import UserPool, select_users
@@ -49,6 +49,10 @@ class CellPools:
     def expected(self, cell: Cell) -> int:
         """The requests the cell sends: its virtual users times its rounds."""
         return len(self._pool(cell).users) * cell.num_rounds
+
+    def users(self, cell: Cell) -> tuple[VirtualUser, ...]:
+        """The virtual users the cell's replay runs, in order (the run-time estimate plays them)."""
+        return self._pool(cell).users
 
     def probe(self, cell: Cell) -> dict[str, Any] | None:
         """The payload of the cold check's probe request (None: the cell has no users)."""

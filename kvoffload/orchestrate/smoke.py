@@ -33,6 +33,7 @@ from kvoffload.orchestrate.playbooks_api import (
     BETWEEN_CELLS_SKIP_TAGS,
     CELL_SKIP_TAGS,
     DEPLOY,
+    JOURNAL_UNITS_VAR,
     NODE_INSTALL_TAGS,
     TEARDOWN,
 )
@@ -296,10 +297,10 @@ class PairSmoke:
         extravars = smoke_extravars(plan.extravars, self.lab, node)
         stage = "install"
 
-        def play(playbook: str, **kwargs: Any) -> None:
+        def play(playbook: str, switches: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
             self.runner.playbooks.run(
                 playbook,
-                extravars,
+                {**extravars, **(switches or {})},
                 limit=self._limit(node),
                 ident=f"{time.strftime('%Y%m%dT%H%M%S')}-doctor-smoke-{node}-{stage}",
                 fact_cache=facts_dir,
@@ -320,10 +321,34 @@ class PairSmoke:
             result |= {"stage": stage, "error": str(exc)}
         finally:
             stage = "stop"
+            # after a failure the teardown keeps every stopped unit's journal, as after a failed cell
+            failed = bool(result.get("error"))
             try:
-                play(TEARDOWN, skip_tags=BETWEEN_CELLS_SKIP_TAGS)
+                play(
+                    TEARDOWN,
+                    {JOURNAL_UNITS_VAR: "all"} if failed else None,
+                    skip_tags=BETWEEN_CELLS_SKIP_TAGS,
+                )
             except PlaybookFailed as exc:
                 log.error("doctor smoke: stopping the pair on %s failed: %s", node, exc)
                 result["stop_error"] = str(exc)
+        if failed:
+            said = replica_journal_error(Path(extravars["replay_controller_dir"]), node, extravars)
+            if said is not None:
+                result["journal_error"] = said
         result["cell"] = cell.id
         return result
+
+
+def replica_journal_error(cell_dir: Path, node: str, extravars: Mapping[str, Any]) -> str | None:
+    """The first error line of the smoke's replica's journal as the teardown kept it after a failure
+    (roles/vllm tasks/teardown_journal.yml: `<cell>/units/<host>--<unit>.failed-cell.journal.txt`);
+    None when there is none (the replica never started, or said nothing at ERROR level)."""
+    from kvoffload.doctor.journal import first_error_line
+
+    index = extravars["vllm_replicas"][0]["index"]
+    path = cell_dir / "units" / f"{node}--kvoffload-vllm@{index}.service.failed-cell.journal.txt"
+    try:
+        return first_error_line(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None

@@ -28,6 +28,23 @@ STATUS_SCHEMA = 1
 MAX_POINTS = 240
 
 
+def planned(estimate: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The part of the run's estimate the live page's ETA needs: the run's start and total, each cell's
+    seconds and its replay's, and the knee search's worst case (not in the total)."""
+    if not estimate or not isinstance(estimate.get("cells"), Mapping):
+        return None
+    cells: Mapping[str, Mapping[str, float]] = estimate["cells"]
+    knee = estimate.get("knee_search")
+    priors = estimate.get("priors")
+    return {
+        "total_s": estimate.get("total_s"),
+        "start_s": priors.get("campaign_s") if isinstance(priors, Mapping) else None,
+        "cells": {c: round(sum(phases.values()), 3) for c, phases in cells.items()},
+        "replay": {c: phases.get("replay") for c, phases in cells.items()},
+        "knee_s": knee.get("total_s") if isinstance(knee, Mapping) else None,
+    }
+
+
 class StatusBoard:
     """Per node: the running cell, its phase and since when, its queue, what finished and failed."""
 
@@ -60,17 +77,26 @@ class StatusBoard:
             "total": 0,
             "skipped": [],
             "nodes": {},
+            "estimate": None,
         }
 
     # -- what the runner tells it ------------------------------------------------------------------
-    def start(self, queues: Mapping[str, Sequence[str]], skipped: Sequence[str]) -> None:
-        """The run's plan: each node's cells in order (all queued), and the cells already done."""
+    def start(
+        self,
+        queues: Mapping[str, Sequence[str]],
+        skipped: Sequence[str],
+        estimate: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The run's plan: each node's cells in order (all queued), the cells already done, and what
+        `plan` estimates for it (campaign.json `estimate`, kvoffload/orchestrate/estimate.py), so that
+        the live page shows an ETA from the start, before the run's own pace is known."""
         with self._lock:
             self.data["state"] = "running"
             self.data["skipped"] = list(skipped)
             self.data["total"] = sum(len(q) for q in queues.values())
             for node, cells in queues.items():
                 self._node(node)["queued"] = list(cells)
+            self.data["estimate"] = planned(estimate)
             self._write()
 
     def campaign_phase(self, phase: str | None) -> None:

@@ -167,24 +167,85 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def plan_of(estimate: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the ETA needs of the run's estimate, from status.json `estimate` (already in this shape:
+    kvoffload/orchestrate/status.py) or campaign.json `estimate` (its cells' phases summed)."""
+    if not isinstance(estimate, Mapping) or not isinstance(estimate.get("cells"), Mapping):
+        return None
+    cells = estimate["cells"]
+    if all(isinstance(v, int | float) for v in cells.values()):
+        return dict(estimate)
+    priors, knee = estimate.get("priors"), estimate.get("knee_search")
+    priors = priors if isinstance(priors, Mapping) else {}
+    knee = knee if isinstance(knee, Mapping) else {}
+    return {
+        "total_s": estimate.get("total_s"),
+        "start_s": priors.get("campaign_s"),
+        "cells": {c: sum(float(v) for v in phases.values()) for c, phases in cells.items()},
+        "replay": {c: phases.get("replay") for c, phases in cells.items()},
+        "knee_s": knee.get("total_s"),
+    }
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How the run goes against its plan: `planned` cell seconds (None: no plan), `factor` = what the
+    finished planned cells took over what the plan gave them (1 before any), and `cell_s` the mean
+    finished cell (for cells the plan does not list: knee-search steps; None before any)."""
+
+    planned: Mapping[str, float] | None
+    replay: Mapping[str, float | None]
+    factor: float
+    cell_s: float | None
+
+    def cell(self, cell: str) -> float | None:
+        """A cell's expected seconds at the run's pace."""
+        if self.planned is not None and cell in self.planned:
+            return self.factor * float(self.planned[cell])
+        return self.cell_s
+
+
+def pace_of(nodes: Mapping[str, Mapping[str, Any]], plan: Mapping[str, Any] | None) -> Pace:
+    """The run's pace from the cells finished so far (status.json `done`) against the plan."""
+    finished = [d for e in nodes.values() for d in (e.get("done") or [])]
+    cells = plan.get("cells") if plan else None
+    planned = {str(c): float(v) for c, v in cells.items()} if isinstance(cells, Mapping) else None
+    factor = 1.0
+    if planned is not None:
+        pairs = [(float(d["seconds"]), planned[d["cell"]]) for d in finished if planned.get(d["cell"])]
+        if pairs:
+            factor = sum(a for a, _ in pairs) / sum(b for _, b in pairs)
+    replay = plan.get("replay") if plan else None
+    return Pace(
+        planned,
+        replay if isinstance(replay, Mapping) else {},
+        factor,
+        _mean([float(d["seconds"]) for d in finished]),
+    )
+
+
 def node_view(
     node: str,
     entry: Mapping[str, Any],
     now: float,
-    cell_s: float | None,
+    pace: Pace,
     tails: Mapping[str, RecordTail],
-    planned: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """One node's row: its cell and phase (with the time in it), replay progress and ETA, live
     figures, queue, finished cells (with their records' figures once on the controller) and failures.
-    `cell_s`: a typical cell's duration so far (None: none finished yet), for the node's ETA; before
-    that, `planned` (the run's estimate, cell -> seconds) when it has every cell left."""
+    The ETAs: each cell left at the plan's seconds scaled by the run's pace (`Pace`; a cell the plan
+    does not list at the mean finished cell), less the time the running cell has had; a replay's from
+    its own progress once a request finished, before that the plan's replay less its time so far."""
     replay = entry.get("replay")
+    cell = entry.get("cell")
     progress = None
     if replay:
         done, expected = int(replay.get("done") or 0), int(replay.get("expected") or 0)
         elapsed = max(0.0, now - float(replay["since"]))
         eta = elapsed * (expected - done) / done if done and expected >= done else None
+        planned = pace.replay.get(str(cell)) if cell else None
+        if eta is None and not done and isinstance(planned, int | float):
+            eta = max(0.0, pace.factor * float(planned) - elapsed)
         progress = {"done": done, "expected": expected, "elapsed_s": elapsed, "eta_s": eta}
     live = entry.get("live")
     live_view = None
@@ -203,15 +264,13 @@ def node_view(
             "ttft_source": "requests.jsonl, rounds >= 2" if records else "replicas' histogram, all rounds",
             "failed_requests": records["failed"] if records else None,
         }
-    cell = entry.get("cell")
     in_cell = now - float(entry["cell_since"]) if cell and entry.get("cell_since") else 0.0
     queued = list(entry.get("queued") or [])
+    left = [pace.cell(c) for c in queued]
+    running = pace.cell(str(cell)) if cell else 0.0
     eta = None
-    left = [*queued, *([cell] if cell else [])]
-    if cell_s is not None:
-        eta = len(queued) * cell_s + (max(0.0, cell_s - in_cell) if cell else 0.0)
-    elif planned is not None and all(c in planned for c in left):
-        eta = max(0.0, sum(planned[c] for c in left) - in_cell)
+    if running is not None and all(s is not None for s in left):
+        eta = sum(float(s) for s in left if s is not None) + max(0.0, running - in_cell)
     return {
         "node": node,
         "cell": cell,
@@ -239,29 +298,37 @@ def campaign_view(
     estimate: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole page's figures but the findings: the campaign's progress, elapsed time and ETA (the
-    slowest node's: its queued cells at the mean duration of the cells finished so far, before the
-    first one the run's `estimate` of each cell, campaign.json's), and a row per node."""
+    slowest node's, `node_view`; before the first cell starts, plus what is left of the run's planned
+    start), and a row per node. The plan is status.json's `estimate`, else `estimate` (campaign.json's);
+    the knee search's worst case is `knee_worst_s`, apart, while the campaign's own cells run."""
     nodes = status.get("nodes") or {}
-    finished = [float(d["seconds"]) for e in nodes.values() for d in (e.get("done") or [])]
-    cell_s = _mean(finished)
-    cells = (estimate or {}).get("cells")
-    planned = {c: sum(phases.values()) for c, phases in cells.items()} if isinstance(cells, dict) else None
-    rows = [node_view(n, e, now, cell_s, tails, planned) for n, e in sorted(nodes.items())]
+    plan = plan_of(status.get("estimate")) or plan_of(estimate)
+    pace = pace_of(nodes, plan)
+    rows = [node_view(n, e, now, pace, tails) for n, e in sorted(nodes.items())]
     done = sum(len(r["done"]) for r in rows)
     failed = sum(len(r["failed"]) for r in rows)
     final = status.get("state") in FINAL_STATES
     end = float(status["finished_at"]) if final and status.get("finished_at") else now
+    elapsed = end - float(status["started_at"])
     etas = [r["eta_s"] for r in rows if r["eta_s"] is not None]
+    eta = max(etas) if etas and len(etas) == len(rows) else None
+    started = any(r["cell"] or r["done"] or r["failed"] for r in rows)
+    if eta is not None and not started and plan and isinstance(plan.get("start_s"), int | float):
+        # provisioning and the rest of the run's start, before the first cell
+        eta += max(0.0, pace.factor * float(plan["start_s"]) - elapsed)
+    planned_left = plan is not None and any(r["queued"] or r["cell"] in pace.replay for r in rows)
+    knee = plan.get("knee_s") if plan and planned_left else None
     return {
         "campaign": status.get("campaign"),
         "state": status.get("state"),
         "phase": status.get("phase"),
         "in_phase_s": now - float(status["phase_since"]) if status.get("phase_since") else None,
-        "elapsed_s": end - float(status["started_at"]),
-        "eta_s": 0.0 if final else (max(etas) if etas and len(etas) == len(rows) else None),
+        "elapsed_s": elapsed,
+        "eta_s": 0.0 if final else eta,
+        "knee_worst_s": None if final else knee,
         "progress": {"done": done, "failed": failed, "total": int(status.get("total") or 0)},
         "skipped": list(status.get("skipped") or []),
-        "estimate_s": (estimate or {}).get("total_s"),
+        "estimate_s": plan.get("total_s") if plan else None,
         "updated_at": status.get("updated_at"),
         "nodes": rows,
     }

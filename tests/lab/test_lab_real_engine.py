@@ -110,6 +110,56 @@ def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Pat
     assert set(smoke) == {node} and "stop_error" not in smoke[node], smoke
 
 
+def test_the_doctor_proves_the_pair_cell_free_on_the_real_lmcache_cpu_build(
+    real_run: tuple[Path, float],
+) -> None:
+    """The same `doctor` run made the cell-free pair check on that node after the smoke: the real
+    LMCache 0.5.6 (CPU build)'s own `lmcache server` and `lmcache bench server` as two transient systemd
+    units with the engine units' [Service] keys (as the roles render them: the shared sandbox, the
+    engine user, LimitMEMLOCK), no model; the bench's KV stored and retrieved byte-exact through L1 and,
+    L1 emptied, from the fs_native L2 on the loop device's mount; every live metric name known to the
+    analysis. What only a GPU shows is said so, never ok."""
+    base = real_run[0].parent.parent
+    record = json.loads((base / "doctor.json").read_text())
+    checks = {
+        h["host"]: check
+        for h in record["hosts"]
+        for check in h["checks"]
+        if check["name"] == "pair_cellfree" and check["detail"] != "no vLLM/LMCache pair on this host"
+    }
+    assert len(checks) == 1, checks  # the lab's one node
+    [(node, check)] = checks.items()
+    assert check["status"] == "ok", (check, (base / "doctor.stderr").read_text()[-3000:])
+    facts = check["facts"]
+    assert facts["mode"] == "cpu" and facts["byte_exact"] is True, facts
+    parts = facts["parts"]
+    assert (
+        parts["store_retrieve_l1"]
+        == "ok: 2 sequences x 4 chunks stored and retrieved byte-exact (MD5 per chunk)"
+    )
+    assert parts["store_retrieve_l2"].startswith(
+        "ok: after L1 was emptied the same KV came back byte-exact"
+    ), parts
+    assert parts["metric_names"].startswith("ok: ") and parts["sandboxed_units"].startswith("ok: "), parts
+    assert {parts[p] for p in ("cuda_init", "cuda_ipc", "pinned_l1")} == {"not exercised on a CPU build"}
+    assert "not exercised on a CPU build" in check["detail"]
+    # the units ran as the roles render the engine units: their user, no new privileges, no capabilities
+    applied = facts["applied"]
+    assert (applied["User"], applied["NoNewPrivileges"], applied["ProtectSystem"]) == (
+        "kvoffload-engine",
+        "yes",
+        "strict",
+    ), applied
+    assert applied["LimitMEMLOCK"] == "infinity", applied
+    status = facts["process"]["status"]
+    assert status["NoNewPrivs"] == "1" and int(status["CapEff"], 16) == 0, status
+    assert any(m.startswith("lmcache_native") for m in facts["process"]["mapped"]), facts["process"]
+    # both bench runs exited 0, the second after the server's L1 was emptied (and L2 held every chunk)
+    answer = json.loads((real_run[0] / "doctor" / "pair_cellfree.json").read_text())[node]
+    assert [(p["name"], p["rc"]) for p in answer["passes"]] == [("l1", 0), ("l2", 0)], answer.get("error")
+    assert answer["l2"]["l2_stored"] >= answer["l2"]["l1_writes"] == 8, answer["l2"]
+
+
 def _cells(results: Path, repeat: int = 1) -> dict[str, Path]:
     """tier -> the cell folder of that repeat (1: engines started for it; 2: engines reset)."""
     out = {}

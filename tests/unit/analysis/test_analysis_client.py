@@ -71,6 +71,15 @@ def test_ttft_degradation_rounds_2_plus_vs_round_1() -> None:
     assert f["ttft_degradation_p95_pct"] == pytest.approx(100 * (3.34 - 1.19) / 1.19)
 
 
+def test_later_round_tpot_p95_for_the_slo() -> None:
+    # Rounds >= 2 of ok requests: TPOTs 0.05, 0.05, 0.05, 0.07 (b's round 3 is slower): position 2.85
+    # of the sorted four, 0.05 + 0.85 x 0.02 = 0.067; round 1 and the failed request do not count.
+    slow = REQUESTS.copy()
+    slow.loc[5, "tpot_s"] = 0.07
+    slow.loc[0, "tpot_s"] = 0.5
+    assert request_figures(slow)["tpot_later_p95_s"] == pytest.approx(0.067)
+
+
 def test_per_round_curve() -> None:
     curve = ttft_by_round(REQUESTS).set_index("round")
     assert curve["requests"].tolist() == [2, 2, 2]

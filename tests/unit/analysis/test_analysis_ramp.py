@@ -63,3 +63,26 @@ def test_policy_needs_a_limit_and_sane_numbers() -> None:
         RampPolicy(slo_p95_s=1.0, factor=1.0)
     with pytest.raises(ValueError, match="start"):
         RampPolicy(slo_p95_s=1.0, start=0)
+
+
+def test_a_breach_beyond_the_maximum_brackets_no_knee_above_it() -> None:
+    # issue 43, defect 2: the maximum is the load the campaign can produce (32 users); a campaign cell at
+    # 64 ran those same 32 sessions. Before, 64 was the bracket's top: try 40 in the bracket (16, 64).
+    cap = RampPolicy(start=16, max_concurrency=32, slo_p95_s=2.0)
+    d = next_step([_p(16, 1.0), _p(64, 3.0)], cap)
+    assert (d.action, d.next_concurrency, d.bracket) == ("try", 32, None)
+    assert "concurrency 64 breaks" in d.reason and "beyond the maximum 32: try 32" in d.reason
+    # the maximum breaks too: bisection within [16, 32]
+    d = next_step([_p(16, 1.0), _p(64, 3.0), _p(32, 2.5)], cap)
+    assert (d.action, d.next_concurrency, d.bracket) == ("try", 24, (16, 32))
+    # the maximum keeps the limit: no knee within it, censored at 32 (before: bisect 16..64 at 40)
+    d = next_step([_p(16, 1.0), _p(64, 3.0), _p(32, 1.5)], cap)
+    assert (d.action, d.next_concurrency, d.bracket, d.at_least) == ("not_reached", None, None, 32)
+    assert "the breach at concurrency 64, beyond it, brackets no knee below it" in d.reason
+    # only a point beyond the maximum, breaching: the maximum next (before: shrink to 64 / 2 = 32 by
+    # chance; with factor 4, to 16, below a maximum never measured)
+    wide = RampPolicy(start=16, max_concurrency=32, factor=4.0, slo_p95_s=2.0)
+    assert next_step([_p(64, 3.0)], wide).next_concurrency == 32
+    # a pass beyond the maximum ran the maximum's load: not reached, censored
+    d = next_step([_p(16, 1.0), _p(48, 1.5)], cap)
+    assert (d.action, d.at_least) == ("not_reached", 32)

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from tests.support.datasets import generic_lines
-from tests.unit.badinput.harness import assert_refused, cli, install_traps
 from tests.unit.badinput.labs import Case, Lab, assert_plan_and_run_refuse, modes
 
 
@@ -118,7 +117,10 @@ CASES = [
     Case(
         "knee-search-without-a-limit",
         _set(knee_search={"max_concurrency": 64}),
-        (CAMPAIGN + "knee_search.slo_p95_ttft_s: set slo_p95_ttft_s, min_later_hit_rate or both",),
+        (
+            CAMPAIGN + "knee_search.slo_p95_ttft_s: the knee search needs a limit: set slo (slo.ttft_p95_s, "
+            "the campaign's latency target), or slo_p95_ttft_s / min_later_hit_rate here",
+        ),
     ),
     Case(
         "knee-search-hit-rate-as-percent",
@@ -445,21 +447,20 @@ def test_a_campaign_in_group_vars_is_blamed_there(
     assert_plan_and_run_refuse(lab, (needle,), capsys, monkeypatch)
 
 
-def test_a_dataset_away_from_this_machine_is_planned_but_not_run(
+def test_a_dataset_away_from_this_machine_is_refused_by_plan_and_run(
     tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`plan` may look at a campaign away from its data (it warns: ceilings unknown); `run` ships the
-    dataset from this machine, so it refuses before creating anything."""
+    """`run` ships the dataset from this machine, so `plan` refuses a path that is not here as `run` does
+    (it used to plan it, estimating "replays 0.0 min"), naming the key and the path it read (issue 43,
+    defect 12); `run` creates nothing and touches no host."""
     lab = Lab(tmp_path, inline=False)
     lab.campaign["dataset"] = {"code": "generic", "path": "elsewhere"}
-    args = lab.write()
-    touched = install_traps(monkeypatch)
-    results = tmp_path / "results"
-    plan = cli(["plan", *args, "--results", str(results)], capsys)
-    assert plan.rc == 0 and "virtual-user ceilings unknown" in plan.out
-    run = cli(["run", *args, "--results", str(results), "--wheel-cache", str(tmp_path / "w")], capsys)
-    assert_refused(run, f"{lab.camp}: dataset (code generic): {tmp_path}/elsewhere: path: does not exist")
-    assert not results.exists() and touched == []
+    needle = (
+        f"{lab.camp}: dataset.path: {tmp_path}/elsewhere ('elsewhere', from the folder of the file that sets "
+        "it) does not exist on this machine: `run` ships the dataset from here to the client hosts; put the "
+        "dataset file or folder there, or give its path"
+    )
+    assert_plan_and_run_refuse(lab, (needle,), capsys, monkeypatch)
 
 
 def test_the_corpus_is_large_enough() -> None:

@@ -658,7 +658,7 @@ CASES = [
     FlagCase(
         "demo-campaign-bad-dataset",
         ("demo", "--campaign", "{camp}"),
-        ("{camp}: dataset (code generic): {tmp}/nowhere: path: does not exist",),
+        ("{camp}: dataset.path: {tmp}/nowhere ('nowhere', from the folder of the file that sets it) does",),
         _campaign(dataset={"code": "generic", "path": "nowhere"}),
     ),
     FlagCase(

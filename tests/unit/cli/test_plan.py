@@ -46,15 +46,45 @@ def _lab(tmp_path: Path) -> tuple[Path, Path]:
     return inv, camp
 
 
-def test_example_inventory_plans(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", str(ROOT / "inventories" / "example" / "hosts.yml")]) == 0
+EXAMPLE = ROOT / "inventories" / "example" / "hosts.yml"
+EXAMPLE_DATASET = "/data/lmcache-agentic-traces"
+
+
+def _example_with_its_dataset_here(tmp_path: Path) -> Path:
+    """The example inventory with its sammshen dataset pointed at the sample shipped in data/."""
+    inventory = yaml.safe_load(EXAMPLE.read_text())
+    inventory["all"]["vars"]["kvoffload_campaign"]["dataset"]["path"] = str(ROOT / "data" / "sammshen-sample")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    return inv
+
+
+@pytest.mark.skipif(Path(EXAMPLE_DATASET).exists(), reason="the example's dataset is on this machine")
+def test_the_example_without_its_dataset_here_is_refused_naming_the_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`run` ships the dataset from this machine: `plan` no longer estimates "replays 0.0 min" for a
+    dataset that is not here, it exits 2 before printing anything (issue 43, defect 12)."""
+    assert main(["plan", str(EXAMPLE)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert (
+        f"kvoffload-lab: error: {EXAMPLE}: all.vars.kvoffload_campaign.dataset.path: {EXAMPLE_DATASET} does "
+        "not exist on this machine: `run` ships the dataset from here to the client hosts; put the dataset "
+        "file or folder there, or give its path"
+    ) in err
+
+
+def test_example_inventory_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(_example_with_its_dataset_here(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert "18 cell(s) to run, 0 already DONE" in out
-    assert "virtual-user ceilings unknown" in out
     assert "nvidia-nvme" in out and "header X-User-Id" in out and "least_conn" in out
-    # real vLLM, no earlier run, no dataset here: the defaults, and replays unknown
+    # the sample's one session of 35 calls: 3 virtual users of 10 rounds, 1 of 25
+    assert "concurrency exceeds the dataset's 3 virtual users; the extra 253 slots add no load" in out
+    # real vLLM, no earlier run: the default engine start
     words = " ".join(out.split())  # the caption wraps
-    assert "engine start default (real vLLM) (180 s)" in words and "replays count 0" in words
+    assert "engine start default (real vLLM) (180 s)" in words and "replays count 0" not in words
 
 
 def test_ceiling_warning_and_done_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,10 +142,11 @@ def test_a_hub_model_counts_with_the_hf_cache_tokenizer(
     snapshot.mkdir(parents=True)
     Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(snapshot / "tokenizer.json"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert main(["plan", str(ROOT / "inventories" / "example" / "hosts.yml")]) == 0
+    inv = _example_with_its_dataset_here(tmp_path)
+    assert main(["plan", str(inv)]) == 0
     assert f"counted by {snapshot / 'tokenizer.json'}" in capsys.readouterr().out
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
-    assert main(["plan", str(ROOT / "inventories" / "example" / "hosts.yml")]) == 0
+    assert main(["plan", str(inv)]) == 0
     assert "counted by kvoffload-fallback" in capsys.readouterr().out
 
 

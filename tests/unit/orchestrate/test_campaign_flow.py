@@ -363,6 +363,8 @@ def test_two_nodes_run_their_groups_at_once_each_group_on_one_node(
     # status.json: every cell of each node done, on the node that ran it, nothing queued or running
     status = json.loads(runner.results.paths.status_json.read_text())
     assert status["state"] == "done" and status["total"] == 6 and status["finished_at"] is not None
+    # the run's estimate went in with the queues (the live page's ETA before any cell ends)
+    assert set(status["estimate"]["cells"]) == {c.id for c in runner.lab.cells}
     for node, entry in status["nodes"].items():
         ran = {c.id for c in runner.lab.cells if _cell_json(runner, c.id)["node"] == node}
         assert {d["cell"] for d in entry["done"]} == ran and entry["failed"] == [] and entry["queued"] == []
@@ -425,6 +427,10 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     (ramp,) = campaign["knee_search"]
     assert ramp["outcome"] == "bracketed" and ramp["bracket"] == [10, 11]
     assert [s["concurrency"] for s in ramp["steps"] if s["action"] == "try"] == [16, 12, 10, 11]
+    # issue 43, defect 11: the knee search is timed apart from the cells the estimate's total covers
+    ran = campaign["estimate"]["measured"]
+    assert ran["knee_search"]["cells"] == 4 and campaign["timings"]["knee-search"] > 0
+    assert ran["total_s"] == pytest.approx(ran["wall_s"] - campaign["timings"]["knee-search"], abs=0.002)
     plays = rec.for_node("gpu01.lab.example")[2:]
     # the campaign's two cells share engines; the ramp starts them once more and resets between steps
     assert plays == [

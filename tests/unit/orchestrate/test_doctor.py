@@ -74,16 +74,34 @@ def _answer(
     return {"probe_version": 1, "gpu": gpu, "checks": found}
 
 
-class FakeRunner:
-    """Stands in for PlaybookRunner: writes each host's answer where doctor.yml fetches it."""
+# The cell-free pair check's answer on a real lab host (tests/fixtures/doctor/README.md)
+PAIR_OK = json.loads(
+    (ROOT / "tests" / "fixtures" / "doctor" / "pair-cellfree" / "cpu-l2-ok.json").read_text(encoding="utf-8")
+)
 
-    def __init__(self, answers: dict[str, dict[str, Any]], unreachable: tuple[str, ...] = ()) -> None:
+
+class FakeRunner:
+    """Stands in for PlaybookRunner: writes each host's answer where doctor.yml fetches it, and where
+    doctor_pair.yml fetches the cell-free pair check's (`pair_answers`, else the recorded ok one)."""
+
+    def __init__(
+        self,
+        answers: dict[str, dict[str, Any]],
+        unreachable: tuple[str, ...] = (),
+        pair_answers: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.answers = answers
         self.unreachable = unreachable
+        self.pair_answers = pair_answers or {}
         self.calls: list[tuple[str, dict[str, Any], str | None]] = []
 
     def run(self, playbook: str, extravars: Any = None, *, ident: str | None = None) -> PlaybookResult:
         self.calls.append((playbook, dict(extravars), ident))
+        if playbook == "doctor_pair.yml":
+            for host in extravars["doctor_pair_args"]:
+                answer = self.pair_answers.get(host, PAIR_OK)
+                (Path(extravars["doctor_pair_dest"]) / f"{host}.json").write_text(json.dumps(answer))
+            return PlaybookResult(playbook, "successful", 0, {}, (), Path("/nonexistent"), 1.0)
         dest = Path(extravars["doctor_dest"])
         for host in extravars["doctor_args"]:
             if host in self.answers:
@@ -190,8 +208,9 @@ def test_doctor_command(
     assert f"{GPU1}: ok" in out and "wheelhouse_python" in out
     saved = json.loads((results / "doc" / "doctor.json").read_text())
     assert saved["status"] == "ok"
+    # the probes' answers, and the cell-free pair check's (on by default, --no-smoke or not)
     assert sorted(p.name for p in (results / "doc" / "doctor").iterdir()) == sorted(
-        f"{h}.json" for h in answers
+        [*(f"{h}.json" for h in answers), "pair", "pair_cellfree.json"]
     )
     answers[GPU2] = _answer(l2_direct_io="O_DIRECT open in /mnt/kvoffload-nvme/lmcache-l2: Invalid argument")
     argv = ["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--json", "--no-smoke"]

@@ -91,7 +91,7 @@ def test_the_ramp_cells_are_campaign_cells_at_new_concurrencies() -> None:
 
 
 def test_knee_search_needs_a_limit_and_room_above_the_campaign() -> None:
-    with pytest.raises(ValueError, match="set slo_p95_ttft_s, min_later_hit_rate or both"):
+    with pytest.raises(ValueError, match=r"the knee search needs a limit: set slo \(slo.ttft_p95_s"):
         _campaign(max_concurrency=64)
     with pytest.raises(ValueError, match="is below the campaign's own concurrency 8"):
         _campaign(slo_p95_ttft_s=1.0, max_concurrency=4)
@@ -171,3 +171,44 @@ def test_a_ramp_judges_only_the_points_of_its_own_node() -> None:
     assert ran == [] and log.outcome == "blocked" and log.bracket is None
     assert "measured on node n1, not on n2" in log.steps[-1]["reason"]
     assert log.to_json()["node"] == "n2"
+
+
+def _walk_beyond_the_users(p95_of: Any) -> tuple[list[int], knee.RampLog]:
+    """Issue 43, defect 2: a campaign of concurrency 16 and 64 over a dataset of 32 users (so 64 runs the
+    same 32 sessions), knee search up to 128; `p95_of(concurrency)` is the measured later-round p95."""
+    campaign = Campaign.model_validate(
+        {**BASE, "concurrency": [16, 64], "knee_search": {"slo_p95_ttft_s": 1.0, "max_concurrency": 128}}
+    )
+    seed = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    users = {"virtual_users_available": 32, "sessions_dropped_by_isl": 0}
+    measured = [{**_row("gpu", c, p95_of(c)), **users} for c in (16, 64)]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    ran = []
+    for cell in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log):
+        ran.append(cell.concurrency)
+        measured.append({**_row("gpu", cell.concurrency, p95_of(cell.concurrency)), **users})
+    return ran, log
+
+
+def test_a_breach_beyond_the_users_is_censored_when_the_ceiling_passes() -> None:
+    # the cell at 64 breached by noise; every load the dataset can produce passes. Before: 40, 52, 58, 61,
+    # 62, 63 and "knee between 63 and 64", six cells of the same 32 sessions.
+    ran, log = _walk_beyond_the_users(lambda c: 1.5 if c == 64 else 0.5)
+    assert ran == [32]
+    assert (log.outcome, log.bracket, log.at_least) == ("not_reached", None, 32)
+    reason = log.steps[-1]["reason"]
+    assert (
+        "no knee within what the dataset can produce, the knee is at least 32 concurrent sessions" in reason
+    )
+    assert "the 32 virtual users a cell replays" in reason
+    assert log.to_json()["at_least"] == 32
+
+
+def test_the_bisection_stays_within_the_users_the_dataset_has() -> None:
+    # a server that breaks the SLO above 28 sessions at once, with the load capped at the 32 users: 64
+    # breaches as 32 does. 32 (breaks), then bisect 16..32: 24, 28 (pass), 30, 29 (break).
+    # Before: 40 and 34, beyond the 32 users, were bisection steps (40, 28, 34, 31, 29).
+    ran, log = _walk_beyond_the_users(lambda c: min(c, 32) / 28)
+    assert ran == [32, 24, 28, 30, 29]
+    assert (log.outcome, log.bracket) == ("bracketed", (28, 29))
+    assert "the campaign produces no more load than 32 concurrent sessions" in log.steps[0]["reason"]

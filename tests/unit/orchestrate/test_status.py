@@ -123,3 +123,25 @@ def test_a_write_that_fails_never_fails_the_run(tmp_path: Path, caplog: pytest.L
     assert not (tmp_path / "missing").exists()
     assert sum("cannot write" in r.message for r in caplog.records) == 1  # said once
     assert status.snapshot()["nodes"]["n1"]["phase"] == "deploy"
+
+
+def test_the_runs_estimate_goes_into_the_file_with_the_queues(board: tuple[StatusBoard, Clock, Path]) -> None:
+    # issue 43, defect 11: the live page's ETA needs the plan's estimate from the start; campaign.json
+    # has it only once the run ends
+    status, _, path = board
+    estimate = {
+        "total_s": 400.0,
+        "priors": {"campaign_s": 40.0},
+        "cells": {"a": {"install": 35.0, "engine_start": 10.0, "replay": 20.5, "overhead": 15.0}},
+        "knee_search": {"cells": 3, "total_s": 90.0},
+    }
+    status.start({"n1": ["a"]}, [], estimate)
+    assert _read(path)["estimate"] == {
+        "total_s": 400.0,
+        "start_s": 40.0,
+        "cells": {"a": 80.5},
+        "replay": {"a": 20.5},
+        "knee_s": 90.0,
+    }
+    status.start({"n1": ["a"]}, [])  # a run with no estimate (the dataset is not on this machine)
+    assert _read(path)["estimate"] is None

@@ -149,3 +149,47 @@ def test_before_any_cell_finished_the_eta_is_the_runs_estimate(tmp_path: Path) -
     s = LiveView(root, findings=lambda _root: [], clock=lambda: 110.0).state()
     # x (100 s) and y (50 s) left, x 10 s under way
     assert s["nodes"][0]["eta_s"] == 140.0 and s["eta_s"] == 140.0 and s["estimate_s"] == 450.0
+
+
+def test_the_plans_eta_shows_from_the_start_until_the_runs_pace_replaces_it(tmp_path: Path) -> None:
+    # issue 43, defect 11: the page showed "ETA ?" for minutes: campaign.json gets the estimate only at
+    # the run's end. status.json now carries it from the start (no campaign.json here at all).
+    root = tmp_path / "c"
+    root.mkdir()
+    clock = Clock(100.0)
+    board = StatusBoard(root / "status.json", "c", clock=clock)
+    estimate = {
+        "total_s": 180.0,
+        "cells": {
+            "x": {"install": 60.0, "engine_start": 20.0, "replay": 15.0, "overhead": 5.0},
+            "y": {"install": 0.0, "engine_start": 0.0, "replay": 45.0, "overhead": 5.0},
+        },
+        "priors": {"campaign_s": 30.0},
+        "knee_search": {"cells": 4, "total_s": 500.0},
+    }
+    board.start({"n1": ["x", "y"]}, [], estimate)
+    board.campaign_phase("provision")
+
+    def state(now: float) -> dict[str, Any]:
+        clock.now = now
+        return LiveView(root, findings=lambda _root: [], clock=lambda: now).state()
+
+    # 10 s into provisioning: x (100 s) and y (50 s), and 20 s of the run's planned 30 s start left
+    s = state(110.0)
+    assert (s["nodes"][0]["eta_s"], s["eta_s"], s["estimate_s"]) == (150.0, 170.0, 180.0)
+    assert s["knee_worst_s"] == 500.0  # apart: the knee search's worst case, after the cells
+    # x began at 130, its replay's first poll was at 142, and no request has finished by 145: the
+    # planned 15 s less 3; x has 100 - 15 s left, then y
+    clock.now = 130.0
+    board.phase("n1", "x", "deploy")
+    clock.now = 140.0
+    board.phase("n1", "x", "replay")
+    clock.now = 142.0
+    board.replay("n1", 0, 40)
+    s = state(145.0)
+    assert s["nodes"][0]["replay"]["eta_s"] == 12.0 and s["eta_s"] == 85.0 + 50.0
+    # x took 200 s, twice its plan: y is expected at that pace, 2 x 50 s
+    clock.now = 330.0
+    board.cell_done("n1", "x", "done", None, 200.0)
+    s = state(335.0)
+    assert s["nodes"][0]["eta_s"] == 100.0 and s["eta_s"] == 100.0

@@ -123,7 +123,8 @@ def test_report_puts_findings_first_and_settings_last(campaign: Path) -> None:
     index = build_report(campaign)
     md = (campaign / "report" / "report.md").read_text()
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    assert sections[:5] == [
+    assert sections[:6] == [
+        "## Which tier, at what scale, at what cost",  # issue 42: without an slo, a hint to set one
         "## Findings",
         "## Where each turn's prompt came from",
         "## Capacity: how much history each tier retains",
@@ -149,7 +150,9 @@ def test_report_puts_findings_first_and_settings_last(campaign: Path) -> None:
     assert first.count("|") - 1 <= 10 and "degr." not in md
     html = index.read_text()
     assert html.index("<h2>Findings</h2>") < html.index("<h2>Validity warnings</h2>")
-    assert html.index("<h2>Findings</h2>") == html.index("<h2>")
+    # the decision (issue 42) comes first, then the findings
+    assert html.index("<h2>Which tier, at what scale, at what cost</h2>") == html.index("<h2>")
+    assert html.index("<h2>Findings</h2>") == html.index("<h2>", html.index("<h2>") + 1)
     assert 'aria-label="later-round TTFT per tier"' in html
 
 
@@ -166,7 +169,10 @@ def test_cli_report_json_to_file_and_bad_flags(campaign: Path, tmp_path: Path) -
     out = tmp_path / "summary.json"
     assert main(["report", str(campaign), "--format", "json", "--output", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert list(doc) == ["summary", "findings", "attribution", "capacity"]
+    assert list(doc) == ["summary", "findings", "attribution", "capacity", "decision"]
+    # the fixture campaign sets no slo: the section says how to get one, and holds no table
+    assert doc["decision"]["target"] is None and doc["decision"]["sweeps"] == []
+    assert doc["decision"]["note"].startswith("No latency target: add `slo: {ttft_p95_s: <seconds>}`")
     # One attribution per comparison group and tier, over the cells the validity rules let in: a1gpu's
     # per-request sources disagree with its counters (its records and counters are separately made),
     # b1gpu was interrupted; both are left out, with why.
@@ -305,32 +311,48 @@ def test_findings_text_is_the_reports_first_section(campaign: Path) -> None:
 
 def test_the_report_compares_the_runs_estimate_with_what_it_measured(campaign: Path) -> None:
     from kvoffload.report.build import timing_table
+    from kvoffload.report.views import fmt
 
     estimate = {
         "total_s": 600.0,
         "phases": {"install": 240.0, "engine_start": 60.0, "replay": 120.0, "overhead": 120.0},
         "priors": {"sources": {"install_s": "default", "request_s": "profile tiny"}},
+        "replay_model": "each cell's virtual users played as the replay's closed loop",
+        "knee_search": {"cells": 6, "total_s": 300.0, "ramps": []},
         "measured": {
             "phases": {"install": 300.0, "engine_start": 30.0, "replay": 180.0, "overhead": 90.0},
             "total_s": 720.0,
+            "wall_s": 960.0,
+            "knee_search": {"cells": 4, "total_s": 240.0},
         },
     }
     table = timing_table({"estimate": estimate})
     assert table is not None
     rows = {r[0]: r[1:] for r in table.rows}
-    # minutes, and measured over estimated: 300/240, 30/60, 180/120, 90/120; the run 720/600
-    assert rows["install (once per node)"] == ["4.0", "5.0", "1.25"]
-    assert rows["engine starts"] == ["1.0", "0.5", "0.50"]
-    assert rows["replays"][2] == "1.50" and rows["wall time of the run"] == ["10.0", "12.0", "1.20"]
-    assert "request profile tiny" in table.note
+    # minutes, and estimated over measured: 240/300, 60/30, 120/180, 120/90
+    assert rows["install (once per node)"] == ["4.0", "5.0", "0.80"]
+    assert rows["engine starts"] == ["1.0", "0.5", "2.00"]
+    assert rows["replays"][2] == "0.67"
+    # issue 43, defect 11: like with like. The run's 960 s held a knee search of 240 s that the 600 s
+    # left out (before, the row read 960 s against 600); the knee search beside its worst case
+    assert rows["wall time of the campaign's cells (with the run's start)"] == ["10.0", "12.0", "0.83"]
+    assert rows["knee search (worst case 6 cell(s), ran 4)"] == ["5.0", "4.0", "1.25"]
+    assert "request profile tiny" in table.note and "closed loop" in table.note
     assert timing_table({}) is None and timing_table({"estimate": {"total_s": 1.0}}) is None
+    # a campaign.json of before: its wall time may hold a knee search the estimate never had
+    old = {**estimate, "measured": {"phases": estimate["measured"]["phases"], "total_s": 960.0}}
+    old.pop("knee_search")
+    before = timing_table({"estimate": old, "knee_search": [{}]})
+    assert before is not None
+    old_rows = {r[0]: r[1:] for r in before.rows}
+    assert old_rows["wall time of the run (knee search included)"] == ["10.0", fmt(None), fmt(None)]
     meta = json.loads((campaign / "campaign.json").read_text())
     (campaign / "campaign.json").write_text(json.dumps({**meta, "estimate": estimate}))
     build_report(campaign)
     md = (campaign / "report" / "report.md").read_text()
     assert (
         "### Run time: estimate against measured" in md
-        and "| wall time of the run | 10.0 | 12.0 | 1.20 |" in md
+        and "| wall time of the campaign's cells (with the run's start) | 10.0 | 12.0 | 0.83 |" in md
     )
     assert "**estimate**" not in md  # not dumped among the settings
 

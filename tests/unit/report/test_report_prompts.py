@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from kvoffload.analysis.reuse import prefix_reuse, records_prefix_reuse
+from kvoffload.datasets.digest import dataset_digest
+from kvoffload.ingest import Tables
+from kvoffload.report.build import with_prefix_reuse
 from kvoffload.report.prompts import shared_prefix_reuse
 
 SYSTEM = {"role": "system", "content": "You are a careful agent. " * 40}
@@ -78,3 +82,61 @@ def test_records_prefix_reuse_orders_by_send_time() -> None:
     # send order b (0 reusable), a2 ([1, 2] from b), a1 (all 4 from a2): 6 of 14
     assert got == pytest.approx(prefix_reuse([ids[("b", 0, 1)], ids[("a", 0, 2)], ids[("a", 0, 1)]], 2))
     assert got == pytest.approx(6 / 14)
+
+
+def _demo_like(tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    """A repository whose campaign file (inventories/local/campaign.yml) names its dataset relative to
+    itself, "../../data/ds", as the demo does; campaign.json as `run` writes it from the repository."""
+    data = tmp_path / "repo" / "data" / "ds"
+    data.mkdir(parents=True)
+    _dataset(data / "session.jsonl")
+    campaign = {
+        "campaign": {"dataset": {"code": "sammshen", "path": "../../data/ds"}},
+        "campaign_file": "inventories/local/campaign.yml",
+        "dataset": {"code": "sammshen", "path": str(data), "digest": dataset_digest(data)},
+    }
+    return data, campaign
+
+
+def _with_reuse(campaign: dict[str, object]) -> pd.DataFrame:
+    summary = pd.DataFrame({"cell_id": ["c1"], "reuse_share": [0.5], "data_notes": [None]})
+    empty = pd.DataFrame()
+    t = Tables(cells=_cells("../../data/ds"), requests=_requests(), sessions=empty, samples=empty,
+               campaign=campaign)  # fmt: skip
+    return with_prefix_reuse(summary, t)
+
+
+def test_a_dataset_relative_to_the_campaign_file_is_found_from_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43, defect 7: the cells keep "../../data/ds" (relative to the campaign file); the report,
+    built from another working directory, finds the dataset where the run recorded it."""
+    data, campaign = _demo_like(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    out = _with_reuse(campaign)
+    expected, _ = shared_prefix_reuse(_cells(str(data)), _requests())["c1"]
+    assert expected is not None and expected > 0
+    assert out.loc[0, "shared_prefix_reuse_share"] == pytest.approx(expected)
+    assert out.loc[0, "data_notes"] is None
+
+
+def test_the_dataset_is_taken_by_its_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, campaign = _demo_like(tmp_path)
+    expected, _ = shared_prefix_reuse(_cells(str(data)), _requests())["c1"]
+    # moved: no longer at the recorded path, but "../../data/ds" from the report's working directory
+    moved = tmp_path / "data" / "ds"
+    moved.parent.mkdir()
+    data.rename(moved)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")
+    assert _with_reuse(campaign).loc[0, "shared_prefix_reuse_share"] == pytest.approx(expected)
+    # only another dataset, at the recorded path: not taken, and the note says why
+    shutil.move(moved, data)
+    (data / "session.jsonl").write_text((data / "session.jsonl").read_text().replace("careful", "careless"))
+    out = _with_reuse(campaign)
+    assert pd.isna(out.loc[0, "shared_prefix_reuse_share"])
+    (note,) = json.loads(str(out.loc[0, "data_notes"]))
+    assert note["kind"] == "prefix_reuse_unknown"
+    assert f"with digest {campaign['dataset']['digest']} is not on this machine" in note["message"]  # type: ignore[index]
+    assert f"{data} (another digest, sha256:" in note["message"]

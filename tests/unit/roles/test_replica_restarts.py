@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.profiles.resolve import LMCACHE_REGISTRATION_GRACE_S
+from kvoffload.tiers import LMCACHE_REGISTRATION_GRACE_S
 from tests.unit.roles.test_rendered_units import CASES, rendered_files
 
 COUPLING = ("BindsTo", "PartOf", "Requires", "Requisite", "PropagatesReloadTo", "ReloadPropagatedFrom")

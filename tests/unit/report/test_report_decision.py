@@ -1,0 +1,78 @@
+"""The decision section (issue 42) on the hand-made fixture campaign, given an slo and prices."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvoffload.cli.main import main
+from kvoffload.report.build import write_report
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
+
+
+@pytest.fixture
+def campaign(tmp_path: Path) -> Path:
+    """The fixture with `slo: {ttft_p95_s: 0.15}` and an example node price in campaign.json."""
+    dest = tmp_path / "fixture-small"
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    doc = json.loads((dest / "campaign.json").read_text())
+    doc["campaign"] = {"slo": {"ttft_p95_s": 0.15}, "prices": {"node_hour": 10.0, "example": True}}
+    (dest / "campaign.json").write_text(json.dumps(doc))
+    return dest
+
+
+def test_the_first_screen_answers_which_tier_at_what_scale_at_what_cost(campaign: Path) -> None:
+    """gpu a1gpu (2 at once): later-round p95 0.1665 s > 0.15 s, and b1gpu is left out (interrupted,
+    a failed request): gpu missed at every level. cpu a2cpu (x0.8): 0.1332 s; b2cpu (3 sessions at
+    once, x1.1): 0.17325 s; crossing 2 + (0.15 - 0.1332) / (0.17325 - 0.1332) = 2.419 (fixture README)."""
+    report = write_report(campaign)
+    index = report.path
+    # what `run` prints at its end, above the findings
+    assert report.decision_lines[0] == "Which tier, at what scale, at what cost:"
+    assert any(line.startswith("  cpu   2.42 (no interval)") for line in report.decision_lines)
+    md = (campaign / "report" / "report.md").read_text()
+    assert md.index("## Which tier, at what scale, at what cost") < md.index("## Findings")
+    assert "### tiny rounds=3 isl=8192 osl=32: sessions at p95 TTFT <= 0.15 s" in md
+    assert (
+        "| gpu | < 2 (missed at every level) | – | – | – | – | baseline; missed the target at every level |"
+        in md
+    )
+    assert "| cpu | 2.42 (no interval) |" in md and "| pick: more sessions than gpu |" in md
+    assert (
+        "- cpu sustains at least 1.2x gpu's sessions at p95 TTFT <= 0.15 s (gpu missed it at every level "
+        "from 2 sessions) for 1x the node cost (no cost per million tokens: gpu met the target at no "
+        "level, so it has no operating point to price)"
+    ) in md
+    assert "- left out: gpu b1gpu ended interrupted; gpu b1gpu did not run clean (1 failed request(s))" in md
+    assert "EXAMPLE prices, not a quote." in md
+    html = index.read_text()
+    assert html.index('<section id="decision">') < html.index("<h2>Findings</h2>")
+    assert 'aria-label="p95 TTFT against sessions at once"><svg' in html
+
+
+def test_json_and_csv_carry_the_decision(
+    campaign: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+    assert main(["report", str(campaign), "--format", "json", "--output", str(out)]) == 0
+    doc = json.loads(out.read_text())["decision"]
+    assert doc["target"]["ttft_p95_s"] == 0.15 and doc["prices_source"] == "the campaign's prices"
+    (sweep,) = doc["sweeps"]
+    tiers = {t["tier"]: t for t in sweep["tiers"]}
+    assert [t["status"] for t in sweep["tiers"]] == ["fewer_than", "crossing", "at_least"]
+    assert tiers["cpu"]["sessions"] == pytest.approx(2 + 0.0168 / 0.04005, abs=1e-4)
+    assert tiers["cpu"]["ratio_bound"] == ">=" and tiers["cpu"]["more_than_gpu"] is True
+    assert [lv["sessions_at_once"] for lv in tiers["cpu"]["levels"]] == [2, 3]
+    # a node price of 10 an hour over cpu's goodput at 2 sessions: 18.56 tokens/s
+    assert tiers["cpu"]["cost"]["per_million_tokens"] == pytest.approx(10.0 / (18.56 * 3600) * 1e6, rel=1e-4)
+    assert sweep["pick"] == "cpu"
+    assert main(["report", str(campaign), "--format", "csv", "--table", "decision"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("model,num_rounds,isl,osl,tier,target,status,sessions,sessions_bound")
+    assert [line.split(",")[4] for line in lines[1:]] == ["gpu", "cpu", "nvme"]
+    assert main(["report", str(campaign), "--format", "json", "--table", "decision"]) == 2
+    assert "--table is only for --format csv" in capsys.readouterr().err
