@@ -35,6 +35,9 @@ class RampPoint:
     concurrency: int
     later_p95_ttft_s: float | None
     later_hit_rate: float | None
+    # judged only when the campaign's slo sets their limits
+    later_p50_ttft_s: float | None = None
+    later_p95_tpot_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class RampPolicy:
     min_hit_rate: float | None = None
     # Stop bisecting when the bracket is at most this wide (high - low, in concurrency).
     resolution: int = 1
+    # the slo's optional limits (kvoffload/config/slo.py): later-round p50 TTFT and p95 TPOT, seconds
+    slo_p50_s: float | None = None
+    tpot_p95_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.slo_p95_s is None and self.min_hit_rate is None:
@@ -81,6 +87,10 @@ def breaches(point: RampPoint, policy: RampPolicy) -> bool | None:
         judged.append(point.later_p95_ttft_s > policy.slo_p95_s)
     if policy.min_hit_rate is not None and point.later_hit_rate is not None:
         judged.append(point.later_hit_rate < policy.min_hit_rate)
+    if policy.slo_p50_s is not None and point.later_p50_ttft_s is not None:
+        judged.append(point.later_p50_ttft_s > policy.slo_p50_s)
+    if policy.tpot_p95_s is not None and point.later_p95_tpot_s is not None:
+        judged.append(point.later_p95_tpot_s > policy.tpot_p95_s)
     return any(judged) if judged else None
 
 
@@ -90,6 +100,10 @@ def _limits(policy: RampPolicy) -> str:
         parts.append(f"later-round p95 TTFT <= {policy.slo_p95_s:g} s")
     if policy.min_hit_rate is not None:
         parts.append(f"later-round hit rate >= {100 * policy.min_hit_rate:g} %")
+    if policy.slo_p50_s is not None:
+        parts.append(f"later-round p50 TTFT <= {policy.slo_p50_s:g} s")
+    if policy.tpot_p95_s is not None:
+        parts.append(f"later-round p95 TPOT <= {policy.tpot_p95_s:g} s")
     return " and ".join(parts)
 
 

@@ -68,7 +68,7 @@ def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bo
     from kvoffload.replay.users import select_users
 
     campaign = lab.campaign
-    knee = campaign.knee_search
+    knee = campaign.knee_spec()
     assert knee is not None
     out = []
     if not known:
@@ -291,13 +291,18 @@ def _plan(args: argparse.Namespace) -> int:
     for line in pool.lines():
         console.print(line)
     warnings += pool.warnings
-    knee = campaign.knee_search
+    knee = campaign.knee_spec()
     if knee is not None:
         limits = []
-        if knee.slo_p95_ttft_s is not None:
-            limits.append(f"later-round p95 TTFT exceeds {knee.slo_p95_ttft_s:g} s")
-        if knee.min_later_hit_rate is not None:
-            limits.append(f"the later-round hit rate falls below {100 * knee.min_later_hit_rate:g} %")
+        p95, hit_rate = campaign.knee_limits()
+        if p95 is not None:
+            limits.append(f"later-round p95 TTFT exceeds {p95:g} s")
+        if hit_rate is not None:
+            limits.append(f"the later-round hit rate falls below {100 * hit_rate:g} %")
+        if campaign.slo is not None and campaign.slo.ttft_p50_s is not None:
+            limits.append(f"later-round p50 TTFT exceeds {campaign.slo.ttft_p50_s:g} s")
+        if campaign.slo is not None and campaign.slo.tpot_p95_s is not None:
+            limits.append(f"later-round p95 TPOT exceeds {campaign.slo.tpot_p95_s:g} s")
         console.print(
             f"knee search: then, per tier on node {lab.nodes[0].name}, concurrency grows x{knee.factor:g} "
             f"from the measured cells (up to {knee.max_concurrency}) until {' or '.join(limits)}, and "
@@ -305,6 +310,10 @@ def _plan(args: argparse.Namespace) -> int:
         )
         warnings += _knee_load_warnings(lab, sessions, tokenizer, ceilings is not None)
     warnings += _gpu_room_warnings(lab)
+    if campaign.slo is not None:
+        from kvoffload.config.slo import missing_prices
+
+        warnings += missing_prices(lab.prices, list(campaign.tiers))
     warnings += engine_warnings
     for line in warnings:
         console.print(f"[yellow]warning:[/] {line}")

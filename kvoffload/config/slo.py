@@ -175,3 +175,34 @@ def lab_prices(
             "prices usually belong in its inventory, the campaign file then runs on any lab)",
         )
     return prices, where
+
+
+def missing_prices(prices: Prices | None, tiers: Sequence[str]) -> list[str]:
+    """What the decision table's cost column would lack for these tiers (`plan` warns with it): per
+    resource a tier uses, the price that pays for it. node_hour pays for everything in the node; without
+    it, GPUs need gpu_hour, the cpu and nvme tiers' L1 pool dram_gb_month, the nvme tier's L2
+    nvme_tb_month. Empty when nothing is missing."""
+    if prices is None:
+        return [
+            "no prices (campaign `prices:` or the nodes' kvoffload_prices): the decision table shows "
+            "sessions at the target, goodput and energy, and no cost per million tokens; give node_hour or "
+            "gpu_hour"
+            + (", dram_gb_month" if any(t in ("cpu", "nvme") for t in tiers) else "")
+            + (", nvme_tb_month" if "nvme" in tiers else "")
+        ]
+    if prices.node_hour is not None:
+        return []
+    out = []
+    if prices.gpu_hour is None:
+        out.append("prices: neither node_hour nor gpu_hour is given, so no tier has a cost per 1M tokens")
+    if prices.dram_gb_month is None and any(t in ("cpu", "nvme") for t in tiers):
+        out.append(
+            "prices: no dram_gb_month (nor node_hour): the cpu and nvme tiers' L1 pool is left out of their "
+            "cost, which then understates it"
+        )
+    if prices.nvme_tb_month is None and "nvme" in tiers:
+        out.append(
+            "prices: no nvme_tb_month (nor node_hour): the nvme tier's L2 is left out of its cost, which "
+            "then understates it"
+        )
+    return out

@@ -279,7 +279,7 @@ class CampaignRunner:
                 outcome.skipped.append(cell.id)
             else:
                 todo.append(cell)
-        knee_search = self.lab.campaign.knee_search is not None and not only
+        knee_search = self.lab.campaign.knee_spec() is not None and not only
         if not todo and not knee_search:
             self.status.start({}, outcome.skipped)
             self.status.finish("done")

@@ -199,7 +199,7 @@ def knee_ramps(lab: LabConfig, model: ReplayModel, where: Mapping[str, str]) -> 
     from kvoffload.analysis.ramp import ramp_paths
     from kvoffload.orchestrate import knee
 
-    spec = lab.campaign.knee_search
+    spec = lab.campaign.knee_spec()
     if spec is None:
         return []
     rule = knee.policy(spec, lab.campaign)

@@ -42,13 +42,19 @@ HIT = "later_round_cached_share"
 
 
 def policy(spec: KneeSearch, campaign: Campaign) -> RampPolicy:
+    """The ramp's rule: the knee search's steps, judged by the campaign's slo (its p95 TTFT, hit-rate
+    floor, p50 TTFT and p95 TPOT limits), else by knee_search's own older limits (`knee_limits`)."""
+    p95, hit_rate = campaign.knee_limits()
+    slo = campaign.slo
     return RampPolicy(
         start=min(campaign.concurrency),
         max_concurrency=spec.max_concurrency,
         factor=spec.factor,
-        slo_p95_s=spec.slo_p95_ttft_s,
-        min_hit_rate=spec.min_later_hit_rate,
+        slo_p95_s=p95,
+        min_hit_rate=hit_rate,
         resolution=spec.resolution,
+        slo_p50_s=slo.ttft_p50_s if slo is not None else None,
+        tpot_p95_s=slo.tpot_p95_s if slo is not None else None,
     )
 
 
@@ -163,7 +169,14 @@ def points(summary: pd.DataFrame, seed: Cell, node: str | None = None) -> list[R
         return None if value is None or pd.isna(value) else float(value)
 
     return [
-        RampPoint(int(row["concurrency"]), figure(row, P95), figure(row, HIT)) for _, row in rows.iterrows()
+        RampPoint(
+            int(row["concurrency"]),
+            figure(row, P95),
+            figure(row, HIT),
+            figure(row, "ttft_later_p50_s"),
+            figure(row, "tpot_later_p95_s"),
+        )
+        for _, row in rows.iterrows()
     ]
 
 
@@ -221,7 +234,7 @@ def walk(
     points are read again for the next decision. Stops at a decision other than "try", at a step that
     failed or is invalid, and at the load the campaign can produce. With `node`, only the points
     measured on that node count."""
-    spec = campaign.knee_search
+    spec = campaign.knee_spec()
     assert spec is not None
     rule = policy(spec, campaign)
     tried: set[int] = set()
@@ -260,7 +273,7 @@ def _decide(
 ) -> RampDecision:
     """The ramp's next decision on the points measured so far (`allowed` concurrencies), its top
     lowered to the load the campaign can produce."""
-    spec = campaign.knee_search
+    spec = campaign.knee_spec()
     assert spec is not None
     ceiling, source = load_ceiling(table, seed, campaign)
     capped = ceiling is not None and ceiling < rule.max_concurrency

@@ -139,3 +139,16 @@ def test_load_lab_takes_the_prices_from_the_inventory(
         f"{inv.parent / 'campaign.yml'}: prices: prices are given twice: here and as kvoffload_prices of the "
         f"nodes ({inv}: all.vars.kvoffload_prices)"
     )
+
+
+def test_missing_prices_name_what_each_tier_would_lack() -> None:
+    from kvoffload.config.slo import Prices, missing_prices
+
+    [none] = missing_prices(None, ["gpu", "cpu", "nvme"])
+    assert "no prices" in none and "gpu_hour, dram_gb_month, nvme_tb_month" in none
+    assert missing_prices(None, ["gpu"])[0].endswith("give node_hour or gpu_hour")
+    assert missing_prices(Prices(node_hour=4.0), ["gpu", "cpu", "nvme"]) == []
+    gpu_only = missing_prices(Prices(gpu_hour=2.5), ["gpu", "cpu", "nvme"])
+    assert [w.split(" (")[0] for w in gpu_only] == ["prices: no dram_gb_month", "prices: no nvme_tb_month"]
+    assert missing_prices(Prices(gpu_hour=2.5, dram_gb_month=0.5), ["gpu", "cpu"]) == []
+    assert "no tier has a cost" in missing_prices(Prices(kwh=0.1), ["gpu"])[0]

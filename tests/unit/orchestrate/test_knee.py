@@ -212,3 +212,26 @@ def test_the_bisection_stays_within_the_users_the_dataset_has() -> None:
     assert ran == [32, 24, 28, 30, 29]
     assert (log.outcome, log.bracket) == ("bracketed", (28, 29))
     assert "the campaign produces no more load than 32 concurrent sessions" in log.steps[0]["reason"]
+
+
+def test_a_campaign_slo_turns_the_knee_search_on_and_its_p50_and_tpot_limits_bind() -> None:
+    """Issue 42: with `slo` and no knee_search block the search runs, judged by every slo limit: here
+    p95 TTFT would allow 100 users, but the p50 limit (0.2 s at 0.25 s per 100) breaks above 80."""
+    campaign = Campaign.model_validate(
+        {**BASE, "max_sessions": 200, "slo": {"ttft_p95_s": 1.0, "ttft_p50_s": 0.2, "tpot_p95_s": 0.05}}
+    )
+    assert campaign.knee_spec() is not None
+    rule = knee.policy(campaign.knee_spec(), campaign)  # type: ignore[arg-type]
+    assert (rule.slo_p95_s, rule.slo_p50_s, rule.tpot_p95_s) == (1.0, 0.2, 0.05)
+    gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
+
+    def row(c: int) -> dict[str, Any]:
+        return {**_row("gpu", c, c / 100), "ttft_later_p50_s": c / 400, "tpot_later_p95_s": 0.01}
+
+    measured = [row(4), row(8)]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    for cell in knee.walk(campaign, gpu, lambda: pd.DataFrame(measured), log):
+        measured.append(row(cell.concurrency))
+    assert log.outcome == "bracketed" and log.bracket == (80, 81)
+    off = Campaign.model_validate({**BASE, "slo": {"ttft_p95_s": 1.0}, "knee_search": {"enabled": False}})
+    assert off.knee_spec() is None

@@ -11,25 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.roles.test_rendered_units import CASES, rendered_files
+from tests.unit.roles.test_rendered_units import CASES, _directives, rendered_files
 
 # Each would give a unit its own IPC namespace, /dev (with its own /dev/shm) or PID namespace.
 SPLITTING = ("PrivateIPC", "PrivateDevices", "PrivatePIDs", "IPCNamespacePath", "JoinsNamespaceOf")
 
 
-def _keys(unit: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in unit.splitlines():
-        if "=" in line and not line.startswith(("#", "[")):
-            key, value = line.split("=", 1)
-            out.setdefault(key, []).append(value)
-    return out
-
-
 @pytest.mark.parametrize(("tier", "engine"), [c for c in CASES if c[0] != "gpu"])
 def test_replicas_and_server_share_user_dev_shm_and_pid_namespace(tier: str, engine: str) -> None:
     files = rendered_files(tier, engine)
-    units = {name: _keys(files[name]) for name in ("kvoffload-vllm@.service", "kvoffload-lmcache.service")}
+    units = {name: _directives(files[name]) for name in ("kvoffload-vllm@.service", "kvoffload-lmcache.service")}
     assert {d["User"][0] for d in units.values()} == {"kvoffload-engine"}
     for name, d in units.items():
         for key in SPLITTING:

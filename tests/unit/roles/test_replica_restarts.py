@@ -12,29 +12,20 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.tiers import LMCACHE_REGISTRATION_GRACE_S
-from tests.unit.roles.test_rendered_units import CASES, rendered_files
+from tests.unit.roles.test_rendered_units import CASES, _directives, rendered_files
 
 COUPLING = ("BindsTo", "PartOf", "Requires", "Requisite", "PropagatesReloadTo", "ReloadPropagatedFrom")
-
-
-def _unit_keys(unit: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in unit.splitlines():
-        if "=" in line and not line.startswith(("#", "[")):
-            key, value = line.split("=", 1)
-            out.setdefault(key, []).append(value)
-    return out
 
 
 @pytest.mark.parametrize(("tier", "engine"), CASES)
 def test_replicas_are_ordered_after_the_server_but_never_bound_to_it(tier: str, engine: str) -> None:
     files = rendered_files(tier, engine)
-    replica = _unit_keys(files["kvoffload-vllm@.service"])
+    replica = _directives(files["kvoffload-vllm@.service"])
     assert replica["After"] == ["network-online.target kvoffload-lmcache.service"]
     for key in COUPLING:
         assert key not in replica, f"kvoffload-vllm@.service: {key}={replica.get(key)}"
     if "kvoffload-lmcache.service" in files:
-        server = _unit_keys(files["kvoffload-lmcache.service"])
+        server = _directives(files["kvoffload-lmcache.service"])
         assert not any("kvoffload-vllm" in v for key in COUPLING for v in server.get(key, [])), server
 
 
