@@ -41,7 +41,64 @@ def register(sub: Any) -> None:
         help=f"summary column to compare (repeatable; default: {', '.join(DEFAULT_FIGURES)})",
     )
     c.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    c.add_argument(
+        "--decision",
+        action="store_true",
+        help="compare the campaigns' decision tables instead of their cells (issue 42): per model, "
+        "ISL/OSL, num_rounds and tier, each campaign's sessions at its latency target, cost per 1M tokens, "
+        "goodput per GPU and verdict; comparable only with the same dataset (by digest) and target",
+    )
     c.set_defaults(func=_compare)
+
+
+def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
+    """`compare --decision`: the decision tables side by side (kvoffload/analysis/decision_compare.py)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvoffload.analysis.decision_compare import MATCH, CampaignDecision, side_by_side
+    from kvoffload.report.build import analyse, conclude
+    from kvoffload.report.decision_view import csv_frame, empty_section
+
+    campaigns = []
+    for label, d in zip(labels, args.results_dirs, strict=True):
+        analysis = analyse(d)
+        dataset = analysis.tables.campaign.get("dataset")
+        digest = dataset.get("digest") if isinstance(dataset, dict) else None
+        rows = csv_frame(conclude(analysis).decision or empty_section())
+        campaigns.append(CampaignDecision(label, rows, digest))
+    table = side_by_side(campaigns)
+    if args.format == "json":
+        print(table.to_json(orient="records", indent=1))
+        return 0
+    if args.format == "csv":
+        print(table.to_csv(index=False), end="")
+        return 0
+    if table.empty:
+        print('no decision in these campaigns (a campaign needs `slo:`: docs/metrics.md "Decision")')
+        return 0
+    out = Table(title="kvoffload-lab compare --decision")
+    out.add_column(" ".join(MATCH))
+    for c in campaigns:
+        out.add_column(c.label)
+    out.add_column("valid")
+    for _, row in table.iterrows():
+        cells = []
+        for c in campaigns:
+            sessions, bound = row[f"sessions@{c.label}"], row[f"sessions_bound@{c.label}"]
+            if sessions is None or sessions != sessions:
+                cells.append("–")
+                continue
+            prefix = "" if bound in ("=", None) else f"{bound} "
+            cost = row[f"cost_per_million_tokens@{c.label}"]
+            cost_bound = row[f"cost_bound@{c.label}"]
+            priced = "" if cost is None or cost != cost else f", {cost_bound} {float(cost):.3g}/1M"
+            cells.append(f"{prefix}{float(sessions):.3g} sessions{priced}; {row[f'verdict@{c.label}']}")
+        out.add_row(" ".join(str(row[k]) for k in MATCH), *cells, "yes" if row["comparable"] else "NO")
+    Console(width=max(120, 40 + 44 * len(campaigns))).print(out)
+    for _, row in table[~table["comparable"]].iterrows():
+        print(f"not comparable: {' '.join(str(row[k]) for k in MATCH)}: {row['not_comparable_reasons']}")
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -57,8 +114,8 @@ def _compare(args: argparse.Namespace) -> int:
     if len(args.results_dirs) < 2:
         raise UserError("compare: give at least two RESULTS_DIR folders")
     labels: list[str] = []
-    summaries = []
-    software = []
+    summaries: list[tuple[str, pd.DataFrame]] = []
+    software: list[tuple[str, pd.DataFrame]] = []
     for d in args.results_dirs:
         if not d.is_dir():
             raise UserError(f"RESULTS_DIR {d}: not a folder; give results/<campaign>")
@@ -67,6 +124,10 @@ def _compare(args: argparse.Namespace) -> int:
         while label in labels:
             label += "'"
         labels.append(label)
+    if args.decision:
+        return _decisions(args, labels)
+    for d in args.results_dirs:
+        label = labels[len(summaries)]
         analysis = analyse(d)
         summaries.append((label, analysis.summary))
         software.append((label, analysis.software))

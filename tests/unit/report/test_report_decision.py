@@ -76,3 +76,33 @@ def test_json_and_csv_carry_the_decision(
     assert [line.split(",")[4] for line in lines[1:]] == ["gpu", "cpu", "nvme"]
     assert main(["report", str(campaign), "--format", "json", "--table", "decision"]) == 2
     assert "--table is only for --format csv" in capsys.readouterr().err
+
+
+def test_compare_puts_two_campaigns_decisions_side_by_side(
+    campaign: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`compare --decision` (issue 42): the fixture against a copy of itself (another "lab") gives the
+    same crossing in both columns and a comparable match; a copy with another target does not compare."""
+    doc = json.loads((campaign / "campaign.json").read_text())
+    assert main(["compare", "--decision", "--format", "json", str(campaign), str(campaign)]) == 0
+    [old] = [r for r in json.loads(capsys.readouterr().out) if r["tier"] == "cpu"]
+    assert old["not_comparable_reasons"].startswith("a campaign recorded no dataset digest")
+    doc["dataset"] = {"code": "generic", "digest": "sha256:0"}  # what a run writes since issue 43
+    (campaign / "campaign.json").write_text(json.dumps(doc))
+    twin = tmp_path / "twin"
+    shutil.copytree(campaign, twin)
+    assert main(["compare", "--decision", "--format", "json", str(campaign), str(twin)]) == 0
+    rows = {r["tier"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (
+        rows["cpu"]["sessions@fixture-small"]
+        == rows["cpu"]["sessions@twin"]
+        == pytest.approx(2.419, abs=1e-3)
+    )
+    assert rows["cpu"]["comparable"] and rows["gpu"]["sessions_bound@twin"] == "<"
+    doc = json.loads((twin / "campaign.json").read_text())
+    doc["campaign"]["slo"] = {"ttft_p95_s": 0.2}
+    (twin / "campaign.json").write_text(json.dumps(doc))
+    shutil.rmtree(twin / "tables", ignore_errors=True)
+    assert main(["compare", "--decision", "--format", "json", str(campaign), str(twin)]) == 0
+    rows = {r["tier"]: r for r in json.loads(capsys.readouterr().out)}
+    assert not rows["cpu"]["comparable"] and "latency targets differ" in rows["cpu"]["not_comparable_reasons"]
