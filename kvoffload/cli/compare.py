@@ -51,6 +51,21 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_compare)
 
 
+def _printed(table: Any, fmt: str) -> bool:
+    """Print `table` as JSON or CSV, its figures rounded (report/rounding.py), when `fmt` asks for one."""
+    if fmt not in ("json", "csv"):
+        return False
+    from kvoffload.report.rounding import round_figure
+
+    floats = table.select_dtypes("float").columns
+    table[floats] = table[floats].map(round_figure)
+    print(
+        table.to_json(orient="records", indent=1) if fmt == "json" else table.to_csv(index=False),
+        end="\n" if fmt == "json" else "",
+    )
+    return True
+
+
 def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
     """`compare --decision`: the decision tables side by side (kvoffload/analysis/decision_compare.py)."""
     from rich.console import Console
@@ -68,11 +83,7 @@ def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
         rows = csv_frame(conclude(analysis).decision or empty_section())
         campaigns.append(CampaignDecision(label, rows, digest))
     table = side_by_side(campaigns)
-    if args.format == "json":
-        print(table.to_json(orient="records", indent=1))
-        return 0
-    if args.format == "csv":
-        print(table.to_csv(index=False), end="")
+    if _printed(table, args.format):
         return 0
     if table.empty:
         print('no decision in these campaigns (a campaign needs `slo:`: docs/metrics.md "Decision")')
@@ -137,16 +148,7 @@ def _compare(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"--figure {', '.join(unknown)}: not a summary column (see `report --format csv`)")
     table = compare_campaigns(summaries, figures)
-    if args.format in ("json", "csv"):
-        from kvoffload.report.rounding import round_figure
-
-        floats = table.select_dtypes("float").columns
-        table[floats] = table[floats].map(round_figure)
-    if args.format == "json":
-        print(table.to_json(orient="records", indent=1))
-        return 0
-    if args.format == "csv":
-        print(table.to_csv(index=False), end="")
+    if _printed(table, args.format):
         return 0
     out = Table(title="kvoffload-lab compare")
     out.add_column("cell (tier model c rounds isl osl repeat)")

@@ -83,43 +83,29 @@ class Slo(_Strict):
         return ", ".join(parts)
 
 
+def _price(description: str) -> Any:
+    """One optional price of `Prices`: not negative, finite."""
+    return Field(default=None, ge=0, allow_inf_nan=False, description=description)
+
+
 class Prices(_Strict):
     """What a node's resources cost, each optional and used only where a tier uses that resource
     (docs/metrics.md "Decision"). All in one currency."""
 
-    node_hour: float | None = Field(
-        default=None,
-        ge=0,
-        allow_inf_nan=False,
-        description="one node for one hour (rented, or its purchase amortized), everything in it that "
-        "the other prices do not price separately",
+    node_hour: float | None = _price(
+        "one node for one hour (rented, or its purchase amortized), everything in it that the other "
+        "prices do not price separately"
     )
-    gpu_hour: float | None = Field(
-        default=None,
-        ge=0,
-        allow_inf_nan=False,
-        description="one GPU for one hour, counted per GPU the cell's replicas use",
+    gpu_hour: float | None = _price("one GPU for one hour, counted per GPU the cell's replicas use")
+    dram_gb_month: float | None = _price(
+        "one GB (10^9 bytes) of host DRAM for one month, counted for the LMCache L1 pool the cpu and nvme "
+        "tiers reserve (leave out when node_hour already pays for it)"
     )
-    dram_gb_month: float | None = Field(
-        default=None,
-        ge=0,
-        allow_inf_nan=False,
-        description="one GB (10^9 bytes) of host DRAM for one month, counted for the LMCache L1 pool the "
-        "cpu and nvme tiers reserve (leave out when node_hour already pays for it)",
+    nvme_tb_month: float | None = _price(
+        "one TB (10^12 bytes) of NVMe for one month, counted for the nvme tier's L2 capacity (leave out "
+        "when node_hour already pays for it)"
     )
-    nvme_tb_month: float | None = Field(
-        default=None,
-        ge=0,
-        allow_inf_nan=False,
-        description="one TB (10^12 bytes) of NVMe for one month, counted for the nvme tier's L2 capacity "
-        "(leave out when node_hour already pays for it)",
-    )
-    kwh: float | None = Field(
-        default=None,
-        ge=0,
-        allow_inf_nan=False,
-        description="one kWh of energy, counted for the GPU energy the cells measured",
-    )
+    kwh: float | None = _price("one kWh of energy, counted for the GPU energy the cells measured")
     currency: str = Field(
         default="USD", min_length=1, max_length=8, description="the prices' currency, as the report names it"
     )

@@ -384,7 +384,7 @@ class PairRun:
 
     def empty_l1(self, http: int) -> None:
         """Wait until L2 holds every chunk L1 took (LMCache writes L2 behind the store), then empty L1
-        (POST /cache/clear clears L1 only in 0.5.6: ../shared/fixtures/lmcache-0.5.6-cpu/README.md)."""
+        (POST /cache/clear clears L1 only in 0.5.6: tests/fixtures/lmcache-0.5.6-cpu/README.md)."""
         t0 = time.monotonic()
         text = ""
         while time.monotonic() - t0 < L2_STORE_BOUND_S:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -281,9 +281,26 @@ def _probe_hosts(
         "doctor_dest": str(out.resolve()),
         "doctor_args": {h: probe_args(a, venv, cheap=cheap) for h, a in asks.items()},
     }
+    ident = f"doctor{'-cheap' if cheap else ''}"
+    return fetch_answers(runner, PLAYBOOK, extravars, ident, out, asks, missing="no probe answer")
+
+
+def fetch_answers(
+    runner: Runner,
+    playbook: str,
+    extravars: Mapping[str, Any],
+    ident: str,
+    folder: Path,
+    hosts: Iterable[str],
+    *,
+    missing: str,
+) -> dict[str, dict[str, Any] | str]:
+    """Run a playbook that fetches one JSON answer per host into `folder/<host>.json` (the probe's,
+    the cell-free pair check's): host -> its answer, or why there is none (the playbook's failure on
+    that host, else `missing` and the read error). A playbook that failed on no host re-raises."""
     failures: dict[str, str] = {}
     try:
-        runner.run(PLAYBOOK, extravars, ident=f"doctor{'-cheap' if cheap else ''}")
+        runner.run(playbook, extravars, ident=ident)
     except PlaybookFailed as exc:
         for f in exc.result.failures:
             failures.setdefault(
@@ -291,13 +308,13 @@ def _probe_hosts(
             )
         if not exc.result.failures:
             raise
-    probes: dict[str, dict[str, Any] | str] = {}
-    for host in asks:
+    answers: dict[str, dict[str, Any] | str] = {}
+    for host in hosts:
         try:
-            probes[host] = json.loads((out / f"{host}.json").read_text(encoding="utf-8"))
+            answers[host] = json.loads((folder / f"{host}.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            probes[host] = failures.get(host, f"no probe answer ({exc})")
-    return probes
+            answers[host] = failures.get(host, f"{missing} ({exc})")
+    return answers
 
 
 class Smoke(Protocol):

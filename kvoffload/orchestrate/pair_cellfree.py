@@ -12,17 +12,13 @@ keys), where the units' templates take them from.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kvoffload.orchestrate.doctor import Runner, fetch_answers
 from kvoffload.orchestrate.playbooks_api import DOCTOR_PAIR
-from kvoffload.playbook import PlaybookFailed
-
-if TYPE_CHECKING:
-    from kvoffload.orchestrate.doctor import Runner
 
 PLAYBOOK = DOCTOR_PAIR
 NODE_SCRIPT = Path(__file__).resolve().parents[1] / "doctor" / "pair_node.py"
@@ -63,20 +59,10 @@ class PairCellFree:
             "doctor_pair_dest": str(folder.resolve()),
             "doctor_pair_args": {host: list(args) for host, args in asked.items()},
         }
-        failures: dict[str, str] = {}
-        try:
-            self.runner.run(PLAYBOOK, extravars, ident="doctor-pair")
-        except PlaybookFailed as exc:
-            for f in exc.result.failures:
-                failures.setdefault(
-                    f.host, f"{'unreachable' if f.unreachable else 'failed'} at '{f.task}': {f.message}"
-                )
-            if not exc.result.failures:
-                raise
-        found: dict[str, dict[str, Any]] = {}
-        for host in asked:
-            try:
-                found[host] = json.loads((folder / f"{host}.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                found[host] = {"stage": "playbook", "error": failures.get(host, f"no answer ({exc})")}
-        return found
+        answers = fetch_answers(
+            self.runner, PLAYBOOK, extravars, "doctor-pair", folder, asked, missing="no answer"
+        )
+        return {
+            host: answer if isinstance(answer, dict) else {"stage": "playbook", "error": answer}
+            for host, answer in answers.items()
+        }

@@ -177,19 +177,6 @@ class Played:
     in_flight: float
 
 
-def replay_seconds(
-    users: Sequence[User],
-    concurrency: int,
-    replicas: int,
-    demand: Callable[[Round], Demand],
-    *,
-    honor_gaps: bool = False,
-    duration_s: float | None = None,
-) -> float:
-    """Seconds from the replay's first request to its end (sessions.json `duration_s`)."""
-    return play(users, concurrency, replicas, demand, honor_gaps=honor_gaps, duration_s=duration_s).seconds
-
-
 def play(
     users: Sequence[User],
     concurrency: int,

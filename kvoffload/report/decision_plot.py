@@ -9,22 +9,11 @@ interval as a horizontal bar, or a triangle at the bound when the tier never mis
 
 from __future__ import annotations
 
-import io
-
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from kvoffload.analysis.decision import SweepDecision, TierDecision
-from kvoffload.report.plots import TIER_COLOURS
-
-
-def _svg(fig: Figure) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg") :]
+from kvoffload.report.plots import svg_text, tier_colour
 
 
 def _levels(ax: Axes, d: TierDecision, colour: str) -> None:
@@ -66,7 +55,7 @@ def sessions_at_target(sweep: SweepDecision, target_s: float) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     for d in tiers:
-        colour = TIER_COLOURS.get(d.tier, "#7f7f7f")
+        colour = tier_colour(d.tier)
         _levels(ax, d, colour)
         _where(ax, d, target_s, colour)
     ax.axhline(target_s, color="black", ls="--", lw=1, label=f"target p95 TTFT {target_s:g} s")
@@ -76,4 +65,4 @@ def sessions_at_target(sweep: SweepDecision, target_s: float) -> str | None:
     ax.set_title("Sessions at the target (diamond: crossing with its 95 % CI; triangle: a bound)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)

@@ -23,7 +23,9 @@ TIER_COLOURS = {"gpu": "#1f77b4", "cpu": "#2ca02c", "nvme": "#d62728"}
 plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "kvoffload", "font.size": 9})
 
 
-def _svg(fig: Figure) -> str:
+def svg_text(fig: Figure) -> str:
+    """The figure as `<svg>` text (no XML prolog, no date: the same plot gives the same bytes); closes
+    the figure. Also decision_plot.py's."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
@@ -31,7 +33,8 @@ def _svg(fig: Figure) -> str:
     return text[text.index("<svg") :]
 
 
-def _colour(tier: str) -> str:
+def tier_colour(tier: str) -> str:
+    """A tier's fixed colour (grey for a tier without one)."""
     return TIER_COLOURS.get(tier, "#7f7f7f")
 
 
@@ -42,15 +45,15 @@ def ttft_by_round(curves: Mapping[str, pd.DataFrame]) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     for tier, c in curves.items():
-        ax.plot(c["round"], c["ttft_p50_s"], "-o", color=_colour(tier), label=f"{tier} p50", ms=3)
-        ax.plot(c["round"], c["ttft_p95_s"], "--", color=_colour(tier), label=f"{tier} p95")
+        ax.plot(c["round"], c["ttft_p50_s"], "-o", color=tier_colour(tier), label=f"{tier} p50", ms=3)
+        ax.plot(c["round"], c["ttft_p95_s"], "--", color=tier_colour(tier), label=f"{tier} p95")
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("TTFT (s)")
     ax.set_title("TTFT by round")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=3)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def ttft_cdf(cdfs: Mapping[str, pd.DataFrame]) -> str | None:
@@ -60,14 +63,14 @@ def ttft_cdf(cdfs: Mapping[str, pd.DataFrame]) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     for tier, c in cdfs.items():
-        ax.step(c["ttft_s"], c["fraction"], where="post", color=_colour(tier), label=tier)
+        ax.step(c["ttft_s"], c["fraction"], where="post", color=tier_colour(tier), label=tier)
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
     ax.set_title("TTFT CDF")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
@@ -81,7 +84,7 @@ def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
         return None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.0))
     for tier, s in series.items():
-        colour = _colour(tier)
+        colour = tier_colour(tier)
         if s["local_hit_rate"].notna().any():
             ax1.plot(s["t_s"], 100 * s["local_hit_rate"], "-o", color=colour, label=f"{tier} local", ms=2)
         if s["external_hit_rate"].notna().any():
@@ -100,7 +103,7 @@ def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def disk_throughput(series: Mapping[str, pd.DataFrame]) -> str | None:
@@ -119,7 +122,7 @@ def disk_throughput(series: Mapping[str, pd.DataFrame]) -> str | None:
     ax.set_title("L2 disk throughput")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def later_ttft_ci(rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -132,7 +135,7 @@ def later_ttft_ci(rows: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(4.2, 0.5 + 0.45 * len(rows)))
     for i, r in enumerate(rows):
-        colour = _colour(str(r["tier"]))
+        colour = tier_colour(str(r["tier"]))
         p50 = float(r["later_p50_s"])
         ax.barh(i, p50, color=colour, alpha=0.6, height=0.6)
         ci = r.get("later_p50_ci_s")
@@ -145,7 +148,7 @@ def later_ttft_ci(rows: Sequence[Mapping[str, Any]]) -> str | None:
     ax.set_xlabel("later-round TTFT (s): bar p50 with 95 % CI, diamond p95")
     ax.set_xlim(left=0)
     ax.grid(axis="x", alpha=0.3)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def tradeoff(points: Mapping[str, pd.DataFrame], capacities: Mapping[str, float]) -> str | None:
@@ -160,17 +163,17 @@ def tradeoff(points: Mapping[str, pd.DataFrame], capacities: Mapping[str, float]
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     for tier, p in points.items():
-        colour = _colour(tier)
+        colour = tier_colour(tier)
         ax.plot(
             p["live_history_tokens"], p["ttft_later_p50_s"], "-o", color=colour, ms=4, label=f"{tier} p50"
         )
         ax.plot(p["live_history_tokens"], p["ttft_later_p95_s"], "--", color=colour, label=f"{tier} p95")
     for tier, tokens in capacities.items():
-        ax.axvline(tokens, color=_colour(tier), ls=":", lw=1.5, label=f"{tier} predicted capacity")
+        ax.axvline(tokens, color=tier_colour(tier), ls=":", lw=1.5, label=f"{tier} predicted capacity")
     ax.set_xscale("log")
     ax.set_xlabel("live history (concurrency x mean context, tokens)")
     ax.set_ylabel("later-round TTFT (s)")
     ax.set_title("latency against live history")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    return _svg(fig)
+    return svg_text(fig)

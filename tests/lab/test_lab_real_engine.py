@@ -80,6 +80,24 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
         assert down.returncode == 0, down.stderr[-2000:]
 
 
+def _the_nodes_ok_check(base: Path, name: str) -> tuple[str, dict[str, Any]]:
+    """The doctor's check `name` on the lab's one node with a vLLM/LMCache pair (doctor.json, which
+    the `doctor` run printed), asserted ok: (node, check)."""
+    printed = (base / "doctor.json").read_text()
+    assert printed.strip(), (base / "doctor.stderr").read_text()[-3000:]  # doctor printed no record
+    record = json.loads(printed)
+    checks = {
+        h["host"]: check
+        for h in record["hosts"]
+        for check in h["checks"]
+        if check["name"] == name and check["detail"] != "no vLLM/LMCache pair on this host"
+    }
+    assert len(checks) == 1, checks  # the lab's one node
+    [(node, check)] = checks.items()
+    assert check["status"] == "ok", (check, (base / "doctor.stderr").read_text()[-3000:])
+    return node, check
+
+
 def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Path, float]) -> None:
     """`doctor` ran after `lab up`, before `run`, with its smoke check (on by default for vLLM): on the
     node it installed the engine set as `run` does, started the real lmcache-server and ONE real
@@ -87,19 +105,7 @@ def test_the_doctor_proves_the_real_pair_before_the_campaign(real_run: tuple[Pat
     registration (LMCache's /status), a store after the first request (lmcache_mp_l1_write_chunks) and,
     after the replica's own prefix cache was emptied, a retrieve of the same prompt
     (lmcache_mp_lookup_hit_tokens and vLLM's external prefix-cache hits); then stopped them."""
-    base = real_run[0].parent.parent
-    printed = (base / "doctor.json").read_text()
-    assert printed.strip(), (base / "doctor.stderr").read_text()[-3000:]  # doctor printed no record
-    record = json.loads(printed)
-    pairs = {
-        h["host"]: check
-        for h in record["hosts"]
-        for check in h["checks"]
-        if check["name"] == "smoke_pair" and check["detail"] != "no vLLM/LMCache pair on this host"
-    }
-    assert len(pairs) == 1, pairs  # the lab's one node
-    [(node, pair)] = pairs.items()
-    assert pair["status"] == "ok", (pair, (base / "doctor.stderr").read_text()[-3000:])
+    node, pair = _the_nodes_ok_check(real_run[0].parent.parent, "smoke_pair")
     facts = pair["facts"]
     assert facts["registered"] >= 1, facts  # vLLM's CPU build registers as a non-CUDA instance
     assert facts["prompt_tokens"][0] >= facts["chunk_size"] == 256, facts
@@ -119,17 +125,7 @@ def test_the_doctor_proves_the_pair_cell_free_on_the_real_lmcache_cpu_build(
     engine user, LimitMEMLOCK), no model; the bench's KV stored and retrieved byte-exact through L1 and,
     L1 emptied, from the fs_native L2 on the loop device's mount; every live metric name known to the
     analysis. What only a GPU shows is said so, never ok."""
-    base = real_run[0].parent.parent
-    record = json.loads((base / "doctor.json").read_text())
-    checks = {
-        h["host"]: check
-        for h in record["hosts"]
-        for check in h["checks"]
-        if check["name"] == "pair_cellfree" and check["detail"] != "no vLLM/LMCache pair on this host"
-    }
-    assert len(checks) == 1, checks  # the lab's one node
-    [(node, check)] = checks.items()
-    assert check["status"] == "ok", (check, (base / "doctor.stderr").read_text()[-3000:])
+    node, check = _the_nodes_ok_check(real_run[0].parent.parent, "pair_cellfree")
     facts = check["facts"]
     assert facts["mode"] == "cpu" and facts["byte_exact"] is True, facts
     parts = facts["parts"]

@@ -19,6 +19,7 @@ from kvoffload.analysis.capacity import (
 )
 from kvoffload.analysis.findings import Finding
 from kvoffload.analysis.recommend import recommend
+from tests.support.models import LLAMA_8B, LLAMA_8B_KV
 from tests.unit.analysis.analysis_frames import samples_frame
 
 CACHE_LABELS = {"block_size": "16", "num_gpu_blocks": "1000", "kv_cache_memory_bytes": "65536000"}
@@ -73,19 +74,6 @@ def test_kv_bytes_from_a_model_config() -> None:
     assert kv_bytes_from_model_config({**llama, "torch_dtype": "float16"}, "x").value == 131072
     missing = kv_bytes_from_model_config({"num_hidden_layers": 2}, "y")
     assert missing.value is None and "lacks" in missing.source
-
-
-# Llama-3.1-8B's shape: 32 layers, GQA with 8 KV heads of 32 query heads, head_dim 128, bfloat16.
-LLAMA_8B = {
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "hidden_size": 4096,
-    "torch_dtype": "bfloat16",
-}
-# 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 B = 131072 B per token of a whole replica.
-LLAMA_8B_KV = 131072
 
 
 def test_tensor_parallel_size_2_on_cuda_gives_the_replicas_kv_bytes() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from kvoffload.analysis import names as N
 from kvoffload.doctor import pair_cellfree as pc
-from kvoffload.doctor.checks import Status
+from kvoffload.doctor.checks import Check, Status
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "doctor" / "pair-cellfree"
 
@@ -31,6 +31,15 @@ def _edit_stdout(facts: dict[str, Any], run: int, old: str, new: str) -> dict[st
     assert stdout.count(old) >= 1, old
     out["passes"][run]["stdout"] = stdout.replace(old, new, 1)
     return out
+
+
+def _failed(facts: dict[str, Any], *said: str) -> Check:
+    """The verdict on `facts`, asserted a failure whose detail says each of `said`."""
+    check = pc.judge(facts)
+    assert check.status == Status.FAIL, check.detail
+    for words in said:
+        assert words in check.detail, check.detail
+    return check
 
 
 def test_the_recorded_cpu_run_is_ok_byte_exact_through_l1_and_l2() -> None:
@@ -86,11 +95,8 @@ def test_a_retrieved_chunk_that_differs_fails_even_when_the_bench_exits_0() -> N
     bad = _edit_stdout(
         _ok(), 0, "[seq 1/warm] CHECKSUM: 8757caaad79e69b9", "[seq 1/warm] CHECKSUM: 0000caaad79e69b9"
     )
-    check = pc.judge(bad)
-    assert check.status == Status.FAIL
-    assert (
-        "sequence 1: retrieved KV digest 0000caaad79e69b9 differs from the stored 8757caaad79e69b9"
-        in check.detail
+    check = _failed(
+        bad, "sequence 1: retrieved KV digest 0000caaad79e69b9 differs from the stored 8757caaad79e69b9"
     )
     assert check.facts["byte_exact"] is False
     # the bench's own verdict and summary are read too
@@ -107,11 +113,8 @@ def test_kv_from_l2_is_compared_with_what_the_first_run_stored() -> None:
     bad = _edit_stdout(
         _ok(), 1, "[seq 0/warm] CHECKSUM: c66822ad0985fd20", "[seq 0/warm] CHECKSUM: 8757caaad79e69b9"
     )
-    check = pc.judge(bad)
-    assert check.status == Status.FAIL
-    assert (
-        "sequence 0: KV retrieved from L2 has digest 8757caaad79e69b9, stored was c66822ad0985fd20"
-        in check.detail
+    check = _failed(
+        bad, "sequence 0: KV retrieved from L2 has digest 8757caaad79e69b9, stored was c66822ad0985fd20"
     )
     assert check.facts["parts"]["store_retrieve_l1"].startswith("ok: ")  # L1 itself was fine
     # no L2 on the host: the second run is neither asked nor judged
@@ -145,13 +148,11 @@ def test_the_live_metric_names_are_diffed_against_the_analysis() -> None:
         "lmcache_mp_l1_write_chunks_total"
     ]
     facts = _ok() | {"metrics_text": renamed}
-    check = pc.judge(facts)
-    assert check.status == Status.FAIL
-    assert (
-        "the server exports names the analysis does not know: lmcache_mp_l1_stored_chunks_total"
-        in check.detail
+    _failed(
+        facts,
+        "the server exports names the analysis does not know: lmcache_mp_l1_stored_chunks_total",
+        "families a store and retrieve create are absent: lmcache_mp_l1_write_chunks_total",
     )
-    assert "families a store and retrieve create are absent: lmcache_mp_l1_write_chunks_total" in check.detail
 
 
 def test_every_expected_family_is_one_the_analysis_knows() -> None:
@@ -162,10 +163,11 @@ def test_a_server_that_is_not_sandboxed_or_lacks_its_compiled_module_fails() -> 
     facts = copy.deepcopy(_ok())
     facts["server"]["process"]["status"]["NoNewPrivs"] = "0"
     facts["server"]["process"]["mapped"] = ["libtorch_cpu.so"]
-    check = pc.judge(facts)
-    assert check.status == Status.FAIL
-    assert "the server ran with NoNewPrivs 0, not 1: not the units' sandbox" in check.detail
-    assert "LMCache's compiled lmcache_native module is not loaded in the server" in check.detail
+    check = _failed(
+        facts,
+        "the server ran with NoNewPrivs 0, not 1: not the units' sandbox",
+        "LMCache's compiled lmcache_native module is not loaded in the server",
+    )
     assert "reinstall the engine set" in check.fix
 
 

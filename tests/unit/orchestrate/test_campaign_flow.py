@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kvoffload.config import load_lab
+from kvoffload.config import LabConfig, load_lab
 from kvoffload.contracts.layout import CellPaths
 from kvoffload.orchestrate import cell_run
 from kvoffload.orchestrate import playbooks_api as api
@@ -213,7 +213,12 @@ def _runner(
     tmp_path: Path, *, nodes: int, cold_start: str = "reset", clients: int = 1
 ) -> tuple[CampaignRunner, Recorder]:
     inv, camp = _lab_files(tmp_path, nodes=nodes, cold_start=cold_start, clients=clients)
-    lab = load_lab(inv, camp)
+    return _runner_of(tmp_path, load_lab(inv, camp), inv)
+
+
+def _runner_of(tmp_path: Path, lab: LabConfig, inv: Path) -> tuple[CampaignRunner, Recorder]:
+    """A runner of `lab` whose playbooks a `Recorder` plays; its results in tmp_path/results (a second
+    runner there resumes the first's run)."""
     results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
     runner = CampaignRunner(
         lab,
@@ -227,6 +232,21 @@ def _runner(
     runner.playbooks = recorder  # type: ignore[assignment]
     runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
     return runner, recorder
+
+
+def _run_with_a_failed_client_install(tmp_path: Path, nodes: int) -> tuple[CampaignRunner, Recorder]:
+    """A run on `nodes` nodes whose one client host fails to install: each of its 6 cells fails with
+    the install's error (test_client_host_runs.py's too)."""
+    runner, rec = _runner(tmp_path, nodes=nodes)
+    rec.fail_client_install = True
+    outcome = runner.run(provision=False)
+    assert not outcome.done and len(outcome.failed) == 6
+    assert all(
+        why.startswith("failed: the install of client host client01.lab.example failed: ")
+        and "pip: no wheel" in why
+        for why in outcome.failed.values()
+    )
+    return runner, rec
 
 
 def _cell_json(runner: CampaignRunner, cell_id: str) -> dict[str, Any]:
@@ -403,13 +423,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     doc = yaml.safe_load(camp.read_text())
     doc.update(tiers=["gpu"], knee_search={"slo_p95_ttft_s": 1.0, "max_concurrency": 32})
     camp.write_text(yaml.safe_dump(doc))
-    lab = load_lab(inv, camp)
-    results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
-    runner = CampaignRunner(lab, inv, results, Progress(), wheel_cache=tmp_path / "cache",
-                            probe_payload=lambda cell: {"probe-of": cell.id})  # fmt: skip
-    rec = Recorder()
-    runner.playbooks = rec  # type: ignore[assignment]
-    runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
+    runner, rec = _runner_of(tmp_path, load_lab(inv, camp), inv)
 
     def measured(root: Path) -> pd.DataFrame:
         # a server whose later-round p95 TTFT is concurrency / 10 seconds: the SLO breaks above 10
@@ -423,7 +437,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     monkeypatch.setattr("kvoffload.orchestrate.knee.campaign_summary", measured)
     outcome = runner.run(provision=False)
     assert not outcome.failed and len(outcome.done) == 2 + 4  # the campaign's 2, then 16, 12, 10, 11
-    campaign = json.loads((results.root / "campaign.json").read_text())
+    campaign = json.loads((runner.results.root / "campaign.json").read_text())
     (ramp,) = campaign["knee_search"]
     assert ramp["outcome"] == "bracketed" and ramp["bracket"] == [10, 11]
     assert [s["concurrency"] for s in ramp["steps"] if s["action"] == "try"] == [16, 12, 10, 11]
@@ -443,7 +457,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
     again = runner.run(provision=False)
     assert again.done == [] and len(again.skipped) == 6 and not again.failed
     assert rec.runs == []  # nothing to provision or install either
-    assert json.loads((results.root / "campaign.json").read_text())["knee_search"] == [ramp]
+    assert json.loads((runner.results.root / "campaign.json").read_text())["knee_search"] == [ramp]
 
 
 def test_a_stop_on_one_node_stops_the_other_and_both_tear_down(tmp_path: Path, fakes: dict[str, Any]) -> None:
@@ -540,14 +554,7 @@ def test_a_client_that_is_also_a_node_host_installs_first_alone(
 def test_a_failed_client_install_fails_the_cells_and_the_nodes_still_tear_down(
     tmp_path: Path, fakes: dict[str, Any]
 ) -> None:
-    runner, rec = _runner(tmp_path, nodes=2)
-    rec.fail_client_install = True
-    outcome = runner.run(provision=False)
-    assert not outcome.done and len(outcome.failed) == 6
-    assert all(
-        "the install of client host client01.lab.example failed" in why and "pip: no wheel" in why
-        for why in outcome.failed.values()
-    )
+    _, rec = _run_with_a_failed_client_install(tmp_path, nodes=2)
     assert rec.when("replay ") == []  # nothing was replayed
     for node in ("gpu01.lab.example", "gpu02.lab.example"):
         assert rec.for_node(node)[-1] == "teardown.yml:unquiet", rec.for_node(node)

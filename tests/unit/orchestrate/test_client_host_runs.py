@@ -15,15 +15,11 @@ import pytest
 import yaml
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.campaign import CampaignRunner
-from kvoffload.orchestrate.results import CampaignResults
-from kvoffload.orchestrate.wheelhouse import Wheels
 from tests.unit.orchestrate.test_campaign_flow import (
-    Progress,
-    Recorder,
     _cell_json,
     _lab_files,
-    _runner,
+    _run_with_a_failed_client_install,
+    _runner_of,
     fakes,
 )
 
@@ -34,15 +30,7 @@ NODE = "gpu01.lab.example"
 def test_a_failed_client_host_fails_the_nodes_later_cells_at_once_without_deploying(
     tmp_path: Path, fakes: dict[str, Any]
 ) -> None:
-    runner, rec = _runner(tmp_path, nodes=1)
-    rec.fail_client_install = True
-    outcome = runner.run(provision=False)
-    assert not outcome.done and len(outcome.failed) == 6
-    assert all(
-        why.startswith("failed: the install of client host client01.lab.example failed: ")
-        and "pip: no wheel" in why
-        for why in outcome.failed.values()
-    )
+    runner, rec = _run_with_a_failed_client_install(tmp_path, nodes=1)
     # The first cell deployed while the client host installed, and its replay found the install failed;
     # the five cells after it failed before deploying or tearing down anything (they used to run
     # "deploy.yml", "teardown.yml" each: ten playbooks and five engine starts for nothing).
@@ -83,24 +71,15 @@ def test_a_resumed_runs_knee_search_installs_the_client_host_of_each_node_it_ram
     lab = load_lab(inv, camp)
     monkeypatch.setattr("kvoffload.orchestrate.knee.campaign_summary", _measured)
 
-    def runner_of_a_run() -> tuple[CampaignRunner, Recorder]:
-        results = CampaignResults.open(tmp_path / "results", lab.campaign.name)
-        runner = CampaignRunner(lab, inv, results, Progress(), wheel_cache=tmp_path / "cache",
-                                probe_payload=lambda cell: {"probe-of": cell.id})  # fmt: skip
-        rec = Recorder()
-        runner.playbooks = rec  # type: ignore[assignment]
-        runner.wheels = Wheels(tmp_path / "kvoffload.whl", None)
-        return runner, rec
-
     # The first run: the campaign's cells only (--cells runs no knee search), one on each node.
-    first, _ = runner_of_a_run()
+    first, _ = _runner_of(tmp_path, lab, inv)
     ran = first.run(only=[c.id for c in lab.cells], provision=False)
     assert len(ran.done) == 2 and not ran.failed
     nodes = {_cell_json(first, c.id)["node"] for c in lab.cells}
     assert nodes == {"gpu01.lab.example", "gpu02.lab.example"}
 
     # The resumed run: every campaign cell is DONE, so the knee search is all it runs, on both nodes.
-    second, rec = runner_of_a_run()
+    second, rec = _runner_of(tmp_path, lab, inv)
     outcome = second.run(provision=False)
     assert not outcome.failed and sorted(outcome.skipped) == sorted(c.id for c in lab.cells)
     assignment = lab.client_assignment

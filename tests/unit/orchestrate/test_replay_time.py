@@ -13,7 +13,6 @@ from kvoffload.orchestrate.replay_time import (
     User,
     gpu_cache,
     play,
-    replay_seconds,
 )
 
 
@@ -29,13 +28,13 @@ def test_a_request_lasts_its_delay_plus_its_serial_time_per_request_in_flight() 
     half = _flat(0.5, 0.5).demand
     two = _users(2, 2)
     # one at a time: 4 requests of 1 s
-    assert replay_seconds(two, 1, 1, half) == pytest.approx(4.0)
+    assert play(two, 1, 1, half).seconds == pytest.approx(4.0)
     # both at once on one engine: each round 2 x 0.5 s shared, then 0.5 s of delay: 1.5 s a round
-    assert replay_seconds(two, 2, 1, half) == pytest.approx(3.0)
+    assert play(two, 2, 1, half).seconds == pytest.approx(3.0)
     # on two replicas each has its own engine: 1 s a round
-    assert replay_seconds(two, 2, 2, half) == pytest.approx(2.0)
+    assert play(two, 2, 2, half).seconds == pytest.approx(2.0)
     # a free slot takes the next user: 3 users of 1 s of serial time, 2 slots: 2 s, then 1 s alone
-    assert replay_seconds(_users(3, 1), 2, 1, _flat(1.0, 0.0).demand) == pytest.approx(3.0)
+    assert play(_users(3, 1), 2, 1, _flat(1.0, 0.0).demand).seconds == pytest.approx(3.0)
     # requests in flight on the replica, on average over the replay: 2 for 2 s, then 1 for 1 s
     assert play(_users(3, 1), 2, 1, _flat(1.0, 0.0).demand).in_flight == pytest.approx(5 / 3)
 
@@ -44,18 +43,18 @@ def test_gaps_are_waited_before_later_rounds_when_honored() -> None:
     user = (Round(100, 0, 10, 9.0), Round(100, 0, 10, 2.0), Round(100, 0, 10, 3.0))
     one = _flat(1.0, 0.0).demand
     # 1 + 2 + 1 + 3 + 1: the first round's gap is never waited
-    assert replay_seconds([user], 1, 1, one, honor_gaps=True) == pytest.approx(8.0)
-    assert replay_seconds([user], 1, 1, one) == pytest.approx(3.0)
+    assert play([user], 1, 1, one, honor_gaps=True).seconds == pytest.approx(8.0)
+    assert play([user], 1, 1, one).seconds == pytest.approx(3.0)
 
 
 def test_duration_stops_new_rounds_and_gaps_but_not_requests_in_flight() -> None:
     one = _flat(1.0, 0.0).demand
     # rounds start at 0, 1 and 2; the one that started at 2 ends at 3
-    assert replay_seconds(_users(1, 5), 1, 1, one, duration_s=2.5) == pytest.approx(3.0)
+    assert play(_users(1, 5), 1, 1, one, duration_s=2.5).seconds == pytest.approx(3.0)
     # round 1 ends at 1, then a gap of 10 s: the deadline at 5 ends it
-    assert replay_seconds(_users(1, 5, gap_s=10.0), 1, 1, one, honor_gaps=True, duration_s=5) == 5.0
+    assert play(_users(1, 5, gap_s=10.0), 1, 1, one, honor_gaps=True, duration_s=5).seconds == 5.0
     # the next user is not taken after the deadline either
-    assert replay_seconds(_users(3, 1), 1, 1, one, duration_s=1.5) == pytest.approx(2.0)
+    assert play(_users(3, 1), 1, 1, one, duration_s=1.5).seconds == pytest.approx(2.0)
 
 
 def test_a_profile_cost_splits_prefill_decode_and_copies() -> None:

@@ -18,6 +18,7 @@ from kvoffload.orchestrate.deployment import REMOTE_MODELS
 from kvoffload.report import build_report, findings_text, write_report
 from kvoffload.report.build import _kv_bytes_input, analyse, capacity_inputs, summary_csv, summary_json
 from kvoffload.report.model_config import STAGED_MODELS, find_model_config
+from tests.support.models import LLAMA_8B
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
 
@@ -357,17 +358,6 @@ def test_the_report_compares_the_runs_estimate_with_what_it_measured(campaign: P
     assert "**estimate**" not in md  # not dumped among the settings
 
 
-# Llama-3.1-8B's shape (GQA: 8 KV heads of 32), bfloat16: 2 x 32 layers x 8 x 128 x 2 B = 131072 B a token.
-LLAMA_CONFIG = {
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "hidden_size": 4096,
-    "torch_dtype": "bfloat16",
-}
-
-
 def _hub_snapshot(cache: Path, model: str, revision: str, config: dict[str, Any], *, main: bool) -> Path:
     """A model's config.json laid out as huggingface_hub caches it: models--org--name/snapshots/<rev>/."""
     repo = cache / ("models--" + model.replace("/", "--"))
@@ -387,9 +377,9 @@ def test_a_hub_id_models_kv_bytes_come_from_the_hugging_face_cache(
     131072 B per token, and the source names the cache; main looked for a folder named `org/name` only."""
     cache = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    path = _hub_snapshot(cache, "meta-llama/Llama-3.1-8B", "abc123", LLAMA_CONFIG, main=True)
+    path = _hub_snapshot(cache, "meta-llama/Llama-3.1-8B", "abc123", LLAMA_8B, main=True)
     _hub_snapshot(
-        cache, "meta-llama/Llama-3.1-8B", "old999", {**LLAMA_CONFIG, "num_hidden_layers": 1}, main=False
+        cache, "meta-llama/Llama-3.1-8B", "old999", {**LLAMA_8B, "num_hidden_layers": 1}, main=False
     )
     monkeypatch.chdir(tmp_path)  # no folder of that name here
     config = {"model": "meta-llama/Llama-3.1-8B", "engine": "vllm", "tier": "cpu"}
@@ -408,7 +398,7 @@ def test_capacity_inputs_size_the_model_config_for_the_cells_tensor_parallel_siz
     (262144 B a token); a target without GPUs (an older file) leaves the model's 8 (131072 B)."""
     folder = tmp_path / "llama"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (folder / "config.json").write_text(json.dumps(LLAMA_8B))
     wide = ",".join(str(i) for i in range(16))
     rows = [
         {
