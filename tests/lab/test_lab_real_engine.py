@@ -396,3 +396,36 @@ def test_the_installed_lmcache_defines_exactly_the_metric_families_committed_for
         regenerate = f"python -m tests.support.lmcache_names {wheel}, then update LMC_KNOWN_NAMES"
         assert fixture.is_file(), f"{wheel.name} has no {fixture}: {regenerate}"
         assert render(wheel_families(wheel)) == fixture.read_text(), f"{wheel.name} differs: {regenerate}"
+
+
+def test_the_report_decides_from_the_real_cells_and_prints_no_cost_below_zero(
+    real_run: tuple[Path, float],
+) -> None:
+    """Issue 42: the lane's campaign has an slo (p95 TTFT <= 60 s, no knee search), so its report's
+    first section is the decision table of these cells: each tier at the one level it ran, a bound
+    ("at least 8") where it met the target, never a bare number. Issue 43: no attribution cost is
+    negative, and a cost the data cannot carry is a verdict, not a number."""
+    from kvoffload.cli.main import main
+
+    out = real_run[0].parent / "report.json"
+    assert main(["report", str(real_run[0]), "--format", "json", "--output", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    [sweep] = doc["decision"]["sweeps"]
+    tiers = {t["tier"]: t for t in sweep["tiers"]}
+    assert set(tiers) == {"gpu", "cpu", "nvme"}, tiers
+    for tier, row in tiers.items():
+        assert row["status"] in ("at_least", "fewer_than"), (tier, row["status"])  # one level: a bound
+        assert row["sessions_bound"] in (">=", "<"), (tier, row)
+        assert row["cost"]["per_million_tokens"] is None and row["cost"]["missing_prices"], row["cost"]
+    md = (real_run[0] / "report" / "report.md").read_text()
+    assert md.index("## Which tier, at what scale, at what cost") < md.index("## Findings")
+    for view in doc["attribution"]:
+        for source in ("gpu", "l1", "l2", "recomputed"):
+            cost = view["costs"].get(source) or {}
+            if cost.get("s_per_1k") is not None:
+                assert cost["verdict"] in ("cost", "zero", "no_interval") and cost["s_per_1k"] >= 0, (
+                    view["tier"],
+                    source,
+                    cost,
+                )
+                assert min(cost["ci_s_per_1k"] or [0]) >= 0, (view["tier"], source, cost)
