@@ -495,7 +495,9 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "knees": knee_verdicts(c.knees, a.tables.campaign.get("knee_search")),
         "knee_table": knee_table(c.knees),
         "tradeoff": _tradeoff_plot(a, c),
-        "recommendations": [r.statement for r in c.recommendations],
+        "recommendations": recommendation_lines(
+            [r.statement for r in c.recommendations], c.decision is not None
+        ),
         "title": _title(a, results_dir),
         "version": __version__,
         "campaign": _campaign_items(a.tables, results_dir),
@@ -752,6 +754,15 @@ def knee_verdicts(knees: Sequence[Knee], ramps: Any) -> list[str]:
         else:
             out.append(f"{head}: {sweep}; the knee search{where} ended {ramp.get('outcome')}: {reason}")
     return out + knee_search_lines(left)
+
+
+def recommendation_lines(statements: list[str], decided: bool) -> list[str]:
+    """The trade-off section's lines. With a decision (the campaign's `slo`), the decision table's
+    verdict column answers which tier (issue 42), so each recommendation paragraph becomes its list of
+    conditions, one clause a line; without one, the paragraphs stay the answer."""
+    if not decided:
+        return statements
+    return [clause.strip() for s in statements for clause in s.split("; ") if clause.strip()]
 
 
 def report_json(a: Analysis, c: Conclusions) -> str:

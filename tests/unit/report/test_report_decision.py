@@ -106,3 +106,18 @@ def test_compare_puts_two_campaigns_decisions_side_by_side(
     assert main(["compare", "--decision", "--format", "json", str(campaign), str(twin)]) == 0
     rows = {r["tier"]: r for r in json.loads(capsys.readouterr().out)}
     assert not rows["cpu"]["comparable"] and "latency targets differ" in rows["cpu"]["not_comparable_reasons"]
+
+
+def test_with_a_decision_the_recommendation_becomes_its_conditions() -> None:
+    """Issue 42: the verdict column answers which tier; the old paragraph becomes a list of conditions."""
+    from kvoffload.report.build import recommendation_lines
+
+    paragraph = (
+        "gpu up to 13.6 k tokens; the crossover lies between 13.6 k and 109 k; verdicts within noise: x"
+    )
+    assert recommendation_lines([paragraph], decided=False) == [paragraph]
+    assert recommendation_lines([paragraph], decided=True) == [
+        "gpu up to 13.6 k tokens",
+        "the crossover lies between 13.6 k and 109 k",
+        "verdicts within noise: x",
+    ]
