@@ -59,9 +59,3 @@ def write_text_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
     """Replace `path` with `text`; OSError (with the temporary file removed) when it cannot."""
     with atomic_path(path, mode) as tmp:
         tmp.write_text(text, encoding="utf-8")
-
-
-def write_bytes_atomic(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data`; OSError (with the temporary file removed) when it cannot."""
-    with atomic_path(path, mode) as tmp:
-        tmp.write_bytes(data)

@@ -358,11 +358,18 @@ def _first(rows: pd.DataFrame, column: str) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _kv_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
+def _first_stated(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated | None:
+    """The first of `rows`' cells whose `stated` figure has a value, in row order; None when none has."""
     for cid in rows["cell_id"].astype(str):
         s = stated.get(cid)
         if s is not None and s.value is not None:
             return s
+    return None
+
+
+def _kv_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
+    if (s := _first_stated(rows, stated)) is not None:
+        return s
     v, first = _first(rows, "vllm_kv_bytes_per_token")
     if v is not None:
         row = rows[rows["cell_id"].astype(str) == first].iloc[0]
@@ -407,10 +414,8 @@ def _l1_bytes(rows: pd.DataFrame, profile_l1_gb: Mapping[str, Stated]) -> Stated
 
 
 def _l2_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
-    for cid in rows["cell_id"].astype(str):
-        s = stated.get(cid)
-        if s is not None and s.value is not None:
-            return s
+    if (s := _first_stated(rows, stated)) is not None:
+        return s
     seen, where = _first(rows, "lmcache_l2_usage_bytes_max")
     floor = f"; the most it held was {seen / 1e9:.3g} GB (cell {where})" if seen else ""
     why = next((s.source for c in rows["cell_id"].astype(str) if (s := stated.get(c)) is not None), None)
@@ -696,18 +701,6 @@ def knees(summary: pd.DataFrame) -> list[Knee]:
             )
         )
     return out
-
-
-def prediction_text(p: TierCapacity) -> str:
-    """One sentence: tokens and sessions a tier is predicted to retain, or why not."""
-    if p.tokens is None:
-        return f"{p.tier}: no prediction: {p.missing}"
-    sessions = (
-        ""
-        if p.sessions is None
-        else f", {p.sessions:.3g} sessions of this dataset at num_rounds={p.num_rounds}"
-    )
-    return f"{p.tier}: {tokens_text(p.tokens)} tokens of KV history{sessions}"
 
 
 def l2_from_hosts(hosts: Mapping[str, Any], l2_device: str | None, fraction: Stated) -> Stated:

@@ -536,11 +536,6 @@ def software_warnings(software: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _replica_restarted(row: Any) -> bool:
-    """A vLLM replica unit among the cell's restarted units (health.py's `restarted_units` text)."""
-    return "kvoffload-vllm@" in str(row.get("restarted_units"))
-
-
 def warnings_table(
     summary: pd.DataFrame,
     skipped: Sequence[dict[str, str]] = (),

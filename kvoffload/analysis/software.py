@@ -6,7 +6,9 @@ host and item (a Debian package, a Python distribution of a venv, or `gpu driver
 `software_table` folds that into one row per host and distinct set of versions (the report's table);
 `version_splits` finds the items whose version changed between the cells of a campaign on the hosts of
 one role, which makes tier comparisons across those cells doubtful (compare.py turns them into warnings);
-`campaign_differences` does the same between campaigns (`kvoffload-lab compare`).
+`campaign_differences` does the same between campaigns (`kvoffload-lab compare`). `engine_sets` reads the
+engine set each cell's node installed (cell.json `profiles.engine_set`, kvoffload/engines), which the
+report's table shows beside the node's versions.
 """
 
 from __future__ import annotations
@@ -92,9 +94,47 @@ def _cells_text(covered: list[str], every: list[str]) -> str:
     return ", ".join(covered)
 
 
-def software_table(frame: pd.DataFrame, cell_ids: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per host and distinct set of versions: host, roles, cells, then one column per TABLE_ITEMS
-    item recorded anywhere (header as column name; None where that host lacks it).
+def engine_sets(cells: pd.DataFrame) -> list[dict[str, Any]]:
+    """The engine sets the cells' nodes installed (cell.json `profiles.engine_set`), one per set name in
+    first-seen order, each its record plus `nodes` (sorted) and `cells` (ids); [] for the simulator
+    and for cells older than engine sets."""
+    if "profiles" not in cells.columns or "node" not in cells.columns:
+        return []
+    found: dict[str, dict[str, Any]] = {}
+    for cell_id, node, text in zip(cells["cell_id"], cells["node"], cells["profiles"], strict=True):
+        if not isinstance(text, str) or not text:
+            continue
+        record = json.loads(text).get("engine_set")
+        if not isinstance(record, dict) or "name" not in record:
+            continue
+        entry = found.setdefault(str(record["name"]), {**record, "nodes": [], "cells": []})
+        if isinstance(node, str) and node not in entry["nodes"]:
+            entry["nodes"] = sorted([*entry["nodes"], node])
+        entry["cells"].append(str(cell_id))
+    return list(found.values())
+
+
+def engine_set_source(record: dict[str, Any]) -> str:
+    """Where an engine set's wheels came from, in words: its folder, index URLs, single wheel files."""
+    source = record.get("source") or {}
+    parts = []
+    if source.get("wheels_dir"):
+        parts.append(f"folder {source['wheels_dir']} (offline)")
+    urls = [u for u in [source.get("index_url"), *(source.get("extra_index_urls") or [])] if u]
+    if urls:
+        parts.append("index " + " + ".join(urls))
+    if not parts:
+        parts.append("the default index")
+    parts += [f"wheel file {w}" for w in source.get("wheels") or []]
+    return ", ".join(parts)
+
+
+def software_table(
+    frame: pd.DataFrame, cell_ids: Sequence[str] = (), sets: Sequence[dict[str, Any]] = ()
+) -> pd.DataFrame:
+    """One row per host and distinct set of versions: host, roles, cells, then (with `sets`, from
+    `engine_sets`) the engine set each node installed, then one column per TABLE_ITEMS item recorded
+    anywhere (header as column name; None where that host lacks it).
 
     `cells` is "all" when the host reported the same versions in every cell of `cell_ids` (default: the
     cells of `frame`), "all but <cells>" when the row covers most of them, else the cells it covers.
@@ -102,6 +142,7 @@ def software_table(frame: pd.DataFrame, cell_ids: Sequence[str] = ()) -> pd.Data
     if frame.empty:
         return pd.DataFrame(columns=["host", "roles", "cells"])
     every = sorted(set(cell_ids) or set(frame["cell_id"]))
+    node_set = {node: str(s["name"]) for s in sets for node in s.get("nodes") or []}
     shown = [item for item in TABLE_ITEMS if item in set(frame["item"])]
     rows: list[dict[str, Any]] = []
     for host, per_host in frame.groupby("host", sort=True):
@@ -115,9 +156,12 @@ def software_table(frame: pd.DataFrame, cell_ids: Sequence[str] = ()) -> pd.Data
         for (roles, items), covered in distinct.items():
             versions = dict(items)
             row: dict[str, Any] = {"host": str(host), "roles": roles, "cells": _cells_text(covered, every)}
+            if sets:
+                row["engine set"] = node_set.get(str(host))
             row.update({TABLE_ITEMS[item]: versions.get(item) for item in shown})
             rows.append(row)
-    return pd.DataFrame(rows, columns=["host", "roles", "cells", *(TABLE_ITEMS[i] for i in shown)])
+    head = ["host", "roles", "cells", *(["engine set"] if sets else [])]
+    return pd.DataFrame(rows, columns=[*head, *(TABLE_ITEMS[i] for i in shown)])
 
 
 def version_splits(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,17 +34,9 @@ class CalibrationOptions:
 
 
 def shape_info(spec: ModelSpec, dtype: str = "bf16") -> ShapeInfo:
+    """The raw file's record of `spec`: its dimensions as they are, with the sizes at `dtype`."""
     return ShapeInfo(
-        name=spec.name,
-        source=spec.source,
-        num_layers=spec.num_layers,
-        hidden=spec.hidden,
-        num_heads=spec.num_heads,
-        num_kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim,
-        intermediate=spec.intermediate,
-        vocab=spec.vocab,
-        qk_norm=spec.qk_norm,
+        **asdict(spec),
         dtype=dtype,
         kv_bytes_per_token=spec.kv_bytes_per_token(dtype),
         weights_bytes=spec.weights_bytes(dtype),

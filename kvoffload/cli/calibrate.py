@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload.calibrate.shapes import SHAPES, get_shape
+from kvoffload.cli.args import add_command
 from kvoffload.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -32,15 +33,7 @@ def _size(text: str) -> int:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "calibrate",
-        help="measure this GPU host and write a simulator cost profile",
-        description=(
-            "Measure prefill throughput, decode step time, KV bytes per token, pinned host<->device copy "
-            "bandwidth and a directory's drive throughput with PyTorch and random weights of a model shape "
-            "(no download), and write a cost profile for the simulator with every figure's provenance."
-        ),
-    )
+    parser = add_command(sub, "calibrate", run)
     parser.add_argument("--model-shape", required=True, choices=sorted(SHAPES), help="model shape to measure")
     parser.add_argument("--output", required=True, type=Path, help="profile YAML to write")
     parser.add_argument(
@@ -69,10 +62,15 @@ def register(sub: Any) -> None:
         help="skip measuring: build the profile from a raw JSON an earlier run wrote",
     )
     parser.add_argument("--name", help="profile name (default: the --output file's stem)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """measure this GPU host and write a simulator cost profile
+
+    Measure prefill throughput, decode step time, KV bytes per token, pinned host<->device copy bandwidth and
+    a directory's drive throughput with PyTorch and random weights of a model shape (no download), and write a
+    cost profile for the simulator with every figure's provenance.
+    """
     from kvoffload.calibrate.raw import load_raw, write_raw
     from kvoffload.calibrate.runner import CalibrationOptions, run_calibration
     from kvoffload.calibrate.sanity import failures

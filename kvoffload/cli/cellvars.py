@@ -1,7 +1,7 @@
 """`kvoffload-lab plan INVENTORY --emit-extravars CELL_ID`: one cell's extravars for plain Ansible.
 
 Writes to stdout, as YAML, exactly the extravars `run` passes to that cell's deploy, replay, collect
-and teardown playbooks: the same function (`kvoffload.orchestrate.deployment.cell_extravars`), the same
+and teardown playbooks: the same function (`kvoffload.orchestrate.cell.deployment.cell_extravars`), the same
 node (the schedule `plan` shows), the same cell folder under `--results` and the same wheels (this
 package's wheel and, unless `--no-wheelhouse`, the wheelhouse, both built in `--wheel-cache` as `run`
 builds them, for the Python the hosts report unless `--hosts-python` is given: asking them is the one
@@ -10,7 +10,7 @@ the cell `run` would run. It changes nothing on any host and creates no results 
 the YAML only.
 
 `plan INVENTORY --finish-cell CELL_ID` then completes the folder the playbooks wrote (cell.json, DONE;
-kvoffload/orchestrate/plain.py), so that `report` reads the cell and `plan` counts it DONE.
+kvoffload/orchestrate/cell/plain.py), so that `report` reads the cell and `plan` counts it DONE.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import yaml
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, hosts_python_flag
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.errors import UserError
-from kvoffload.orchestrate.checks import check_folder_flag
+from kvoffload.orchestrate.checks.controller import check_folder_flag
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from kvoffload.config.load import LabConfig
-    from kvoffload.orchestrate.wheelhouse import Wheels
+    from kvoffload.orchestrate.installs.wheelhouse import Wheels
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +82,8 @@ def cell_node(lab: LabConfig, cell_id: str, results: Path, schedule: Callable[..
 
 def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
     """The wheels `run` builds for this lab (CampaignRunner.prepare_wheelhouse)."""
-    from kvoffload.orchestrate import wheelhouse
+    from kvoffload.engines.lab import wheel_sets
+    from kvoffload.orchestrate.installs import wheelhouse
 
     check_folder_flag(args.wheel_cache, "--wheel-cache")
     hosts_python = hosts_python_flag(args.hosts_python)
@@ -91,7 +92,7 @@ def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
     return wheelhouse.build_wheels(
         args.wheel_cache,
         offline=not args.no_wheelhouse,
-        engine_builds=lab.engine_builds,
+        engine_sets=wheel_sets(lab),
         hosts_python=hosts_python or wheelhouse.DEFAULT_HOSTS_PYTHON,  # unread without a wheelhouse
     )
 
@@ -99,7 +100,7 @@ def build(lab: LabConfig, args: argparse.Namespace) -> Wheels:
 def _learn_hosts_python(lab: LabConfig) -> str:
     """The Python the hosts report, as `run` asks them; the playbook's artifacts go to a scratch folder
     (no results folder is created)."""
-    from kvoffload.orchestrate import host_python
+    from kvoffload.orchestrate.installs import host_python
     from kvoffload.playbook import PlaybookRunner
 
     with tempfile.TemporaryDirectory(prefix="kvoffload-host-python-") as scratch:
@@ -109,7 +110,7 @@ def _learn_hosts_python(lab: LabConfig) -> str:
 
 def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any]) -> int:
     """Write the cell's extravars to stdout; an unknown cell id is bad input (exit 2)."""
-    from kvoffload.orchestrate.deployment import cell_extravars
+    from kvoffload.orchestrate.cell.deployment import cell_extravars
     from kvoffload.orchestrate.results import CampaignResults
 
     cells = {c.id: c for c in lab.cells}
@@ -144,9 +145,9 @@ def emit(lab: LabConfig, args: argparse.Namespace, schedule: Callable[..., Any])
 
 
 def finish(lab: LabConfig, args: argparse.Namespace) -> int:
-    """Complete a plain run's cell folder (kvoffload/orchestrate/plain.py): 0 when the cell is DONE, 1
+    """Complete a plain run's cell folder (kvoffload/orchestrate/cell/plain.py): 0 when the cell is DONE, 1
     when its results are incomplete (cell.json says why), 2 on bad input."""
-    from kvoffload.orchestrate.plain import finish_cell
+    from kvoffload.orchestrate.cell.plain import finish_cell
 
     cells = {c.id: c for c in lab.cells}
     cell = cells.get(args.finish_cell)

@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from kvoffload.cli.args import add_command
 from kvoffload.errors import UserError
 
 DEFAULT_FIGURES = (
@@ -33,7 +34,7 @@ DEFAULT_FIGURES = (
 
 
 def register(sub: Any) -> None:
-    c = sub.add_parser("compare", help="compare matching cells across campaign results folders")
+    c = add_command(sub, "compare", _compare)
     c.add_argument("results_dirs", type=Path, nargs="+", metavar="RESULTS_DIR", help="two or more folders")
     c.add_argument(
         "--figure",
@@ -48,7 +49,6 @@ def register(sub: Any) -> None:
         "ISL/OSL, num_rounds and tier, each campaign's sessions at its latency target, cost per 1M tokens, "
         "goodput per GPU and verdict; comparable only with the same dataset (by digest) and target",
     )
-    c.set_defaults(func=_compare)
 
 
 def _printed(table: Any, fmt: str) -> bool:
@@ -113,6 +113,7 @@ def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    """compare matching cells across campaign results folders"""
     import pandas as pd
     from rich.console import Console
     from rich.table import Table

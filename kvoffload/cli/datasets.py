@@ -9,23 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvoffload.cli.args import add_actions, add_command
 from kvoffload.datasets import DATASET_CODES, ceiling_table, chunk_floor, load_dataset
 from kvoffload.errors import UserError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("datasets", help="inspect recorded conversation datasets")
-    dsub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
-    i = dsub.add_parser(
-        "inspect",
-        help="sessions, calls and the virtual-user ceiling per num_rounds",
-        description=(
-            "Load a dataset as the replay would and print its sessions, calls, calls per session, the "
-            "number of virtual users available for num_rounds 1..50 (a concurrency above that ceiling adds "
-            "no load) and the input tokens per round (p50/p90/p99/max), naming the tokenizer that counted. "
-            "Exit 2 on bad data, naming the file and record."
-        ),
-    )
+    p = add_command(sub, "datasets", help="inspect recorded conversation datasets")
+    dsub = add_actions(p, "datasets_command", metavar="SUBCOMMAND")
+    i = add_command(dsub, "inspect", inspect)
     i.add_argument(
         "--dataset-code",
         "--code",  # its former name, deprecated
@@ -49,7 +41,6 @@ def register(sub: Any) -> None:
         type=int,
         help="count tokens per round of the virtual users of this num_rounds (default: whole sessions)",
     )
-    i.set_defaults(func=inspect)
 
 
 class _DatasetCode(argparse.Action):
@@ -72,6 +63,13 @@ class _DatasetCode(argparse.Action):
 
 
 def inspect(args: argparse.Namespace) -> int:
+    """sessions, calls and the virtual-user ceiling per num_rounds
+
+    Load a dataset as the replay would and print its sessions, calls, calls per session, the number of virtual
+    users available for num_rounds 1..50 (a concurrency above that ceiling adds no load) and the input tokens
+    per round (p50/p90/p99/max), naming the tokenizer that counted. Exit 2 on bad data, naming the file and
+    record.
+    """
     from kvoffload.datasets.tokens import round_tokens
     from kvoffload.tokenizer import describe, open_tokenizer
 

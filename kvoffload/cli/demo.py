@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvoffload.orchestrate.checks import (
+from kvoffload.cli.args import add_command, add_results_argument
+from kvoffload.orchestrate.checks.controller import (
     campaign_where,
     check_folder_flag,
     check_sim_profile,
@@ -35,11 +36,13 @@ DEFAULT_NODES = 2  # the demo's two comparison groups run at once, one per node
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "demo",
         help="lab up -> demo campaign (simulator, 3 tiers) -> report -> lab down (root)",
+        func=demo,
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the module docstring, laid out by hand
     )
     p.add_argument(
         "--engine",
@@ -52,9 +55,7 @@ def register(sub: Any) -> None:
         type=Path,
         help=f"campaign file (default {DEMO_CAMPAIGNS['sim']}; with --engine vllm {DEMO_CAMPAIGNS['vllm']})",
     )
-    p.add_argument(
-        "--results", type=Path, default=Path("results"), help="results base folder (default ./results)"
-    )
+    add_results_argument(p)
     p.add_argument(
         "--nodes",
         type=int,
@@ -75,7 +76,6 @@ def register(sub: Any) -> None:
         action="store_true",
         help="serve the live page beside the campaign on 127.0.0.1:8765 (see `run --watch`); prints its URL",
     )
-    p.set_defaults(func=demo)
 
 
 def demo(args: argparse.Namespace) -> int:

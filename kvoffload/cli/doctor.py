@@ -1,6 +1,7 @@
 """`kvoffload-lab doctor INVENTORY`: is each node ready for a campaign? One table per host, doctor.json.
 
-Thin: the probe, the checks and the verdicts live in kvoffload/doctor and kvoffload/orchestrate/doctor.py;
+Thin: the probe, the checks and the verdicts live in kvoffload/doctor and
+kvoffload/orchestrate/checks/doctor.py;
 this module parses flags, renders the tables and picks the exit code (1 when a host fails a check).
 """
 
@@ -12,41 +13,19 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
-from kvoffload.orchestrate.checks import check_folder_flag
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_command, add_lab_arguments, hosts_python_flag
+from kvoffload.orchestrate.checks.controller import check_folder_flag
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
     from kvoffload.doctor.checks import NodeReport
-    from kvoffload.orchestrate.doctor import Smoke
+    from kvoffload.orchestrate.checks.doctor import Smoke
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "doctor",
-        help="check every host before a campaign: GPU, driver, fabric, NUMA, memory for L1, L2, engines",
-        description=(
-            "Run a probe on every host of the inventory and check what a campaign needs: /dev/nvidia-uvm "
-            "and the driver, Fabric Manager and the fabric state, persistence mode, GPU clocks, PCIe "
-            "links, NUMA placement of the GPUs and the NVMe, host Python against the wheelhouse, memory "
-            "for L1, the L2 mount (file system, O_DIRECT, a short throughput probe, TRIM), CUDA init in "
-            "a unit-like sandbox, a pinned allocation, CUDA IPC between two processes, the engine set's "
-            "versions and LMCache's connector module. Then, for a vllm campaign, on each node with an "
-            "lmcache-server, in parallel, the smoke check of the vLLM/LMCache pair: it installs the "
-            "node's software and model as `run` does (idempotent), starts lmcache-server and one "
-            "replica through the cell's roles and units, checks that the replica registered, sends "
-            "one prompt twice (the replica's own prefix cache emptied in between) and reads a store "
-            "and a retrieve from the servers' counters, then stops them (--no-smoke leaves it out: "
-            "then nothing on the hosts changes). After it, the cell-free pair check (seconds, no "
-            "model): LMCache's own `lmcache server` and `lmcache bench server` as two transient "
-            "systemd units with the engine units' [Service] keys, storing, retrieving and checksumming "
-            "KV through L1 (and L2 on an nvme host), comparing the server's live metric names with the "
-            "analysis's (--no-pair-check leaves it out). Prints a table per host, writes "
-            "RESULTS/<campaign>/doctor.json, exits 1 when a host fails a check."
-        ),
-    )
+    p = add_command(sub, "doctor", doctor)
     add_lab_arguments(p)
     p.add_argument(
         "--hosts-python",
@@ -78,13 +57,30 @@ def register(sub: Any) -> None:
         help="as `run`: where the wheelhouse the smoke check installs from is built",
     )
     p.add_argument("--json", action="store_true", help="print doctor.json instead of the tables")
-    p.set_defaults(func=doctor)
 
 
 def doctor(args: argparse.Namespace) -> int:
+    """check every host before a campaign: GPU, driver, fabric, NUMA, memory for L1, L2, engines
+
+    Run a probe on every host of the inventory and check what a campaign needs: /dev/nvidia-uvm and the
+    driver, Fabric Manager and the fabric state, persistence mode, GPU clocks, PCIe links, NUMA placement of
+    the GPUs and the NVMe, host Python against the wheelhouse, memory for L1, the L2 mount (file system,
+    O_DIRECT, a short throughput probe, TRIM), CUDA init in a unit-like sandbox, a pinned allocation, CUDA IPC
+    between two processes, the engine set's versions and LMCache's connector module. Then, for a vllm
+    campaign, on each node with an lmcache-server, in parallel, the smoke check of the vLLM/LMCache pair: it
+    installs the node's software and model as `run` does (idempotent), starts lmcache-server and one replica
+    through the cell's roles and units, checks that the replica registered, sends one prompt twice (the
+    replica's own prefix cache emptied in between) and reads a store and a retrieve from the servers'
+    counters, then stops them (--no-smoke leaves it out: then nothing on the hosts changes). After it, the
+    cell-free pair check (seconds, no model): LMCache's own `lmcache server` and `lmcache bench server` as two
+    transient systemd units with the engine units' [Service] keys, storing, retrieving and checksumming KV
+    through L1 (and L2 on an nvme host), comparing the server's live metric names with the analysis's
+    (--no-pair-check leaves it out). Prints a table per host, writes RESULTS/<campaign>/doctor.json, exits 1
+    when a host fails a check.
+    """
     from kvoffload.config import load_lab
-    from kvoffload.orchestrate.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
-    from kvoffload.orchestrate.pair_cellfree import PairCellFree
+    from kvoffload.orchestrate.checks.cellfree import PairCellFree
+    from kvoffload.orchestrate.checks.doctor import DOCTOR_DIR, DOCTOR_JSON, doctor_json, run_doctor
     from kvoffload.playbook import PlaybookRunner
 
     hosts_python_flag(args.hosts_python)
@@ -118,10 +114,10 @@ def _smoke(args: argparse.Namespace, lab: LabConfig, inventory: Path) -> Smoke |
     None for the simulator (no pair to check) or with --no-smoke."""
     if args.no_smoke or lab.campaign.engine != "vllm":
         return None
-    from kvoffload.orchestrate.campaign import CampaignRunner
-    from kvoffload.orchestrate.doctor import DOCTOR_DIR
+    from kvoffload.orchestrate.campaign.runner import CampaignRunner
+    from kvoffload.orchestrate.checks.doctor import DOCTOR_DIR
+    from kvoffload.orchestrate.checks.round_trip import PairSmoke
     from kvoffload.orchestrate.results import CampaignResults
-    from kvoffload.orchestrate.smoke import PairSmoke
 
     wheel_cache = args.wheel_cache or DEFAULT_WHEEL_CACHE
     check_folder_flag(wheel_cache, "--wheel-cache")

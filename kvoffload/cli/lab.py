@@ -8,36 +8,27 @@ described by an inventory and never touched by this command.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
+from kvoffload.cli.args import add_actions, add_command
 from kvoffload.errors import UserError
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "lab",
         help="bring a virtual lab of systemd hosts up or down on this machine (root)",
-        description=(
-            "A virtual lab: Debian 12 systemd-nspawn hosts on a private bridge, with ssh keys, a loop "
-            "device as the lmcache host's NVMe, and an Ansible inventory for them. State lives in "
-            "$KVOFFLOAD_LAB_STATE or <cache>/state; images in <cache>/images, where <cache> is "
-            "$KVOFFLOAD_LAB_CACHE or /var/cache/kvoffload-lab."
-        ),
+        description="""
+            A virtual lab: Debian 12 systemd-nspawn hosts on a private bridge, with ssh keys, a loop
+            device as the lmcache host's NVMe, and an Ansible inventory for them. State lives in
+            $KVOFFLOAD_LAB_STATE or <cache>/state; images in <cache>/images, where <cache> is
+            $KVOFFLOAD_LAB_CACHE or /var/cache/kvoffload-lab.
+            """,
     )
-    sub = parser.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
-    up = sub.add_parser(
-        "up",
-        help="build the image if needed and boot the hosts; writes the inventory",
-        description=(
-            "Boot a virtual lab on this machine (root, Debian): systemd-nspawn hosts on a private bridge, "
-            "the first --clients the client hosts, the next --nodes each a node with 2 replicas and a "
-            "loop-device NVMe. "
-            "The base image is built once and cached. Writes an Ansible inventory (--inventory) for "
-            "`plan`, `run` and `teardown`; `lab down` stops everything it started."
-        ),
-    )
+    sub = add_actions(parser, "lab_command")
+    up = add_command(sub, "up", _up)
     up.add_argument(
         "--hosts", type=int, default=2, help="number of hosts (default 2: the client, a node with 2 replicas)"
     )
@@ -68,76 +59,42 @@ def register(subparsers: Any) -> None:
         help="where to write the lab's inventory (default inventories/local/hosts.yml)",
     )
     up.add_argument("--nvme-size-mb", type=int, default=512, help="size of the loop-device NVMe (MiB)")
-    up.set_defaults(func=_up)
-    down = sub.add_parser(
-        "down", help="stop every lab host by PID, detach the loop device, delete the bridge"
-    )
-    down.set_defaults(func=_down)
-    status = sub.add_parser("status", help="show the lab's hosts; exit 0 only when all answer over ssh")
-    status.set_defaults(func=_status)
-    image = sub.add_parser("image", help="build (or reuse) the cached base image; --podman also imports it")
+    add_command(sub, "down", _down)
+    add_command(sub, "status", _status)
+    image = add_command(sub, "image", _image)
     image.add_argument("--rebuild", action="store_true", help="rebuild even if a cached image matches")
     image.add_argument("--podman", action="store_true", help="import it into podman for molecule")
-    image.set_defaults(func=_image)
-    tiny = sub.add_parser(
-        "tiny-model",
-        help="build (or reuse) a tiny random-weight Llama folder for the real-engine lane; prints its path",
-        description=(
-            "Writes a Hugging Face model folder that real vLLM can serve, with no download: the reference "
-            "tiny Llama architecture, a byte-level BPE tokenizer trained on the shipped conversations "
-            "(data/) and random bfloat16 weights. A folder already built from the same inputs is reused."
-        ),
-    )
+    tiny = add_command(sub, "tiny-model", _tiny_model)
     tiny.add_argument("out", type=Path, metavar="OUT", help="model folder to write (replaced only if ours)")
     tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    tiny.set_defaults(func=_tiny_model)
+
+
+# The flags of `lab up`, each the UpOptions field of its name.
+_UP_FLAGS = ("hosts", "nodes", "clients", "bridge", "subnet", "prefix", "inventory", "nvme_size_mb")
 
 
 def _up(args: argparse.Namespace) -> int:
-    from kvoffload.lab.lifecycle import UpOptions, up
+    """build the image if needed and boot the hosts; writes the inventory
+
+    Boot a virtual lab on this machine (root, Debian): systemd-nspawn hosts on a private bridge, the first
+    --clients the client hosts, the next --nodes each a node with 2 replicas and a loop-device NVMe. The base
+    image is built once and cached. Writes an Ansible inventory (--inventory) for `plan`, `run` and
+    `teardown`; `lab down` stops everything it started.
+    """
+    from kvoffload.lab.lifecycle import UpOptions, check_options, up
 
     if args.nvme_size_mb < 320:
         raise UserError("--nvme-size-mb: at least 320 (mkfs.xfs refuses smaller devices)")
-    _check_up_flags(args)
-    result = up(
-        UpOptions(
-            hosts=args.hosts,
-            nodes=args.nodes,
-            clients=args.clients,
-            bridge=args.bridge,
-            subnet=args.subnet,
-            prefix=args.prefix,
-            inventory=args.inventory,
-            nvme_size_mb=args.nvme_size_mb,
-        )
-    )
+    options = UpOptions(**{flag: getattr(args, flag) for flag in _UP_FLAGS})
+    check_options(options)  # before `up` looks at (or pings) an existing lab, and without root
+    result = up(options)
     _print_status(result)
     print(f"inventory: {result.inventory}")
     return 0
 
 
-def _check_up_flags(args: argparse.Namespace) -> None:
-    """The flags `up` would refuse, checked before it looks at (or pings) an existing lab; the same
-    rules as `lifecycle.up`, which also guards callers other than this command."""
-    from kvoffload.lab.inventory import shape_problem
-    from kvoffload.lab.network import plan_addresses
-
-    if not 1 <= args.hosts <= 32:
-        raise UserError(f"--hosts {args.hosts}: choose between 1 and 32 hosts")
-    problem = shape_problem(args.hosts, args.nodes, args.clients)
-    if problem is not None:
-        raise UserError(problem)
-    # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
-    if len(f"vb-{args.prefix}{args.hosts}") > 15 or not args.prefix.isalnum():
-        raise UserError(f"--prefix {args.prefix}: use up to 10 letters/digits")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", args.bridge):
-        raise UserError(f"--bridge {args.bridge!r}: a network link name of 1-15 letters, digits, . _ -")
-    plan_addresses(args.subnet, args.hosts)  # raises naming --subnet
-    if args.inventory.is_dir():
-        raise UserError(f"--inventory {args.inventory}: is a folder; give the hosts.yml file to write")
-
-
 def _down(args: argparse.Namespace) -> int:
+    """stop every lab host by PID, detach the loop device, delete the bridge"""
     from kvoffload.lab.lifecycle import down
 
     print("lab torn down" if down() else "no lab recorded: nothing to do")
@@ -145,6 +102,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """show the lab's hosts; exit 0 only when all answer over ssh"""
     from kvoffload.lab.lifecycle import status
 
     result = status()
@@ -156,6 +114,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _image(args: argparse.Namespace) -> int:
+    """build (or reuse) the cached base image; --podman also imports it"""
     from kvoffload.lab.image import ensure_base_image, ensure_podman_image
 
     image = ensure_base_image(rebuild=args.rebuild)
@@ -166,6 +125,12 @@ def _image(args: argparse.Namespace) -> int:
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
+    """build (or reuse) a tiny random-weight Llama folder for the real-engine lane; prints its path
+
+    Writes a Hugging Face model folder that real vLLM can serve, with no download: the reference tiny Llama
+    architecture, a byte-level BPE tokenizer trained on the shipped conversations (data/) and random bfloat16
+    weights. A folder already built from the same inputs is reused.
+    """
     from kvoffload.lab.tinymodel import build_tiny_model
 
     if args.seed < 0:

@@ -1,7 +1,9 @@
 """Entry point of `kvoffload-lab`: builds the sub-command tree and maps errors to exit codes.
 
 Each sub-command lives in its own module of this package, exposing `register(subparsers)`; the module
-sets `func` on its parser. Imports of heavy layers happen inside the handlers so `--help` stays fast.
+adds its parser with `args.add_command`, which runs the handler it names and takes the command's help
+line and description from that handler's docstring. Imports of heavy layers happen inside the handlers
+so `--help` stays fast.
 """
 
 from __future__ import annotations

@@ -16,16 +16,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kvoffload.cli.args import add_actions, add_command
 from kvoffload.errors import UserError
-from kvoffload.orchestrate.checks import check_folder_flag
+from kvoffload.orchestrate.checks.controller import check_folder_flag
 
 # kvoffload.metrics.gpu.GPU_TOOLS, spelled out so that building the parser imports no metrics code.
 GPU_TOOL_CHOICES = ("nvidia-smi", "amd-smi")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("metrics", help="sample Prometheus targets and GPU telemetry into raw JSONL")
-    msub = p.add_subparsers(dest="metrics_command", metavar="ACTION", required=True)
+    p = add_command(sub, "metrics", help="sample Prometheus targets and GPU telemetry into raw JSONL")
+    msub = add_actions(p, "metrics_command")
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument(
@@ -44,16 +45,7 @@ def register(sub: Any) -> None:
         )
         q.add_argument("--timeout", type=float, default=10.0, help="per-scrape timeout in seconds (10)")
 
-    s = msub.add_parser(
-        "sample",
-        help="scrape every --interval seconds until SIGTERM",
-        description=(
-            "Scrape every --target (Prometheus text) and poll every --gpu tool each --interval seconds, "
-            "appending one JSON line per sample to --output/<NAME>.jsonl (whole lines only, so a cut run "
-            "leaves readable files). SIGTERM or SIGINT ends the current round and exits 0. The replay "
-            "role runs it on the client next to each replay; the report reads the files."
-        ),
-    )
+    s = add_command(msub, "sample", _sample)
     common(s)
     s.add_argument("--interval", type=float, default=15.0, help="seconds between scrapes (15)")
     s.add_argument("--output", type=Path, required=True, help="folder for <NAME>.jsonl files")
@@ -68,27 +60,12 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--lock-grace", type=float, default=300.0, help="seconds a replay has to take --replay-lock (300)"
     )
-    s.set_defaults(func=_sample)
 
-    n = msub.add_parser("snapshot", help="scrape every target once into one JSONL file")
+    n = add_command(msub, "snapshot", _snapshot)
     common(n)
     n.add_argument("--output", type=Path, required=True, help="file to write, e.g. snapshot-before.jsonl")
-    n.set_defaults(func=_snapshot)
 
-    g = msub.add_parser(
-        "gpu-textfile",
-        help="poll nvidia-smi or amd-smi into a file for node-exporter's textfile collector",
-        description=(
-            "Poll a GPU tool every --interval seconds and replace --output (atomically, mode 0644) with "
-            "Prometheus gauges gpu_power_watts, gpu_utilization_percent, gpu_memory_used_bytes and "
-            "gpu_memory_total_bytes per GPU (labels gpu, vendor, and uuid, model where the tool prints "
-            "them), plus kvoffload_gpu_telemetry_up. Put --output in node-exporter's textfile folder: the "
-            "client's sampler then reads the GPU series from the host's node-<host> target. A tool that "
-            "fails (missing, too slow, non-zero exit) logs a warning and leaves only "
-            "kvoffload_gpu_telemetry_up 0 in the file; sampling goes on. SIGTERM or SIGINT removes the "
-            "file and exits 0."
-        ),
-    )
+    g = add_command(msub, "gpu-textfile", _gpu_textfile)
     g.add_argument("--tool", choices=GPU_TOOL_CHOICES, required=True, help="GPU tool to poll on this host")
     g.add_argument(
         "--output",
@@ -103,7 +80,6 @@ def register(sub: Any) -> None:
         action="store_true",
         help="poll once, write the file and exit: 0 when the tool answered, 1 when it failed (file kept)",
     )
-    g.set_defaults(func=_gpu_textfile)
 
 
 def _seconds(value: float, flag: str) -> None:
@@ -133,6 +109,13 @@ def _scraper(args: argparse.Namespace) -> Any:
 
 
 def _sample(args: argparse.Namespace) -> int:
+    """scrape every --interval seconds until SIGTERM
+
+    Scrape every --target (Prometheus text) and poll every --gpu tool each --interval seconds, appending one
+    JSON line per sample to --output/<NAME>.jsonl (whole lines only, so a cut run leaves readable files).
+    SIGTERM or SIGINT ends the current round and exits 0. The replay role runs it on the client next to each
+    replay; the report reads the files.
+    """
     from kvoffload.metrics.sampler import ReplayLease, run_sampler
 
     _seconds(args.interval, "--interval")
@@ -160,6 +143,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
+    """scrape every target once into one JSONL file"""
     from kvoffload.metrics.sampler import take_snapshot
 
     _output_file(args.output)
@@ -175,6 +159,16 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _gpu_textfile(args: argparse.Namespace) -> int:
+    """poll nvidia-smi or amd-smi into a file for node-exporter's textfile collector
+
+    Poll a GPU tool every --interval seconds and replace --output (atomically, mode 0644) with Prometheus
+    gauges gpu_power_watts, gpu_utilization_percent, gpu_memory_used_bytes and gpu_memory_total_bytes per GPU
+    (labels gpu, vendor, and uuid, model where the tool prints them), plus kvoffload_gpu_telemetry_up. Put
+    --output in node-exporter's textfile folder: the client's sampler then reads the GPU series from the
+    host's node-<host> target. A tool that fails (missing, too slow, non-zero exit) logs a warning and leaves
+    only kvoffload_gpu_telemetry_up 0 in the file; sampling goes on. SIGTERM or SIGINT removes the file and
+    exits 0.
+    """
     from kvoffload.metrics.textfile import gpu_series, run_textfile, write_once
 
     output: Path = args.output

@@ -7,7 +7,8 @@ Prints the resolved cells with the engine / lmcache / Caddy profile each uses, t
 virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
 which cells are already DONE in the results folder and would be skipped. Bad input exits 2, a
 dataset that is not on this machine or does not load included, a host without an address (one this
-machine resolves) too, and so does an engine set whose pins need two torches (orchestrate/engine_pins.py).
+machine resolves) too, and so does an engine set whose pins need two torches
+(kvoffload/engines/pins.py).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.cli import cellvars
+from kvoffload.cli.args import add_command
 from kvoffload.contracts.layout import CampaignPaths
 from kvoffload.datasets import virtual_users
-from kvoffload.orchestrate.checks import (
+from kvoffload.orchestrate.checks.controller import (
     check_dataset_path,
     check_engine_pins,
     check_folder_flag,
@@ -33,15 +35,17 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "plan",
-        help="validate an inventory + campaign and show the cells `run` would execute",
-        description=(
-            "Validate the inventory and campaign (exit 2 naming file and key on bad input) and print the "
-            "resolved cells, their profiles, the dataset's virtual-user ceilings and what is already DONE."
-        ),
+    parser = add_command(subparsers, "plan", _plan)
+    parser.add_argument(
+        "inventory", type=Path, nargs="?", default=None, help="Ansible YAML inventory (hosts.yml)"
     )
-    parser.add_argument("inventory", type=Path, help="Ansible YAML inventory (hosts.yml)")
+    parser.add_argument(
+        "--explain",
+        metavar="KEY",
+        default=None,
+        help="print one campaign or inventory key's type, default, meaning and example (e.g. "
+        "knee_search.resolution, vllm_replicas[].gpus) and exit; needs no inventory",
+    )
     parser.add_argument(
         "--campaign", type=Path, default=None, help="campaign file (default: all.vars.kvoffload_campaign)"
     )
@@ -49,7 +53,6 @@ def register(subparsers: Any) -> None:
         "--results", type=Path, default=Path("results"), help="results root (default: results/)"
     )
     cellvars.add_arguments(parser)
-    parser.set_defaults(func=_plan)
 
 
 def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
@@ -64,7 +67,7 @@ def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
 def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bool) -> list[str]:
     """`knee_search.max_concurrency` beyond the load the campaign can produce: the virtual users a cell
     replays (the dataset's at this num_rounds, less those the isl filter drops, cut at max_sessions).
-    The ramp stops there (kvoffload/orchestrate/knee.py); plan says so before the campaign runs."""
+    The ramp stops there (kvoffload/orchestrate/campaign/knee.py); plan says so before the campaign runs."""
     from kvoffload.replay.users import select_users
 
     campaign = lab.campaign
@@ -139,12 +142,12 @@ def _schedule(
 ) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
     """The node, cold-start method and position of every cell to run, as `run` will schedule them
     (weighted by the requests each cell sends when the dataset is on this machine)."""
-    from kvoffload.orchestrate.deployment import cold_start_methods
-    from kvoffload.orchestrate.schedule import schedule
+    from kvoffload.orchestrate.campaign.schedule import schedule
+    from kvoffload.orchestrate.cell.deployment import cold_start_methods
 
     cost = None
     if weighted:
-        from kvoffload.orchestrate.pools import CellPools
+        from kvoffload.orchestrate.campaign.pools import CellPools
 
         cost = CellPools(lab).expected
     where: dict[str, str] = {}
@@ -176,12 +179,41 @@ def _gpu_room_warnings(lab: Any) -> list[str]:
     return found
 
 
+def _engine_set_lines(lab: Any) -> list[str]:
+    """Per engine set the nodes install (kvoffload/engines/lab.py): its name, build and nodes, then each
+    requirement and where its wheel comes from (index URL, folder or wheel file)."""
+    from kvoffload.engines.lab import lab_sets, requirement_sources
+
+    lines = []
+    for found, nodes in lab_sets(lab):
+        kind = "built-in" if found.builtin else f"defined at {found.where}"
+        lines.append(f"engine set {found.name} (build {found.spec.build}, {kind}) on {', '.join(nodes)}:")
+        lines += [f"  {req} from {where}" for req, where in requirement_sources(found)]
+        if found.source_where is not None:
+            lines.append(f"  (source from {found.source_where})")
+    return lines
+
+
 def _plan(args: argparse.Namespace) -> int:
+    """validate an inventory + campaign and show the cells `run` would execute
+
+    Validate the inventory and campaign (exit 2 naming file and key on bad input) and print the resolved
+    cells, their profiles, the dataset's virtual-user ceilings and what is already DONE.
+    """
     from rich.console import Console
     from rich.table import Table
 
     from kvoffload.config import load_lab
 
+    if args.explain is not None:
+        from kvoffload.cli.keydoc import explain
+
+        Console(highlight=False).print(explain(args.explain), markup=False, soft_wrap=True)
+        return 0
+    if args.inventory is None:
+        from kvoffload.errors import UserError
+
+        raise UserError("plan: give an inventory (hosts.yml); only `plan --explain KEY` needs none")
     lab = load_lab(args.inventory, args.campaign)
     check_folder_flag(args.results, "--results")
     check_sim_profile(lab.campaign, lab.where)
@@ -209,6 +241,8 @@ def _plan(args: argparse.Namespace) -> int:
             f"node {node.name}: {len(node.replicas)} replica(s); "
             f"lmcache: {lmcache.name if lmcache else '-'}; lb: {lb.name if lb else '-'}"
         )
+    for line in _engine_set_lines(lab):
+        console.print(line, highlight=False, soft_wrap=True)
     console.print(f"dataset: {campaign.dataset.code} at {lab.dataset_path}")
     from kvoffload.tokenizer import describe
 
@@ -285,7 +319,7 @@ def _plan(args: argparse.Namespace) -> int:
                 f"max_sessions {campaign.max_sessions}; the extra slots add no load"
             )
     console.print(cells)
-    from kvoffload.orchestrate.client_plan import client_plan
+    from kvoffload.orchestrate.installs.client_plan import client_plan
 
     pool = client_plan(lab, where, lab.cells, results)
     for line in pool.lines():
@@ -328,15 +362,15 @@ def _minutes(seconds: float) -> str:
 
 
 def _estimate_table(lab: Any, todo: list[Any], results: Path, known: bool) -> Any:
-    """How long `run` will take, per node and in total (kvoffload/orchestrate/estimate.py)."""
+    """How long `run` will take, per node and in total (kvoffload/orchestrate/campaign/estimate.py)."""
     from rich.table import Table
 
-    from kvoffload.orchestrate.estimate import PHASES
-    from kvoffload.orchestrate.estimate_inputs import campaign_estimate
+    from kvoffload.orchestrate.campaign.estimate import PHASES
+    from kvoffload.orchestrate.campaign.estimate_inputs import campaign_estimate
 
     requests = users = None
     if known:
-        from kvoffload.orchestrate.pools import CellPools
+        from kvoffload.orchestrate.campaign.pools import CellPools
 
         pools = CellPools(lab)
         requests, users = pools.expected, pools.users

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import Field, PositiveInt
 
 from kvoffload import aio
+from kvoffload.cli.args import add_command
 from kvoffload.contracts.layout import CellPaths
 from kvoffload.datasets import DATASET_CODES, chunk_floor, load_dataset
 from kvoffload.errors import UserError
@@ -163,10 +164,15 @@ def _base_url(text: str) -> str:
     return text
 
 
-def _dataset_path(text: str) -> Path:
+def _path(text: str) -> Path:
+    """A path flag's value as a Path; an empty one (`--dataset ""`, an unset variable) is refused."""
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
-    path = Path(text)
+    return Path(text)
+
+
+def _dataset_path(text: str) -> Path:
+    path = _path(text)
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
     if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
@@ -175,9 +181,7 @@ def _dataset_path(text: str) -> Path:
 
 
 def _output_folder(text: str) -> Path:
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    path = Path(text)
+    path = _path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
 
@@ -206,12 +210,14 @@ def register(sub: Any) -> None:
         "arriving for --stall-timeout seconds) stops the run; Ctrl-C stops cleanly, keeping every "
         "finished record."
     )
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "replay",
         help="replay recorded multi-turn conversations against an OpenAI-compatible server",
+        func=run,
         description=textwrap.fill(description, 100),
         epilog=_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the exit-status table is laid out by hand
     )
 
     positive = _constrained(PositiveInt, "positive integer")
@@ -305,7 +311,6 @@ def register(sub: Any) -> None:
     g.add_argument("--ask-mode", action="store_true", help="tool_choice auto with declared tools")
     g.add_argument("--sanitize-harmony-tokens", action="store_true", help="strip harmony tokens from history")
     g.add_argument("--agentic-max-attempts", type=positive, default=1, help="attempts per request")
-    p.set_defaults(func=run)
 
 
 class _Display:

@@ -15,36 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload.atomic import write_text_atomic
+from kvoffload.cli.args import add_command
 from kvoffload.errors import UserError
 
 FORMATS = ("md", "html", "json", "csv")
 
 
 def register(sub: Any) -> None:
-    i = sub.add_parser(
-        "ingest",
-        help="turn a campaign's raw files into parquet tables (tables/)",
-        description=(
-            "Read every cell's raw files under RESULTS_DIR (requests.jsonl, sessions.json, metric samples, "
-            "cell.json) into parquet tables under RESULTS_DIR/tables, and the derived tables the report "
-            "uses; print the tables written and every warning (invalid cells, missing files). Raw files "
-            "are never changed, so ingesting again gives the same tables."
-        ),
-    )
-    i.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="results/<campaign> folder")
-    i.set_defaults(func=_ingest)
-
-    r = sub.add_parser(
-        "report",
-        help="write the campaign report (report/index.html and report.md)",
-        description=(
-            "Answer whether KV offload helps for a campaign: findings with bootstrap CIs, capacity, knee, "
-            "recommendation and settings. Ingests first when the tables are missing or older than the "
-            "raw files. md and html write files under RESULTS_DIR/report; json and csv print to stdout "
-            "(or --output), their figures rounded."
-        ),
-    )
-    r.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="results/<campaign> folder")
+    i = add_command(sub, "ingest", _ingest)
+    _results_dir(i)
+    r = add_command(sub, "report", _report)
+    _results_dir(r)
     r.add_argument(
         "--format",
         action="append",
@@ -60,7 +41,11 @@ def register(sub: Any) -> None:
         help="for --format csv: summary (one row per cell, the default) or decision (one row per model, "
         "num_rounds, ISL, OSL and tier: sessions at the campaign's slo, goodput, cost; docs/metrics.md)",
     )
-    r.set_defaults(func=_report)
+
+
+def _results_dir(p: argparse.ArgumentParser) -> None:
+    """RESULTS_DIR, the one campaign's folder that `ingest` and `report` read (checked by `_check_dir`)."""
+    p.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="results/<campaign> folder")
 
 
 def _check_dir(path: Path) -> None:
@@ -69,6 +54,13 @@ def _check_dir(path: Path) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    """turn a campaign's raw files into parquet tables (tables/)
+
+    Read every cell's raw files under RESULTS_DIR (requests.jsonl, sessions.json, metric samples, cell.json)
+    into parquet tables under RESULTS_DIR/tables, and the derived tables the report uses; print the tables
+    written and every warning (invalid cells, missing files). Raw files are never changed, so ingesting again
+    gives the same tables.
+    """
     from kvoffload.ingest import ingest_campaign, load_tables
     from kvoffload.report.build import analyse, write_derived_tables
 
@@ -90,6 +82,13 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    """write the campaign report (report/index.html and report.md)
+
+    Answer whether KV offload helps for a campaign: findings with bootstrap CIs, capacity, knee,
+    recommendation and settings. Ingests first when the tables are missing or older than the raw files. md and
+    html write files under RESULTS_DIR/report; json and csv print to stdout (or --output), their figures
+    rounded.
+    """
     from kvoffload.report.build import analyse, build_report, conclude, report_json, summary_csv
     from kvoffload.report.rounding import round_figure
 

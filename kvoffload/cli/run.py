@@ -1,8 +1,9 @@
 """`kvoffload-lab run | provision | teardown`: campaigns on a lab described by an Ansible inventory.
 
-Thin: `run` and `provision` check their input (kvoffload/orchestrate/checks.py), build the campaign
-runner (kvoffload/orchestrate/campaign.py, with the cells' virtual users of
-kvoffload/orchestrate/pools.py) and call it; `teardown` calls kvoffload/orchestrate/teardown.py. This
+Thin: `run` and `provision` check their input (kvoffload/orchestrate/checks/controller.py), build the campaign
+runner (kvoffload/orchestrate/campaign/runner.py, with the cells' virtual users of
+kvoffload/orchestrate/campaign/pools.py) and call it; `teardown` calls
+kvoffload/orchestrate/campaign/teardown.py. This
 module parses flags, shows progress and prints the outcome.
 """
 
@@ -16,10 +17,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_lab_arguments, hosts_python_flag
+from kvoffload.cli.args import DEFAULT_WHEEL_CACHE, add_command, add_lab_arguments, hosts_python_flag
 from kvoffload.errors import UserError
-from kvoffload.orchestrate.beside import start_beside
-from kvoffload.orchestrate.checks import (
+from kvoffload.orchestrate.campaign.beside import start_beside
+from kvoffload.orchestrate.checks.controller import (
     check_engine_pins,
     check_folder_flag,
     check_host_addresses,
@@ -59,17 +60,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    r = sub.add_parser(
-        "run",
-        help="run a campaign end to end: provision, every cell, report",
-        description=(
-            "Provision the hosts once, then for each cell of the campaign: deploy (lmcache-server, vLLM "
-            "replicas, Caddy), check the cold start, replay with metrics sampling, collect, tear down. "
-            "Results go to RESULTS/<campaign>/ and are never overwritten; cells already DONE are skipped, "
-            "so running again resumes. Ctrl-C tears the current cell down and marks it interrupted. At "
-            "the end the tables and the report are written."
-        ),
-    )
+    r = add_command(sub, "run", run)
     _common(r)
     r.add_argument("--cells", help="comma list of cell ids to run (default: all; see `plan`)")
     r.add_argument(
@@ -88,26 +79,11 @@ def register(sub: Any) -> None:
     r.add_argument(
         "--watch-port", type=int, default=8765, help="port of the --watch page (default 8765; 0: any)"
     )
-    r.set_defaults(func=run)
-    p = sub.add_parser(
-        "provision",
-        help="provision the hosts (drivers, NVMe, packages); idempotent",
-        description="Run the preflight and provision playbooks on every host; a second run changes nothing.",
-    )
+    p = add_command(sub, "provision", provision)
     _common(p)
     p.add_argument("--check", action="store_true", help="ansible --check --diff: show what would change")
-    p.set_defaults(func=provision)
-    t = sub.add_parser(
-        "teardown",
-        help="stop every kvoffload unit, clear the lmcache L1 and wipe the L2 folder",
-        description=(
-            "Stop the services a cell deployed (vLLM replicas, lmcache-server, Caddy) on every host, wipe "
-            "the L2 folder and give the hosts their periodic disk jobs back. Writes no results folder and "
-            "builds no wheelhouse: stopping units installs nothing."
-        ),
-    )
+    t = add_command(sub, "teardown", teardown)
     add_lab_arguments(t, results=False)
-    t.set_defaults(func=teardown)
 
 
 class _Display:
@@ -195,8 +171,8 @@ def _runner(args: argparse.Namespace, fresh: bool = False, replays: bool = False
     checked before the results folder is created, so bad input exits 2 with nothing written and no
     host touched; `replays` adds what only a run replays (the dataset, `--cells`)."""
     from kvoffload.config import load_lab
-    from kvoffload.orchestrate.campaign import CampaignRunner
-    from kvoffload.orchestrate.pools import CellPools
+    from kvoffload.orchestrate.campaign.pools import CellPools
+    from kvoffload.orchestrate.campaign.runner import CampaignRunner
     from kvoffload.orchestrate.results import CampaignResults
 
     lab = load_lab(args.inventory, args.campaign)
@@ -260,6 +236,14 @@ def _stop_on_signals() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """run a campaign end to end: provision, every cell, report
+
+    Provision the hosts once, then for each cell of the campaign: deploy (lmcache-server, vLLM replicas,
+    Caddy), check the cold start, replay with metrics sampling, collect, tear down. Results go to
+    RESULTS/<campaign>/ and are never overwritten; cells already DONE are skipped, so running again resumes.
+    Ctrl-C tears the current cell down and marks it interrupted. At the end the tables and the report are
+    written.
+    """
     lab, results, display, runner = _runner(args, fresh=args.fresh, replays=True)
     only = _only(args, lab)
     t0 = time.monotonic()
@@ -313,6 +297,10 @@ def _run(
 
 
 def provision(args: argparse.Namespace) -> int:
+    """provision the hosts (drivers, NVMe, packages); idempotent
+
+    Run the preflight and provision playbooks on every host; a second run changes nothing.
+    """
     _lab, _results, display, runner = _runner(args)
     with display:
         result = runner.provision(check=args.check)
@@ -322,8 +310,14 @@ def provision(args: argparse.Namespace) -> int:
 
 
 def teardown(args: argparse.Namespace) -> int:
+    """stop every kvoffload unit, clear the lmcache L1 and wipe the L2 folder
+
+    Stop the services a cell deployed (vLLM replicas, lmcache-server, Caddy) on every host, wipe the L2 folder
+    and give the hosts their periodic disk jobs back. Writes no results folder and builds no wheelhouse:
+    stopping units installs nothing.
+    """
     from kvoffload.config import load_lab
-    from kvoffload.orchestrate.teardown import teardown_lab
+    from kvoffload.orchestrate.campaign.teardown import teardown_lab
 
     lab = load_lab(args.inventory, args.campaign)
     display = _Display(lab.campaign.name, len(lab.cells))

@@ -9,32 +9,23 @@ from __future__ import annotations
 
 import argparse
 
+from kvoffload.cli.args import add_actions, add_command
 from kvoffload.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "sim",
         help="simulated vLLM engine and LMCache server (no GPU needed)",
         description="GPU-free stand-ins for `vllm serve` and `lmcache server` (docs/simulator.md).",
     )
-    sub = parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND", required=True)
-    serve = sub.add_parser(
-        "serve",
-        help="simulated `vllm serve MODEL [flags] [--sim-profile NAME|PATH]`",
-        add_help=False,
-        prefix_chars="\x00",  # every token, --help included, goes to the vLLM-style parser
-    )
+    sub = add_actions(parser, "sim_command", metavar="SIM_COMMAND")
+    # every token, --help included, goes to the vLLM-style (or LMCache-style) parser
+    serve = add_command(sub, "serve", _serve, add_help=False, prefix_chars="\x00")
     serve.add_argument("vllm_args", nargs=argparse.REMAINDER)
-    serve.set_defaults(func=_serve)
-    cache = sub.add_parser(
-        "cache-server",
-        help="simulated `lmcache server [flags] [--sim-profile NAME|PATH] [--sim-l2-scale N]`",
-        add_help=False,
-        prefix_chars="\x00",
-    )
+    cache = add_command(sub, "cache-server", _cache_server, add_help=False, prefix_chars="\x00")
     cache.add_argument("lmcache_args", nargs=argparse.REMAINDER)
-    cache.set_defaults(func=_cache_server)
 
 
 def _check_port(flag: str, port: int) -> None:
@@ -57,6 +48,7 @@ def _print_help(parser: argparse.ArgumentParser, prog: str, mimics: str) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """simulated `vllm serve MODEL [flags] [--sim-profile NAME|PATH]`"""
     from kvoffload.sim.engine_args import build_parser, parse_engine_args
     from kvoffload.sim.engine_server import serve
 
@@ -68,6 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _cache_server(args: argparse.Namespace) -> int:
+    """simulated `lmcache server [flags] [--sim-profile NAME|PATH] [--sim-l2-scale N]`"""
     from kvoffload.sim.cache_args import build_parser, parse_cache_args
     from kvoffload.sim.cache_server import serve_cache
 

@@ -5,7 +5,7 @@ tunnel reaches it; `--bind` exposes it): `/` is the page (kvoffload/report/watch
 what kvoffload/report/live.py computes from the results folder, which this command only reads. The
 findings of finished cells are computed in a thread of their own, at a lowered priority of this
 process, so that a poll never waits for them. `run --watch` starts this command as a process of its
-own beside the run (kvoffload/orchestrate/beside.py): the run never waits for the page.
+own beside the run (kvoffload/orchestrate/campaign/beside.py): the run never waits for the page.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from kvoffload.cli.args import add_command
 from kvoffload.errors import UserError
 
 DEFAULT_PORT = 8765
@@ -26,17 +27,7 @@ FINDINGS_EVERY_S = 5.0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "watch",
-        help="a live page (or terminal table) of a campaign while `run` works, and its final state after",
-        description=(
-            "Serve a page that follows a campaign's results folder: per node the cell running, its phase "
-            "and for how long, replay progress with an ETA, live TTFT and hit rates, what is queued and "
-            "what failed; the findings of finished cells; the campaign's progress and ETA. It reads only "
-            "what the run writes (status.json, the cells' files). Loopback by default: reach it from a "
-            "laptop through an SSH tunnel (ssh -L 8765:127.0.0.1:8765 controller)."
-        ),
-    )
+    p = add_command(sub, "watch", watch)
     p.add_argument("results_dir", type=Path, help="the campaign's results folder (results/<campaign>)")
     p.add_argument("--bind", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument(
@@ -44,7 +35,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--terminal", action="store_true", help="a live table in this terminal instead of a page")
     p.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)  # run --watch: exit with it
-    p.set_defaults(func=watch)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -57,6 +47,14 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def watch(args: argparse.Namespace) -> int:
+    """a live page (or terminal table) of a campaign while `run` works, and its final state after
+
+    Serve a page that follows a campaign's results folder: per node the cell running, its phase and for how
+    long, replay progress with an ETA, live TTFT and hit rates, what is queued and what failed; the findings
+    of finished cells; the campaign's progress and ETA. It reads only what the run writes (status.json, the
+    cells' files). Loopback by default: reach it from a laptop through an SSH tunnel (ssh -L
+    8765:127.0.0.1:8765 controller).
+    """
     from kvoffload.report.live import LiveView
 
     _check(args)

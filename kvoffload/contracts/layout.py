@@ -107,7 +107,7 @@ class CampaignPaths:
 
     @property
     def status_json(self) -> Path:
-        """Where each node is while `run` works (kvoffload/orchestrate/status.py), for `watch`."""
+        """Where each node is while `run` works (kvoffload/orchestrate/campaign/status.py), for `watch`."""
         return self.root / "status.json"
 
     @property

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any
 
-
-class Status(StrEnum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
-
-
-# worst first: a node's status is the worst of its checks' (a skip counts only when all are skips)
-_RANK = {Status.FAIL: 0, Status.WARN: 1, Status.OK: 2, Status.SKIP: 3}
-
+from kvoffload.doctor.amd import AMD_CHEAP_CHECKS, amd_checks
+from kvoffload.doctor.smoke import judge
+from kvoffload.doctor.verdict import Check as Check
+from kvoffload.doctor.verdict import Status as Status
+from kvoffload.doctor.verdict import worst as worst
 
 # Where the engine venv comes from: deploy.yml's `install` tag, which `run` applies before a node's first
 # cell and the smoke check before its round trip (provision.yml does not install it).
@@ -32,53 +25,18 @@ ENGINE_SET_FIX = (
 )
 
 
-def worst(statuses: Iterable[Status]) -> Status:
-    return min(statuses, key=_RANK.__getitem__, default=Status.SKIP)
-
-
 # The probe's checks cheap enough for `run` to make before its first cell (no CUDA child, no engine
-# import, a small L2 probe): see kvoffload/orchestrate/doctor.py CHEAP_ARGS.
+# import, a small L2 probe): see kvoffload/orchestrate/checks/doctor.py CHEAP_ARGS.
 CHEAP_CHECKS = frozenset(
     {"device_files", "driver", "fabric", "python", "memory", "l2_mount", "l2_direct_io", "wheelhouse_python"}
+    | set(AMD_CHEAP_CHECKS)
 )
 
 
 # The failures that stop the smoke check's bring-up before it starts (provision's and the engine roles'
 # preflight refuse such a host), so the doctor does not try it there. Others do not: an L2 mount not
 # made yet is what provisioning makes, and a failing GPU check is better shown by the pair itself.
-PAIR_BLOCKERS = frozenset({"reach", "python", "wheelhouse_python", "device_files", "fabric"})
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-    facts: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Check:
-        """A check of the probe's JSON; an unknown status reads as fail (a newer probe, a garbled one)."""
-        try:
-            status = Status(str(raw.get("status")))
-        except ValueError:
-            status = Status.FAIL
-        return cls(
-            name=str(raw.get("name", "?")),
-            status=status,
-            detail=str(raw.get("detail", "")),
-            fix=str(raw.get("fix", "")),
-            facts=dict(raw.get("facts") or {}),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": str(self.status), "detail": self.detail}
-        if self.fix:
-            out["fix"] = self.fix
-        if self.facts:
-            out["facts"] = dict(self.facts)
-        return out
+PAIR_BLOCKERS = frozenset({"reach", "python", "wheelhouse_python", "device_files", "fabric", "amd_devices"})
 
 
 @dataclass(frozen=True)
@@ -107,7 +65,10 @@ class NodeReport:
 
 
 def probe_checks(probe: Mapping[str, Any]) -> list[Check]:
-    return [Check.from_json(c) for c in probe.get("checks") or [] if isinstance(c, Mapping)]
+    """The probe's checks, and on a node with AMD GPUs those of its `amd` facts (doctor/amd.py)."""
+    found = [c for c in probe.get("checks") or [] if isinstance(c, Mapping)]
+    amd = probe.get("amd")
+    return [Check.from_json(c) for c in (*found, *amd_checks(amd if isinstance(amd, Mapping) else None))]
 
 
 def _facts(checks: Iterable[Check], name: str) -> Mapping[str, Any]:
@@ -129,7 +90,7 @@ def wheelhouse_python(
             Status.FAIL,
             f"the lab's hosts run different Pythons ({listing}); the wheelhouse is one per lab, built for "
             "the Python they all report",
-            "bring every host of the lab to the same release (README, supported hosts)",
+            "bring every host of the lab to the same release (docs/reference.md, Supported hosts)",
         )
     if hosts_python is None:
         return Check(name, Status.SKIP, "no wheelhouse (--no-wheelhouse): hosts install from their index")
@@ -196,8 +157,6 @@ def smoke_pair(
     if engine != "vllm" or not lmcache_here:
         return Check(name, Status.SKIP, "no vLLM/LMCache pair on this host")
     if smoke is not None:
-        from kvoffload.doctor.smoke import judge
-
         return judge(smoke)
     engine_facts = _facts(probe_checks(probe or {}), "engine")
     versions = engine_facts.get("versions")

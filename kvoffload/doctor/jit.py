@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvoffload.doctor.checks import Check, Status
+from kvoffload.doctor.verdict import Check, Status
 
 NAME = "flashinfer_jit"
 SAMPLER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"

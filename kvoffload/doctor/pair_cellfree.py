@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload.analysis import names as N
-from kvoffload.doctor.checks import Check, Status
 from kvoffload.doctor.journal import first_error_line, last_words
+from kvoffload.doctor.verdict import Check, Status
 from kvoffload.metrics.samples import parse_exposition
 
 NAME = "pair_cellfree"

@@ -37,12 +37,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 VERSION = 1
 # The kvoffload role's kvoffload_venv (tests/unit/roles/test_shared_vars.py holds them equal).
 DEFAULT_VENV = "/opt/kvoffload/venv"
 UNIT_PREFIX = "kvoffload-doctor-pair"
+# A [Service] key's value: one string, or a list written once per item (DeviceAllow= of ROCm's devices)
+Value: TypeAlias = str | list[str]
 # The engine units' environment (roles/lmcache_server and roles/vllm unit templates, `Environment=`):
 # no usage reports, no banner, GPUs in PCI bus order, HOME in the unit's state folder. The state folders
 # are the units' own (StateDirectory=), so caches (Triton, torch) land where the engines keep theirs.
@@ -109,20 +111,22 @@ def free_port() -> int:
 
 
 def unit_command(
-    unit: str, properties: dict[str, str], env: dict[str, str], argv: list[str], *, wait: bool
+    unit: str, properties: dict[str, Value], env: dict[str, str], argv: list[str], *, wait: bool
 ) -> list[str]:
     """`systemd-run` of one transient service with exactly these [Service] keys (`-p KEY=VALUE`, in the
-    given order) and environment; `wait`: block until it exits, its stdout and stderr piped back."""
+    given order; a key with a list of values once per value, as a unit file writes DeviceAllow=) and
+    environment; `wait`: block until it exits, its stdout and stderr piped back."""
     cmd = ["systemd-run", f"--unit={unit}", "--collect", "--quiet"]
     if wait:
         cmd += ["--wait", "--pipe"]
     for key, value in properties.items():
-        cmd += ["-p", f"{key}={value}"]
+        for item in [value] if isinstance(value, str) else value:
+            cmd += ["-p", f"{key}={item}"]
     cmd += [f"--setenv={k}={v}" for k, v in env.items()]
     return [*cmd, "--", *argv]
 
 
-def unit_properties(base: dict[str, str], role: str, l2_dir: str | None = None) -> dict[str, str]:
+def unit_properties(base: dict[str, Value], role: str, l2_dir: str | None = None) -> dict[str, Value]:
     """A transient unit's keys: the rendered unit's (`base`, from the play), its state folder as the
     rendered unit names it, and for the server the check's own L2 folder as its one writable path
     besides (the rendered unit's ReadWritePaths= is the real L2 folder)."""
@@ -272,7 +276,7 @@ class PairRun:
         self.args = args
         self.tag = secrets.token_hex(3)
         self.server_unit = f"{UNIT_PREFIX}-server-{self.tag}.service"
-        self.props: dict[str, dict[str, str]] = json.loads(args.properties)
+        self.props: dict[str, dict[str, Value]] = json.loads(args.properties)
         self.l2_dir: str | None = None
         self.facts: dict[str, Any] = {
             "version": VERSION,
@@ -286,6 +290,11 @@ class PairRun:
             "properties": self.props,
             "passes": [],
         }
+
+    def engine_user(self) -> str | None:
+        """The user both units run as (the play's `User=`), None where the play gives none."""
+        user = self.props.get("server", {}).get("User")
+        return user if isinstance(user, str) and user else None
 
     def why_not(self) -> tuple[str, str] | None:
         """(`skip` or `error`, why) when the check cannot run here."""
@@ -301,7 +310,7 @@ class PairRun:
             )
         if os.geteuid() != 0:
             return "error", "not root: transient system units need root"
-        user = self.props.get("server", {}).get("User")
+        user = self.engine_user()
         if user:
             try:
                 pwd.getpwnam(user)
@@ -323,7 +332,7 @@ class PairRun:
             return
         folder = Path(parent) / f".{UNIT_PREFIX}-{self.tag}"
         folder.mkdir(mode=0o700)
-        user = self.props.get("server", {}).get("User")
+        user = self.engine_user()
         if user:
             entry = pwd.getpwnam(user)
             os.chown(folder, entry.pw_uid, entry.pw_gid)

@@ -3,7 +3,9 @@
 Standalone on purpose: the doctor playbook copies this one file to a node and runs it with the node's
 python3 (Python >= 3.9), before anything of ours is installed there. So it imports only the standard
 library, never `kvoffload`; it talks to the GPU through the CUDA driver library (libcuda, by ctypes),
-so it needs no torch, and reads `nvidia-smi` when it is on PATH. An engine venv, when one exists, is
+so it needs no torch, and reads `nvidia-smi` when it is on PATH. On AMD nodes it records ROCm's devices,
+`amd-smi` and `rocminfo` answers and its HIP children's (libamdhip64, by ctypes) in an `amd` section,
+which the controller judges (kvoffload/doctor/amd.py). An engine venv, when one exists, is
 asked (in a child process) for its package versions and whether LMCache's connector module resolves.
 
 Every check has a status, `ok`, `warn`, `fail` or `skip`, a detail saying what was seen (for a skip, why
@@ -29,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,21 @@ NVIDIA_VENDOR = "0x10de"
 # PCI classes: 0x0300 VGA, 0x0302 3D controller (data-centre GPUs), 0x0680 other bridge (NVSwitch)
 GPU_CLASSES = ("0x0300", "0x0302")
 NVSWITCH_CLASS = "0x0680"
+# AMD: 0x0380 display controller (MI100-MI250), 0x1200 processing accelerator (MI300X, MI325X)
+AMD_VENDOR = "0x1002"
+AMD_GPU_CLASSES = ("0x0300", "0x0302", "0x0380", "0x1200")
+ROCM_PATH = "/opt/rocm"
+# What the ROCm units add to the shared sandbox (the kvoffload role's kvoffload_engine_rocm_devices,
+# tests/unit/roles/test_shared_vars.py holds them equal): the device allow list and the GPU groups, so
+# that the HIP child proves the units' access.
+ROCM_SANDBOX_PROPERTIES = (
+    "DeviceAllow=/dev/kfd rw",
+    "DeviceAllow=char-drm rw",
+    "SupplementaryGroups=render video",
+)
+# A tool's recorded output in the probe's JSON is cut to this many characters (rocminfo of 8 GPUs is
+# about 60 kB).
+TOOL_OUTPUT_MAX = 262144
 # vLLM 0.32 needs Python >= 3.11 (kvoffload's engine sets; issue 31)
 ENGINE_MIN_PYTHON = (3, 11)
 CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
@@ -724,17 +742,8 @@ def child_cuda(pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
             cuda.cuDeviceGetName(buf, 256, dev)
             names.append(buf.value.decode(errors="replace"))
         out["init"] = {"ok": True, "devices": names, "cuda_driver_version": version.value}
-        if not names:
-            return out
-        try:
-            _context(cuda, 0)
-            out["pinned"] = _pinned(cuda, pin_bytes, copy_bytes)
-        except Exception as exc:  # any failure is this check's result
-            out["pinned"] = {"ok": False, "error": str(exc)}
-        try:
-            out["ipc"] = _ipc(cuda, opener)
-        except Exception as exc:  # any failure is this check's result
-            out["ipc"] = {"ok": False, "error": str(exc)}
+        if names:
+            out.update(_pinned_and_ipc(_Cuda(cuda), opener, pin_bytes, copy_bytes))
         return out
     finally:
         opener.close()
@@ -773,7 +782,10 @@ class _Opener:
         os.waitpid(self.pid, 0)
 
 
-def _fork_opener() -> _Opener:
+def _fork_opener(open_handle: Any = None) -> _Opener:
+    """The IPC check's second process, forked now; `open_handle(handle_hex, fill)` answers in it (CUDA's
+    child_ipc_open by default)."""
+    open_handle = open_handle or child_ipc_open
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     pid = os.fork()
@@ -787,7 +799,7 @@ def _fork_opener() -> _Opener:
         if line.strip():
             handle_hex, fill = line.decode().split()
             try:
-                answer = child_ipc_open(handle_hex, int(fill))
+                answer = open_handle(handle_hex, int(fill))
             except Exception as exc:  # reported to the first process
                 answer = {"ok": False, "error": str(exc)}
             os.write(up_w, json.dumps(answer).encode())
@@ -804,36 +816,96 @@ def _no_new_privs() -> int | None:
     return None
 
 
-def _pinned(cuda: Any, pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
-    """mmap + cuMemHostRegister, as LMCache pins its L1 (cudaHostRegister); copy rates on GPU 0."""
+class _Runtime:
+    """The calls the pinned-memory and IPC checks make, each GPU runtime's in its own words (_Cuda:
+    libcuda's driver API; _Hip: libamdhip64), so that the checks below are written once. A failed call
+    raises RuntimeError naming it; the frees and unregisters, run on the way out, are not checked."""
+
+    def select(self) -> None:
+        """Make GPU 0 current."""
+        raise NotImplementedError
+
+    def register(self, addr: Any, n: int) -> None:
+        raise NotImplementedError
+
+    def unregister(self, addr: Any) -> None:
+        raise NotImplementedError
+
+    def alloc(self, n: int) -> Any:
+        raise NotImplementedError
+
+    def free(self, dptr: Any) -> None:
+        raise NotImplementedError
+
+    def h2d(self, dptr: Any, addr: Any, n: int) -> None:
+        raise NotImplementedError
+
+    def d2h(self, addr: Any, dptr: Any, n: int) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def fill(self, dptr: Any, byte: int, n: int) -> None:
+        raise NotImplementedError
+
+    def export(self, dptr: Any) -> bytes:
+        """The IPC handle of a device buffer, as bytes a second process can open."""
+        raise NotImplementedError
+
+    def open_exported(self, handle: bytes) -> tuple[Any, str]:
+        """The buffer of another process's handle, or (None, why not)."""
+        raise NotImplementedError
+
+    def close_exported(self, dptr: Any) -> None:
+        raise NotImplementedError
+
+
+def _pinned_and_ipc(gpu: _Runtime, opener: _Opener, pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
+    """The pinned-memory and IPC checks on GPU 0, each failure that check's result."""
+    out: dict[str, Any] = {}
+    try:
+        gpu.select()
+        out["pinned"] = _pinned(gpu, pin_bytes, copy_bytes)
+    except Exception as exc:  # any failure is this check's result
+        out["pinned"] = {"ok": False, "error": str(exc)}
+    try:
+        out["ipc"] = _ipc(gpu, opener)
+    except Exception as exc:  # any failure is this check's result
+        out["ipc"] = {"ok": False, "error": str(exc)}
+    return out
+
+
+def _pinned(gpu: _Runtime, pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
+    """mmap + host registration, as LMCache pins its L1 (cudaHostRegister; hipified on ROCm); copy
+    rates on GPU 0."""
     region = mmap.mmap(-1, pin_bytes)
     anchor = ctypes.c_char.from_buffer(region)
     addr = ctypes.c_void_p(ctypes.addressof(anchor))
     result: dict[str, Any] = {"bytes": pin_bytes}
     try:
         t0 = time.monotonic()
-        _cu(cuda, "cuMemHostRegister_v2", addr, ctypes.c_size_t(pin_bytes), 0)
+        gpu.register(addr, pin_bytes)
         result["register_s"] = round(time.monotonic() - t0, 3)
         try:
-            dptr = ctypes.c_uint64()
             n = min(copy_bytes, pin_bytes)
-            _cu(cuda, "cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(n))
+            dptr = gpu.alloc(n)
             try:
-                for name, fn, args in (
-                    ("h2d", "cuMemcpyHtoD_v2", (dptr, addr, ctypes.c_size_t(n))),
-                    ("d2h", "cuMemcpyDtoH_v2", (addr, dptr, ctypes.c_size_t(n))),
+                for name, copy, args in (
+                    ("h2d", gpu.h2d, (dptr, addr, n)),
+                    ("d2h", gpu.d2h, (addr, dptr, n)),
                 ):
                     best = float("inf")
                     for _ in range(3):
                         t0 = time.monotonic()
-                        _cu(cuda, fn, *args)
-                        _cu(cuda, "cuCtxSynchronize")
+                        copy(*args)
+                        gpu.sync()
                         best = min(best, time.monotonic() - t0)
                     result[f"{name}_gb_s"] = round(n / best / 1e9, 1)
             finally:
-                cuda.cuMemFree_v2(dptr)
+                gpu.free(dptr)
         finally:
-            cuda.cuMemHostUnregister(addr)
+            gpu.unregister(addr)
     finally:
         del anchor
         region.close()
@@ -841,48 +913,102 @@ def _pinned(cuda: Any, pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
     return result
 
 
-def _ipc(cuda: Any, opener: _Opener) -> dict[str, Any]:
-    """Export a device buffer by cuIpcGetMemHandle; the second process opens it and reads it back."""
+def _ipc(gpu: _Runtime, opener: _Opener) -> dict[str, Any]:
+    """Export a device buffer by its IPC handle; the second process opens it and reads it back."""
     size, fill = 2 << 20, 0x5A
-    dptr, handle = ctypes.c_uint64(), _IpcHandle()
-    _cu(cuda, "cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(size))
+    dptr = gpu.alloc(size)
     try:
-        _cu(cuda, "cuMemsetD8_v2", dptr, ctypes.c_ubyte(fill), ctypes.c_size_t(size))
-        _cu(cuda, "cuCtxSynchronize")
-        _cu(cuda, "cuIpcGetMemHandle", ctypes.byref(handle), dptr)
-        answer = opener.ask(bytes(handle).hex(), fill)
+        gpu.fill(dptr, fill, size)
+        gpu.sync()
+        handle = gpu.export(dptr)
+        answer = opener.ask(handle.hex(), fill)
     finally:
-        cuda.cuMemFree_v2(dptr)
+        gpu.free(dptr)
     answer["first_pid"] = os.getpid()
     return answer
 
 
-def child_ipc_open(handle_hex: str, fill: int) -> dict[str, Any]:
-    """The second process of the IPC check: open the handle on GPU 0, read 16 bytes, compare."""
-    cuda = _cuda()
-    _cu(cuda, "cuInit", 0)
-    _context(cuda, 0)
-    handle = _IpcHandle()
-    ctypes.memmove(ctypes.addressof(handle), bytes.fromhex(handle_hex), ctypes.sizeof(handle))
-    dptr = ctypes.c_uint64()
-    opener = getattr(cuda, "cuIpcOpenMemHandle_v2", None) or cuda.cuIpcOpenMemHandle
-    opener.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
-    rc = opener(ctypes.byref(dptr), handle, 1)  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
-    if rc:
-        return {"ok": False, "error": f"cuIpcOpenMemHandle: {_cu_error(cuda, rc)}", "pid": os.getpid()}
+def _read_exported(gpu: _Runtime, handle_hex: str, fill: int) -> dict[str, Any]:
+    """The second process of the IPC check, its runtime started: open the handle, read 16 bytes,
+    compare."""
+    dptr, error = gpu.open_exported(bytes.fromhex(handle_hex))
+    if error:
+        return {"ok": False, "error": error, "pid": os.getpid()}
     buf = ctypes.create_string_buffer(16)
     try:
-        _cu(cuda, "cuMemcpyDtoH_v2", buf, dptr, ctypes.c_size_t(16))
+        gpu.d2h(buf, dptr, 16)
     finally:
-        cuda.cuIpcCloseMemHandle(dptr)
-    seen = set(buf.raw)
-    if seen != {fill}:
+        gpu.close_exported(dptr)
+    if set(buf.raw) != {fill}:
         return {"ok": False, "error": f"read {buf.raw.hex()} through the handle, expected {fill:02x}s"}
     return {"ok": True, "pid": os.getpid()}
 
 
-def sandbox_command(user: str | None) -> tuple[list[str], str]:
-    """The systemd-run prefix of a unit-like sandbox, or [] and why there is none."""
+class _Cuda(_Runtime):
+    """The checks' calls through libcuda (sizes as size_t, a context made current by `select`)."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+
+    def select(self) -> None:
+        _context(self.lib, 0)
+
+    def register(self, addr: Any, n: int) -> None:
+        _cu(self.lib, "cuMemHostRegister_v2", addr, ctypes.c_size_t(n), 0)
+
+    def unregister(self, addr: Any) -> None:
+        self.lib.cuMemHostUnregister(addr)
+
+    def alloc(self, n: int) -> Any:
+        dptr = ctypes.c_uint64()
+        _cu(self.lib, "cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(n))
+        return dptr
+
+    def free(self, dptr: Any) -> None:
+        self.lib.cuMemFree_v2(dptr)
+
+    def h2d(self, dptr: Any, addr: Any, n: int) -> None:
+        _cu(self.lib, "cuMemcpyHtoD_v2", dptr, addr, ctypes.c_size_t(n))
+
+    def d2h(self, addr: Any, dptr: Any, n: int) -> None:
+        _cu(self.lib, "cuMemcpyDtoH_v2", addr, dptr, ctypes.c_size_t(n))
+
+    def sync(self) -> None:
+        _cu(self.lib, "cuCtxSynchronize")
+
+    def fill(self, dptr: Any, byte: int, n: int) -> None:
+        _cu(self.lib, "cuMemsetD8_v2", dptr, ctypes.c_ubyte(byte), ctypes.c_size_t(n))
+
+    def export(self, dptr: Any) -> bytes:
+        handle = _IpcHandle()
+        _cu(self.lib, "cuIpcGetMemHandle", ctypes.byref(handle), dptr)
+        return bytes(handle)
+
+    def open_exported(self, handle: bytes) -> tuple[Any, str]:
+        theirs = _IpcHandle()
+        ctypes.memmove(ctypes.addressof(theirs), handle, ctypes.sizeof(theirs))
+        dptr = ctypes.c_uint64()
+        opener = getattr(self.lib, "cuIpcOpenMemHandle_v2", None) or self.lib.cuIpcOpenMemHandle
+        opener.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
+        rc = opener(ctypes.byref(dptr), theirs, 1)  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+        return (None, f"cuIpcOpenMemHandle: {_cu_error(self.lib, rc)}") if rc else (dptr, "")
+
+    def close_exported(self, dptr: Any) -> None:
+        self.lib.cuIpcCloseMemHandle(dptr)
+
+
+def child_ipc_open(handle_hex: str, fill: int) -> dict[str, Any]:
+    """The second process of the CUDA IPC check: open the handle on GPU 0, read 16 bytes, compare."""
+    cuda = _cuda()
+    _cu(cuda, "cuInit", 0)
+    gpu = _Cuda(cuda)
+    gpu.select()
+    return _read_exported(gpu, handle_hex, fill)
+
+
+def sandbox_command(user: str | None, extra: tuple[str, ...] = ()) -> tuple[list[str], str]:
+    """The systemd-run prefix of a unit-like sandbox (plus `extra` properties), or [] and why there is
+    none."""
     if shutil.which("systemd-run") is None:
         return [], "no systemd-run"
     if not Path("/run/systemd/system").is_dir():
@@ -890,7 +1016,7 @@ def sandbox_command(user: str | None) -> tuple[list[str], str]:
     if os.geteuid() != 0:
         return [], "not root (systemd-run needs root for a system unit)"
     prefix = ["systemd-run", "--wait", "--pipe", "--quiet", "--collect"]
-    for prop in SANDBOX_PROPERTIES:
+    for prop in (*SANDBOX_PROPERTIES, *extra):
         prefix += ["-p", prop]
     if user:
         prefix += ["-p", f"User={user}"]
@@ -907,66 +1033,107 @@ def _user_exists(name: str) -> bool:
     return True
 
 
-def run_cuda_child(prefix: list[str], source: str, pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
+def run_cuda_child(
+    prefix: list[str], source: str, pin_bytes: int, copy_bytes: int, kind: str = "cuda"
+) -> dict[str, Any]:
     """The CUDA child's answer. Its source goes on stdin (`python3 -`; systemd-run --pipe passes it):
     a sandboxed unit with ProtectHome= cannot read the copy ansible left in a home folder. An answer
     with `died` set means the child gave no JSON (the sandbox itself failed, or the child crashed)."""
-    cmd = [*prefix, sys.executable, "-", "child", "cuda", str(pin_bytes), str(copy_bytes)]
+    cmd = [*prefix, sys.executable, "-", "child", kind, str(pin_bytes), str(copy_bytes)]
     rc, out, err = _run(cmd, timeout=300, input=source)
     try:
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        error = f"the CUDA child died (rc {rc}): {err.strip()[-400:]}"
+        error = f"the {kind.upper()} child died (rc {rc}): {err.strip()[-400:]}"
         return {"died": True, "init": {"ok": False, "error": error}}
     return result
 
 
-def verdict_cuda(
-    gpu: bool, sandboxed: dict[str, Any] | None, plain: dict[str, Any] | None, why_no_sandbox: str
+@dataclass(frozen=True)
+class GpuChildChecks:
+    """How the answers of one GPU runtime's children are judged (`verdict_children`): the three checks'
+    names and what differs between runtimes. CUDA's is below; HIP's is kvoffload/doctor/amd.py's, which
+    judges the probe's HIP answers on the controller."""
+
+    init: str
+    pinned: str
+    ipc: str
+    runtime: str  # "CUDA", as details name it
+    sandbox: str  # what the unit-like sandbox the child ran in holds to
+    # init's facts: fact name -> the child's `init` key, then the child's own keys
+    init_facts: dict[str, str]
+    child_facts: tuple[str, ...]
+    fix_in_sandbox: str  # init fails in the sandbox only
+    fix_init: str  # init fails everywhere
+    fix_ipc: str
+
+
+CUDA_CHILD_CHECKS = GpuChildChecks(
+    init="cuda_init",
+    pinned="pinned_memory",
+    ipc="cuda_ipc",
+    runtime="CUDA",
+    sandbox="NoNewPrivileges, no capabilities",
+    init_facts={"cuda_driver_version": "cuda_driver_version"},
+    child_facts=("uid", "no_new_privs"),
+    fix_in_sandbox=(
+        "create /dev/nvidia-uvm and /dev/nvidia-uvm-tools from a privileged step outside the unit "
+        "(`nvidia-modprobe -u -c=0`): inside, libcuda cannot run the setuid nvidia-modprobe"
+    ),
+    fix_init="see the driver and device_files checks; error 802 is the fabric (Fabric Manager)",
+    # Both processes here run as one user with one /dev/shm and one PID namespace, so this is the GPU or
+    # driver, not the units. LMCache 0.5.6 maps the replicas' KV through torch's storage IPC by default
+    # (lmcache wheel, lmcache/v1/platform/devices/cuda/ipc_wrapper.py CudaIPCWrapper: "needs a shared
+    # /dev/shm"); legacy handles do not cross PID namespaces (openucx/ucx#11514), which systemd units only
+    # get with PrivatePIDs=.
+    fix_ipc=(
+        "two processes of one user in one sandbox could not share a GPU buffer, so no replica "
+        "can hand its KV to lmcache-server: see `dmesg` (NVRM lines). Between the units CUDA IPC "
+        "also needs one user (torch's IPC files in /dev/shm are mode 0600), one /dev/shm (no "
+        "PrivateIPC=, PrivateDevices= or private mount of /dev/shm; PrivateTmp= leaves it "
+        "alone) and one PID namespace (no PrivatePIDs=)"
+    ),
+)
+
+
+def verdict_children(
+    how: GpuChildChecks,
+    sandboxed: dict[str, Any] | None,
+    plain: dict[str, Any] | None,
+    why_no_sandbox: str,
 ) -> list[dict[str, Any]]:
-    """cuda_init (in the sandbox when there is one), pinned_memory and cuda_ipc from the children."""
-    if not gpu:
-        return [check(n, SKIP, "no GPU") for n in ("cuda_init", "pinned_memory", "cuda_ipc")]
+    """The init, pinned-memory and IPC checks of a GPU runtime's children (init in the sandbox when
+    there was one, else in the plain child; `why_no_sandbox` says why there was none)."""
     main = sandboxed or plain or {}
     init = main.get("init") or {}
     where = (
-        "in a unit-like sandbox (systemd-run, NoNewPrivileges, no capabilities)"
+        f"in a unit-like sandbox (systemd-run, {how.sandbox})"
         if sandboxed
-        else (f"in a child process (no sandbox: {why_no_sandbox})")
+        else f"in a child process (no sandbox: {why_no_sandbox})"
     )
     if not init.get("ok"):
         plain_ok = bool(sandboxed) and bool(((plain or {}).get("init") or {}).get("ok"))
         detail = f"{init.get('error', 'no answer')} {where}"
         if plain_ok:
             detail += "; it works outside the sandbox"
-            fix = (
-                "create /dev/nvidia-uvm and /dev/nvidia-uvm-tools from a privileged step outside the unit "
-                "(`nvidia-modprobe -u -c=0`): inside, libcuda cannot run the setuid nvidia-modprobe"
-            )
-        else:
-            fix = "see the driver and device_files checks; error 802 is the fabric (Fabric Manager)"
-        skipped = "CUDA init failed"
+        skipped = f"{how.runtime} init failed"
         return [
-            check("cuda_init", FAIL, detail, fix),
-            check("pinned_memory", SKIP, skipped),
-            check("cuda_ipc", SKIP, skipped),
+            check(how.init, FAIL, detail, how.fix_in_sandbox if plain_ok else how.fix_init),
+            check(how.pinned, SKIP, skipped),
+            check(how.ipc, SKIP, skipped),
         ]
-    out = [
-        check(
-            "cuda_init",
-            OK,
-            f"{len(init.get('devices', []))} device(s) {where}",
-            devices=init.get("devices"),
-            cuda_driver_version=init.get("cuda_driver_version"),
-            uid=main.get("uid"),
-            no_new_privs=main.get("no_new_privs"),
-        )
-    ]
+    facts = {
+        "devices": init.get("devices"),
+        **{fact: init.get(key) for fact, key in how.init_facts.items()},
+        **{key: main.get(key) for key in how.child_facts},
+    }
+    out = [check(how.init, OK, f"{len(init.get('devices', []))} device(s) {where}", **facts)]
+    no_device = f"no {how.runtime} device"
     pinned = main.get("pinned") or {}
     if pinned.get("ok"):
         out.append(
             check(
-                "pinned_memory",
+                how.pinned,
                 OK,
                 f"{pinned['bytes'] / 2**30:.2f} GiB registered in {pinned.get('register_s')} s; "
                 f"GPU 0 copies h2d {pinned.get('h2d_gb_s')} GB/s, d2h {pinned.get('d2h_gb_s')} GB/s",
@@ -976,38 +1143,261 @@ def verdict_cuda(
     elif pinned:
         out.append(
             check(
-                "pinned_memory",
+                how.pinned,
                 FAIL,
                 str(pinned.get("error")),
                 "pinned memory is L1's: check MemAvailable, RLIMIT_MEMLOCK and the unit's MemoryMax",
             )
         )
     else:
-        out.append(check("pinned_memory", SKIP, "no CUDA device"))
+        out.append(check(how.pinned, SKIP, no_device))
     ipc = main.get("ipc") or {}
     if ipc.get("ok"):
-        out.append(check("cuda_ipc", OK, "a second process of the same user opened and read a GPU buffer"))
+        out.append(check(how.ipc, OK, "a second process of the same user opened and read a GPU buffer"))
     elif ipc:
-        out.append(
-            check(
-                "cuda_ipc",
-                FAIL,
-                str(ipc.get("error")),
-                # Both processes here run as one user with one /dev/shm and one PID namespace, so this
-                # is the GPU or driver, not the units. LMCache 0.5.6 maps the replicas' KV through
-                # torch's storage IPC by default (lmcache wheel, lmcache/v1/platform/devices/cuda/
-                # ipc_wrapper.py CudaIPCWrapper: "needs a shared /dev/shm"); legacy handles do not
-                # cross PID namespaces (openucx/ucx#11514), which systemd units only get with PrivatePIDs=.
-                "two processes of one user in one sandbox could not share a GPU buffer, so no replica "
-                "can hand its KV to lmcache-server: see `dmesg` (NVRM lines). Between the units CUDA IPC "
-                "also needs one user (torch's IPC files in /dev/shm are mode 0600), one /dev/shm (no "
-                "PrivateIPC=, PrivateDevices= or private mount of /dev/shm; PrivateTmp= leaves it "
-                "alone) and one PID namespace (no PrivatePIDs=)",
-            )
-        )
+        out.append(check(how.ipc, FAIL, str(ipc.get("error")), how.fix_ipc))
     else:
-        out.append(check("cuda_ipc", SKIP, "no CUDA device"))
+        out.append(check(how.ipc, SKIP, no_device))
     return out
+
+
+def verdict_cuda(
+    gpu: bool, sandboxed: dict[str, Any] | None, plain: dict[str, Any] | None, why_no_sandbox: str
+) -> list[dict[str, Any]]:
+    """cuda_init (in the sandbox when there is one), pinned_memory and cuda_ipc from the children."""
+    if not gpu:
+        return [check(n, SKIP, "no GPU") for n in ("cuda_init", "pinned_memory", "cuda_ipc")]
+    return verdict_children(CUDA_CHILD_CHECKS, sandboxed, plain, why_no_sandbox)
+
+
+# ---------------------------------------------------------------------------------------------------
+# AMD: ROCm's devices and tools, and HIP through the runtime library (libamdhip64, by ctypes) in child
+# processes, as for CUDA above. The probe records; kvoffload/doctor/amd.py judges on the controller.
+
+
+def amd_pci_gpus(root: Path = Path("/")) -> list[str]:
+    """PCI addresses of AMD GPUs (MI300-class accelerators included)."""
+    base = root / "sys/bus/pci/devices"
+    return [
+        dev.name
+        for dev in (sorted(base.iterdir()) if base.is_dir() else [])
+        if _read(dev / "vendor") == AMD_VENDOR and (_read(dev / "class") or "")[:6] in AMD_GPU_CLASSES
+    ]
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode
+    except OSError:
+        return None
+
+
+def render_nodes(root: Path = Path("/")) -> list[dict[str, Any]]:
+    """The DRM render nodes: /dev/dri node, its mode, and the vendor and PCI address of its GPU."""
+    base = root / "sys/class/drm"
+    out = []
+    for node in sorted(base.glob("renderD*")) if base.is_dir() else []:
+        device = node / "device"
+        out.append(
+            {
+                "node": f"/dev/dri/{node.name}",
+                "mode": _mode(root / "dev/dri" / node.name),
+                "vendor": _read(device / "vendor"),
+                "pci": device.resolve().name if device.exists() else None,
+            }
+        )
+    return out
+
+
+def _rocm_tool(name: str, root: Path) -> str | None:
+    """A ROCm tool on PATH, else in /opt/rocm/bin (where AMD's packages put it)."""
+    found = shutil.which(name)
+    candidate = root / ROCM_PATH.lstrip("/") / "bin" / name
+    return found or (str(candidate) if candidate.is_file() else None)
+
+
+def _tool_answer(cmd: list[str] | None, run: Any) -> dict[str, Any]:
+    """{rc, out, err} of a tool (rc 127 when it is missing), its output cut to TOOL_OUTPUT_MAX."""
+    if cmd is None:
+        return {"rc": 127, "out": "", "err": "not found on PATH or in /opt/rocm/bin"}
+    rc, out, err = run(cmd)
+    return {"rc": rc, "out": out[:TOOL_OUTPUT_MAX], "err": err[-2000:]}
+
+
+def probe_amd(
+    root: Path, args: argparse.Namespace, source: str, pin_bytes: int, copy_bytes: int, run: Any = None
+) -> dict[str, Any] | None:
+    """The raw AMD facts of this node, None where it has no AMD GPU (`run(cmd)`: (rc, out, err); tests
+    give recorded answers)."""
+    pci = amd_pci_gpus(root)
+    if not pci:
+        return None
+    run = run or (lambda cmd: _run(cmd, timeout=120))
+    smi, rocminfo = _rocm_tool("amd-smi", root), _rocm_tool("rocminfo", root)
+    facts: dict[str, Any] = {
+        "pci": pci,
+        "kfd_mode": _mode(root / "dev/kfd"),
+        "render": render_nodes(root),
+        "rocm_version_file": _read(root / ROCM_PATH.lstrip("/") / ".info/version"),
+        "amd_smi_version": _tool_answer([smi, "version"] if smi else None, run),
+        "amd_smi_static": _tool_answer([smi, "static", "--asic", "--bus", "--driver"] if smi else None, run),
+        "rocminfo": _tool_answer([rocminfo] if rocminfo else None, run),
+    }
+    if args.no_cuda:
+        facts["hip"] = {"skipped": "--no-cuda"}
+        return facts
+    user = args.service_user if args.service_user and _user_exists(args.service_user) else None
+    prefix, why = sandbox_command(user, ROCM_SANDBOX_PROPERTIES)
+    sandboxed = plain = None
+    if prefix:
+        sandboxed = run_cuda_child(prefix, source, pin_bytes, copy_bytes, kind="hip")
+        if sandboxed.get("died"):  # the sandbox, not HIP: judge HIP outside it
+            why = f"systemd-run failed: {sandboxed['init']['error']}"
+            sandboxed = None
+    if not (sandboxed or {}).get("init", {}).get("ok"):
+        plain = run_cuda_child([], source, pin_bytes, copy_bytes, kind="hip")
+    facts["hip"] = {"sandboxed": sandboxed, "plain": plain, "why": why}
+    return facts
+
+
+class _HipIpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]  # HIP_IPC_HANDLE_SIZE
+
+
+def _hip() -> Any:
+    """libamdhip64 from the loader's path (ROCm's ld.so.conf entry), else from /opt/rocm/lib."""
+    try:
+        return ctypes.CDLL("libamdhip64.so")
+    except OSError:
+        return ctypes.CDLL(f"{ROCM_PATH}/lib/libamdhip64.so")
+
+
+def _hip_error(hip: Any, rc: int) -> str:
+    hip.hipGetErrorName.restype = ctypes.c_char_p
+    name = hip.hipGetErrorName(rc)
+    return f"{(name or b'hipError').decode()} ({rc})"
+
+
+def _hipc(hip: Any, fn: str, *args: Any) -> None:
+    rc = getattr(hip, fn)(*args)
+    if rc:
+        raise RuntimeError(f"{fn}: {_hip_error(hip, rc)}")
+
+
+def _hip_typed(hip: Any) -> Any:
+    """Pointer arguments as pointers (ctypes passes Python ints as C ints otherwise)."""
+    ptr, size = ctypes.c_void_p, ctypes.c_size_t
+    hip.hipMemcpy.argtypes = [ptr, ptr, size, ctypes.c_int]
+    hip.hipMemset.argtypes = [ptr, ctypes.c_int, size]
+    hip.hipHostRegister.argtypes = [ptr, size, ctypes.c_uint]
+    hip.hipHostUnregister.argtypes = [ptr]
+    hip.hipFree.argtypes = [ptr]
+    hip.hipIpcGetMemHandle.argtypes = [ctypes.POINTER(_HipIpcHandle), ptr]
+    hip.hipIpcOpenMemHandle.argtypes = [ctypes.POINTER(ptr), _HipIpcHandle, ctypes.c_uint]
+    hip.hipIpcCloseMemHandle.argtypes = [ptr]
+    return hip
+
+
+HIP_H2D, HIP_D2H = 1, 2  # hipMemcpyHostToDevice, hipMemcpyDeviceToHost
+
+
+def child_hip(pin_bytes: int, copy_bytes: int) -> dict[str, Any]:
+    """In a child (maybe sandboxed): hipInit, the devices, a pinned (registered) allocation of
+    `pin_bytes` with host<->device copy rates on GPU 0, and HIP IPC to a second process; the second
+    process is forked before anything touches HIP, as for CUDA."""
+    opener = _fork_opener(child_hip_ipc_open)
+    out: dict[str, Any] = {"uid": os.getuid(), "no_new_privs": _no_new_privs()}
+    try:
+        try:
+            hip = _hip_typed(_hip())
+        except OSError as exc:
+            out["init"] = {"ok": False, "error": f"libamdhip64.so: {exc}"}
+            return out
+        rc = hip.hipInit(0)
+        if rc:
+            out["init"] = {"ok": False, "error": f"hipInit: {_hip_error(hip, rc)}"}
+            return out
+        count, driver, runtime = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        hip.hipGetDeviceCount(ctypes.byref(count))
+        hip.hipDriverGetVersion(ctypes.byref(driver))
+        hip.hipRuntimeGetVersion(ctypes.byref(runtime))
+        names = []
+        for i in range(count.value):
+            dev, buf = ctypes.c_int(), ctypes.create_string_buffer(256)
+            hip.hipDeviceGet(ctypes.byref(dev), i)
+            hip.hipDeviceGetName(buf, 256, dev)
+            names.append(buf.value.decode(errors="replace"))
+        out["init"] = {
+            "ok": True,
+            "devices": names,
+            "driver_version": driver.value,
+            "runtime_version": runtime.value,
+        }
+        if names:
+            out.update(_pinned_and_ipc(_Hip(hip), opener, pin_bytes, copy_bytes))
+        return out
+    finally:
+        opener.close()
+
+
+class _Hip(_Runtime):
+    """The checks' calls through libamdhip64 (its pointer arguments typed by `_hip_typed`)."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+
+    def select(self) -> None:
+        _hipc(self.lib, "hipSetDevice", 0)
+
+    def register(self, addr: Any, n: int) -> None:
+        _hipc(self.lib, "hipHostRegister", addr, ctypes.c_size_t(n), 0)
+
+    def unregister(self, addr: Any) -> None:
+        self.lib.hipHostUnregister(addr)
+
+    def alloc(self, n: int) -> Any:
+        dptr = ctypes.c_void_p()
+        _hipc(self.lib, "hipMalloc", ctypes.byref(dptr), ctypes.c_size_t(n))
+        return dptr
+
+    def free(self, dptr: Any) -> None:
+        self.lib.hipFree(dptr)
+
+    def h2d(self, dptr: Any, addr: Any, n: int) -> None:
+        _hipc(self.lib, "hipMemcpy", dptr, addr, n, HIP_H2D)
+
+    def d2h(self, addr: Any, dptr: Any, n: int) -> None:
+        _hipc(self.lib, "hipMemcpy", addr, dptr, n, HIP_D2H)
+
+    def sync(self) -> None:
+        _hipc(self.lib, "hipDeviceSynchronize")
+
+    def fill(self, dptr: Any, byte: int, n: int) -> None:
+        _hipc(self.lib, "hipMemset", dptr, byte, n)
+
+    def export(self, dptr: Any) -> bytes:
+        handle = _HipIpcHandle()
+        _hipc(self.lib, "hipIpcGetMemHandle", ctypes.byref(handle), dptr)
+        return bytes(handle)
+
+    def open_exported(self, handle: bytes) -> tuple[Any, str]:
+        theirs = _HipIpcHandle()
+        ctypes.memmove(ctypes.addressof(theirs), handle, ctypes.sizeof(theirs))
+        dptr = ctypes.c_void_p()
+        rc = self.lib.hipIpcOpenMemHandle(ctypes.byref(dptr), theirs, 1)  # hipIpcMemLazyEnablePeerAccess
+        return (None, f"hipIpcOpenMemHandle: {_hip_error(self.lib, rc)}") if rc else (dptr, "")
+
+    def close_exported(self, dptr: Any) -> None:
+        self.lib.hipIpcCloseMemHandle(dptr)
+
+
+def child_hip_ipc_open(handle_hex: str, fill: int) -> dict[str, Any]:
+    """The second process of the HIP IPC check: open the handle on GPU 0, read 16 bytes, compare."""
+    hip = _hip_typed(_hip())
+    _hipc(hip, "hipInit", 0)
+    gpu = _Hip(hip)
+    gpu.select()
+    return _read_exported(gpu, handle_hex, fill)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1196,6 +1586,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         checks.append(check("engine", SKIP, "--no-engine"))
     else:
         checks.append(probe_engine(args.engine_python, args.connector_module))
+    amd = probe_amd(root, args, source, pin_bytes, copy_bytes)
     return {
         "probe_version": PROBE_VERSION,
         "host": socket.gethostname(),
@@ -1208,6 +1599,8 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "cuda_version": parsed.get("CUDA Version"),
         "unit_toolchain": unit_toolchain(root),
         "checks": checks,
+        # AMD GPUs: raw facts the controller judges (kvoffload/doctor/amd.py); no key without any
+        **({"amd": amd} if amd is not None else {}),
     }
 
 
@@ -1246,6 +1639,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     if argv[:2] == ["child", "cuda"]:
         sys.stdout.write(json.dumps(child_cuda(int(argv[2]), int(argv[3]))) + "\n")
+        return 0
+    if argv[:2] == ["child", "hip"]:
+        sys.stdout.write(json.dumps(child_hip(int(argv[2]), int(argv[3]))) + "\n")
         return 0
     args = parse_args(argv)
     text = json.dumps(probe(args), indent=1)

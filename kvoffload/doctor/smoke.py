@@ -4,7 +4,7 @@
 LMCache's MP-mode quickstart verifies a pair in four steps: the server runs, the replica registers its
 KV caches with it, a first request of a repeated prompt is stored and the same request again is
 retrieved. The doctor checks the same four by the servers' own counters and status instead of log
-lines (kvoffload/orchestrate/smoke.py collects them):
+lines (kvoffload/orchestrate/checks/round_trip.py collects them):
 - started: lmcache-server and one replica came up through the cell's roles and units (else `error`);
 - registered: the server's GET /status lists every rank of the replica. LMCache 0.5.6 lists worker
   instances (`registered_gpu_ids` on CUDA, `registered_non_cuda_instance_ids` on vLLM's CPU build), and
@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvoffload.doctor.checks import Check, Status
+from kvoffload.doctor.verdict import Check, Status
 from kvoffload.tiers import LMCACHE_REGISTRATION_GRACE_S
 
 NAME = "smoke_pair"
-# Counter families as kvoffload/orchestrate/probe.py `scrape` names them (without `_total`)
+# Counter families as kvoffload/orchestrate/cell/watch.py `scrape` names them (without `_total`)
 L1_WRITES = "lmcache_mp_l1_write_chunks"
 LOOKUPS = "lmcache_mp_lookups_requests"
 HIT_TOKENS = "lmcache_mp_lookup_hit_tokens"
@@ -77,7 +77,8 @@ def _fail(detail: str, fix: str, facts: Mapping[str, Any]) -> Check:
 
 
 def judge(facts: Mapping[str, Any]) -> Check:
-    """The smoke check's verdict from one node's round trip (`facts`: orchestrate/smoke.py `round_trip`,
+    """The smoke check's verdict from one node's round trip (`facts`: orchestrate/checks/round_trip.py
+    `round_trip`,
     with the bring-up's `error` when it never got that far)."""
     summary = summarize(facts)
     if facts.get("error"):
@@ -89,7 +90,8 @@ def judge(facts: Mapping[str, Any]) -> Check:
             if stage == "start"
             else ""
         )
-        # the replica's own first error line, from the journal the teardown kept (orchestrate/smoke.py)
+        # the replica's own first error line, from the journal the teardown kept
+        # (orchestrate/checks/round_trip.py)
         said = f"; the replica's journal: {facts['journal_error']}" if facts.get("journal_error") else ""
         return _fail(
             f"{stage}: {facts['error']}{said}",

@@ -9,7 +9,6 @@ the image is rebuilt only when those change. This module builds images; it never
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from kvoffload.errors import UserError
 from kvoffload.lab.paths import images_dir
+from kvoffload.locking import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +154,8 @@ def _run_logged(cmd: list[str], logfile: Path, what: str) -> None:
 @contextlib.contextmanager
 def _build_lock() -> Iterator[None]:
     images_dir().mkdir(parents=True, exist_ok=True)
-    with (images_dir() / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with exclusive(images_dir() / ".lock"):
+        yield
 
 
 def _finish_rootfs(rootfs: Path) -> None:

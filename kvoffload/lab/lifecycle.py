@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +88,9 @@ def require_root() -> None:
         )
 
 
-def _check_options(opts: UpOptions) -> None:
+def check_options(opts: UpOptions) -> None:
+    """The options `up` refuses, each naming its flag; `lab up` checks them before it looks at (or
+    pings) an existing lab, and `up` again for its other callers."""
     if not 1 <= opts.hosts <= 32:
         raise UserError(f"--hosts {opts.hosts}: choose between 1 and 32 hosts")
     problem = shape_problem(opts.hosts, opts.nodes, opts.clients)
@@ -96,14 +99,17 @@ def _check_options(opts: UpOptions) -> None:
     # nspawn names the host side of each veth "vb-<machine>", and link names stop at 15 characters.
     if len(f"vb-{opts.prefix}{opts.hosts}") > 15 or not opts.prefix.isalnum():
         raise UserError(f"--prefix {opts.prefix}: use up to 10 letters/digits")
-    if len(opts.bridge) > 15:
-        raise UserError(f"--bridge {opts.bridge}: link names have at most 15 characters")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", opts.bridge):
+        raise UserError(f"--bridge {opts.bridge!r}: a network link name of 1-15 letters, digits, . _ -")
+    network.plan_addresses(opts.subnet, opts.hosts)  # raises naming --subnet
+    if opts.inventory.is_dir():
+        raise UserError(f"--inventory {opts.inventory}: is a folder; give the hosts.yml file to write")
 
 
 def up(opts: UpOptions) -> LabStatus:
     """Build (or reuse) the image and boot the lab; returns its status once ssh answers everywhere."""
     require_root()
-    _check_options(opts)
+    check_options(opts)
     sdir = state_dir()
     existing = LabState.load(sdir)
     if existing is not None:

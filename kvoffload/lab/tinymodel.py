@@ -13,7 +13,6 @@ it never downloads anything and never starts an engine.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import shutil
@@ -27,6 +26,7 @@ import numpy as np
 
 import kvoffload
 from kvoffload.errors import UserError
+from kvoffload.locking import exclusive
 
 # Bump when anything below changes what a build writes (files, tokenizer recipe, weight layout).
 RECIPE_VERSION = 1
@@ -348,12 +348,8 @@ def _write_model(folder: Path, texts: Sequence[str], seed: int, key: str, source
 
 @contextlib.contextmanager
 def _lock(out: Path) -> Iterator[None]:
-    with (out.parent / f".{out.name}.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with exclusive(out.parent / f".{out.name}.lock"):
+        yield
 
 
 def _check_replaceable(out: Path) -> None:

@@ -1,14 +1,22 @@
 """What the orchestrator relies on in playbooks/*.yml: playbook names, tags, play titles and the
-switches it sets on the playbooks themselves. The one place these are spelled on the Python side.
+switches it sets on the playbooks themselves, the one place these are spelled on the Python side; and
+`fetch_answers`, the way every check reads a playbook that answers one JSON file per host.
 
-Sits under `kvoffload.orchestrate` (campaign.py, cell_run.py, smoke.py, doctor.py, host_python.py
-import it) and above nothing: plain constants. A play title here is matched against what
+The ground floor of `kvoffload.orchestrate` (campaign/, cell/, checks/ and installs/ import it); it
+imports only kvoffload.playbook. A play title here is matched against what
 ansible-runner reports (`PlaybookResult.plays`, `l2_trims`, `TaskFailure.play`), so renaming a play in
 playbooks/ means renaming it here; tests/unit/orchestrate/test_playbooks_api.py reads the playbooks and
 holds the two together.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from kvoffload.playbook import PlaybookFailed, PlaybookResult
 
 # -- playbooks (playbooks/<name>) -----------------------------------------------------------------------
 PREFLIGHT = "preflight.yml"
@@ -19,7 +27,7 @@ REPLAY = "replay.yml"
 TEARDOWN = "teardown.yml"
 DOCTOR = "doctor.yml"
 # doctor's cell-free pair check: LMCache's server and bench as two transient units
-# (orchestrate/pair_cellfree.py)
+# (orchestrate/checks/cellfree.py)
 DOCTOR_PAIR = "doctor_pair.yml"
 HOST_PYTHON = "host_python.yml"
 
@@ -68,3 +76,44 @@ CLEAR_L2_PLAY = "Empty L2 of the reset's probes"
 def ident_of(playbook: str) -> str:
     """A playbook's name in a run's ident (`deploy.yml` -> `deploy`)."""
     return playbook.removesuffix(".yml")
+
+
+# -- running a playbook that answers per host ------------------------------------------------------
+class Runner(Protocol):
+    """What the doctor needs of `PlaybookRunner` (tests give a fake)."""
+
+    def run(
+        self, playbook: str, extravars: Mapping[str, Any] | None = None, *, ident: str | None = None
+    ) -> PlaybookResult: ...
+
+
+def fetch_answers(
+    runner: Runner,
+    playbook: str,
+    extravars: Mapping[str, Any],
+    ident: str,
+    folder: Path,
+    hosts: Iterable[str],
+    *,
+    missing: str,
+) -> dict[str, dict[str, Any] | str]:
+    """Run a playbook that fetches one JSON answer per host into `folder/<host>.json` (the probe's,
+    the cell-free pair check's): host -> its answer, or why there is none (the playbook's failure on
+    that host, else `missing` and the read error). A playbook that failed on no host re-raises."""
+    failures: dict[str, str] = {}
+    try:
+        runner.run(playbook, extravars, ident=ident)
+    except PlaybookFailed as exc:
+        for f in exc.result.failures:
+            failures.setdefault(
+                f.host, f"{'unreachable' if f.unreachable else 'failed'} at '{f.task}': {f.message}"
+            )
+        if not exc.result.failures:
+            raise
+    answers: dict[str, dict[str, Any] | str] = {}
+    for host in hosts:
+        try:
+            answers[host] = json.loads((folder / f"{host}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            answers[host] = failures.get(host, f"{missing} ({exc})")
+    return answers

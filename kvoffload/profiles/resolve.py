@@ -131,7 +131,7 @@ class Replica:
     """One vLLM replica: systemd instance `kvoffload-vllm@<index>` on `host`, port 8000+index."""
 
     host: str
-    # Where clients reach it: the address the vllm role binds (kvoffload/orchestrate/deployment.py).
+    # Where clients reach it: the address the vllm role binds (kvoffload/orchestrate/cell/deployment.py).
     address: str
     index: int
     gpus: str

@@ -1,7 +1,7 @@
 """The resolved replay command line, as the orchestrator and the replay role run it.
 
 `replay_argv` is the one place the argv of `kvoffload-lab replay` for a cell is built: the
-orchestrator (kvoffload/orchestrate/deployment.py) passes it to the replay role as the list extravar
+orchestrator (kvoffload/orchestrate/cell/deployment.py) passes it to the replay role as the list extravar
 `replay_argv`, which the role runs as a command argv (no shell), and records it in cell.json. The role
 builds the same list from its `replay_*` variables only when run on its own without `replay_argv`
 (roles/replay/vars/main.yml, e.g. its molecule scenario); tests/unit/roles/test_replay_argv.py renders

@@ -29,7 +29,7 @@ from kvoffload.analysis.findings import ROUTING_NOTE, Finding, by_group, finding
 from kvoffload.analysis.hosts import disk_series, gpu_table, parse_targets
 from kvoffload.analysis.nulls import grouped_info, is_info, note_warnings
 from kvoffload.analysis.recommend import Recommendation, recommend
-from kvoffload.analysis.software import software_frame, software_table
+from kvoffload.analysis.software import engine_sets, software_frame, software_table
 from kvoffload.analysis.summary import relevant, rounds_table, summarize
 from kvoffload.atomic import atomic_path, write_text_atomic
 from kvoffload.contracts.layout import CampaignPaths
@@ -503,7 +503,7 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "campaign": _campaign_items(a.tables, results_dir),
         "hosts": hosts_table(a.tables.cells),
         "timing": timing_table(a.tables.campaign),
-        "software": software_view(software_table(a.software, a.tables.cells["cell_id"].astype(str).tolist())),
+        "software": _software(a),
         "warnings": [w for w in warnings if not is_info(str(w["kind"]))],
         "info_notes": grouped_info(warnings),
         "groups": _group_views(a, frames),
@@ -511,6 +511,13 @@ def _context(a: Analysis, results_dir: Path, c: Conclusions) -> dict[str, Any]:
         "cpu": _cpu_table(a.summary),
         "gpus": _gpu_table(a.tables, frames),
     }
+
+
+def _software(a: Any) -> Any:
+    """The "Software per host" table, with the engine set each node installed (kvoffload/engines)."""
+    sets = engine_sets(a.tables.cells)
+    ids = a.tables.cells["cell_id"].astype(str).tolist()
+    return software_view(software_table(a.software, ids, sets), sets)
 
 
 def attribution_views(views: Sequence[TierAttribution]) -> list[dict[str, Any]]:
@@ -674,11 +681,6 @@ def summary_records(summary: pd.DataFrame) -> list[dict[str, Any]]:
     """The summary table as a list of JSON-ready objects (NaN -> None)."""
     records: list[dict[str, Any]] = json.loads(summary.to_json(orient="records", double_precision=10))
     return records
-
-
-def summary_json(summary: pd.DataFrame) -> str:
-    """The summary table as a JSON array of objects (NaN -> null)."""
-    return json.dumps(summary_records(summary), indent=1, sort_keys=False) + "\n"
 
 
 def _clean_json(value: Any) -> Any:

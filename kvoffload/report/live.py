@@ -1,6 +1,6 @@
 """The live page's figures (`kvoffload-lab watch`): where a campaign is now, as one JSON object.
 
-Report layer, read-only on the results folder: status.json (kvoffload/orchestrate/status.py, re-read
+Report layer, read-only on the results folder: status.json (kvoffload/orchestrate/campaign/status.py, re-read
 only when it changed), each cell's requests.jsonl once it is on the controller (tailed: every read
 starts where the last one ended, so a poll costs what was appended since), and the report's own
 findings (`kvoffload.report.build.finding_groups`) for the cells that are DONE, computed again only
@@ -107,11 +107,6 @@ class RecordTail:
         }
 
 
-def _later(record: Mapping[str, Any]) -> bool:
-    """A later round (2 and up): the rounds whose TTFT the findings compare."""
-    return isinstance(record.get("round"), int) and int(record["round"]) >= 2
-
-
 def histogram_quantile(q: float, first: Mapping[str, float], last: Mapping[str, float]) -> float | None:
     """Prometheus `histogram_quantile` over the increase of cumulative buckets (`le` -> count) from
     `first` to `last`: linear inside the bucket that holds the q-th observation; the last finite
@@ -169,7 +164,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def plan_of(estimate: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What the ETA needs of the run's estimate, from status.json `estimate` (already in this shape:
-    kvoffload/orchestrate/status.py) or campaign.json `estimate` (its cells' phases summed)."""
+    kvoffload/orchestrate/campaign/status.py) or campaign.json `estimate` (its cells' phases summed)."""
     if not isinstance(estimate, Mapping) or not isinstance(estimate.get("cells"), Mapping):
         return None
     cells = estimate["cells"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from kvoffload.tokenizer import hf_hub_cache
 
 CONFIG_JSON = "config.json"
-# Where the vllm role stages a model on a vLLM host: kvoffload/orchestrate/deployment.py REMOTE_MODELS
+# Where the vllm role stages a model on a vLLM host: kvoffload/orchestrate/cell/deployment.py REMOTE_MODELS
 # (a unit test holds the two equal), a hub id as `org--name`, a shipped folder by its own name.
 STAGED_MODELS = Path("/var/lib/kvoffload/models")
 

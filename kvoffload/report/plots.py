@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -33,6 +34,16 @@ def svg_text(fig: Figure) -> str:
     return text[text.index("<svg") :]
 
 
+def _finished(fig: Figure, ax: Axes, title: str, xlabel: str, ylabel: str, legend_columns: int = 1) -> str:
+    """A one-axes plot in the report's look (title, axis labels, a light grid, a small legend), as SVG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=legend_columns)
+    return svg_text(fig)
+
+
 def tier_colour(tier: str) -> str:
     """A tier's fixed colour (grey for a tier without one)."""
     return TIER_COLOURS.get(tier, "#7f7f7f")
@@ -47,13 +58,8 @@ def ttft_by_round(curves: Mapping[str, pd.DataFrame]) -> str | None:
     for tier, c in curves.items():
         ax.plot(c["round"], c["ttft_p50_s"], "-o", color=tier_colour(tier), label=f"{tier} p50", ms=3)
         ax.plot(c["round"], c["ttft_p95_s"], "--", color=tier_colour(tier), label=f"{tier} p95")
-    ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("TTFT (s)")
-    ax.set_title("TTFT by round")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=3)
-    return svg_text(fig)
+    return _finished(fig, ax, "TTFT by round", "round", "TTFT (s)", legend_columns=3)
 
 
 def ttft_cdf(cdfs: Mapping[str, pd.DataFrame]) -> str | None:
@@ -64,13 +70,8 @@ def ttft_cdf(cdfs: Mapping[str, pd.DataFrame]) -> str | None:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     for tier, c in cdfs.items():
         ax.step(c["ttft_s"], c["fraction"], where="post", color=tier_colour(tier), label=tier)
-    ax.set_xlabel("TTFT (s)")
-    ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
-    ax.set_title("TTFT CDF")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return svg_text(fig)
+    return _finished(fig, ax, "TTFT CDF", "TTFT (s)", "fraction of requests")
 
 
 def cache_over_time(series: Mapping[str, pd.DataFrame]) -> str | None:
@@ -117,12 +118,7 @@ def disk_throughput(series: Mapping[str, pd.DataFrame]) -> str | None:
     for label, s in series.items():
         ax.plot(s["t_s"], s["read_gbps"], "-", label=f"{label} read")
         ax.plot(s["t_s"], s["write_gbps"], "--", label=f"{label} write")
-    ax.set_xlabel("seconds since start")
-    ax.set_ylabel("GB/s")
-    ax.set_title("L2 disk throughput")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return svg_text(fig)
+    return _finished(fig, ax, "L2 disk throughput", "seconds since start", "GB/s")
 
 
 def later_ttft_ci(rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -171,9 +167,11 @@ def tradeoff(points: Mapping[str, pd.DataFrame], capacities: Mapping[str, float]
     for tier, tokens in capacities.items():
         ax.axvline(tokens, color=tier_colour(tier), ls=":", lw=1.5, label=f"{tier} predicted capacity")
     ax.set_xscale("log")
-    ax.set_xlabel("live history (concurrency x mean context, tokens)")
-    ax.set_ylabel("later-round TTFT (s)")
-    ax.set_title("latency against live history")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    return svg_text(fig)
+    return _finished(
+        fig,
+        ax,
+        "latency against live history",
+        "live history (concurrency x mean context, tokens)",
+        "later-round TTFT (s)",
+        legend_columns=2,
+    )

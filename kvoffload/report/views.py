@@ -16,6 +16,7 @@ import pandas as pd
 
 from kvoffload.analysis.attribution import Cost, TierAttribution, Verdict
 from kvoffload.analysis.capacity import Knee, TierCapacity, as_number, tokens_text
+from kvoffload.analysis.software import engine_set_source
 from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB
 
 MISSING = "–"
@@ -307,14 +308,20 @@ def hosts_table(cells: pd.DataFrame) -> Table:
     return Table("Hosts", ["host", "CPU", "RAM GiB", "GPUs", "NVMe"], rows)
 
 
-def software_view(frame: pd.DataFrame) -> Table:
-    """analysis.software.software_table as a display table (no rows when no host reported software)."""
+def software_view(frame: pd.DataFrame, sets: Sequence[dict[str, Any]] = ()) -> Table:
+    """analysis.software.software_table as a display table (no rows when no host reported software),
+    with each engine set the nodes installed (analysis.software.engine_sets) named in its note."""
     t = frame_table("Software per host", frame)
     note = (
         "What ran on each lab host, read after every cell (collect role); cells: all when the versions "
         "were the same in every cell, else the cells that row covers. GPU driver and CUDA/ROCm as the GPU "
         "tool reports them."
     )
+    for s in sets:
+        note += (
+            f" Engine set {s['name']} (build {s.get('build')}) on {', '.join(s.get('nodes') or []) or '-'}: "
+            f"{', '.join(s.get('requirements') or [])}; wheels from {engine_set_source(s)}."
+        )
     return Table(t.title, t.headers, t.rows, note)
 
 

@@ -27,20 +27,15 @@ from typing import Any
 import httpx
 import pytest
 
-from kvoffload.orchestrate import wheelhouse
+from kvoffload.orchestrate.installs import wheelhouse
 from kvoffload.profiles import resolve as r
 from tests.support import caddy as caddies
+from tests.support.loopback import free_port
 from tests.unit.roles.render import render, role_defaults
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 DEBIAN_2_6 = caddies.debian_caddy_2_6()
 needs_debian_2_6 = pytest.mark.skipif(DEBIAN_2_6 is None, reason="Debian's caddy 2.6 missing (apt: caddy)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -109,15 +104,15 @@ def caddyfile(tmp_path: Path, binary: Path, tier: str, upstreams: list[str], **o
         sim_profile="tiny",
         kv_cache_memory_bytes=1 << 30,
     )
-    port = _free_port()
+    port = free_port()
     variables: dict[str, Any] = {
         **role_defaults("caddy"),
         **r.resolve(dep),
         "ansible_host": "127.0.0.1",
         "caddy_upstreams": upstreams,
         "caddy_listen_port": port,
-        "caddy_metrics_port": _free_port(),
-        "caddy_admin_address": f"127.0.0.1:{_free_port()}",
+        "caddy_metrics_port": free_port(),
+        "caddy_admin_address": f"127.0.0.1:{free_port()}",
         **over,
     }
     return render("caddy", "etc/kvoffload/caddy/Caddyfile.j2", {**variables, **installed(binary)}), port

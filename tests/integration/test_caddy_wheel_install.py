@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload.orchestrate import wheelhouse
+from kvoffload.orchestrate.installs import wheelhouse
 from tests.support import caddy as caddies
 from tests.support.ansible import ansible_playbook
 

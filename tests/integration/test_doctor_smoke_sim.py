@@ -1,4 +1,4 @@
-"""The doctor's pair smoke check (kvoffload/orchestrate/smoke.py `round_trip`, judged by
+"""The doctor's pair smoke check (kvoffload/orchestrate/checks/round_trip.py `round_trip`, judged by
 kvoffload/doctor/smoke.py) against the simulator's engine and cache server as real processes on
 loopback: the same HTTP calls and counter families as against real vLLM and LMCache (the simulator
 copies their names, tests/integration/test_sim_engine.py holds it to the captures). The real pair is
@@ -13,7 +13,7 @@ import pytest
 
 from kvoffload.doctor import smoke as ds
 from kvoffload.doctor.checks import Status
-from kvoffload.orchestrate.smoke import Pair, round_trip
+from kvoffload.orchestrate.checks.round_trip import Pair, round_trip
 from tests.integration.test_sim_engine import MODEL, cache_server, engine
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.orchestrate.host_python import learn_hosts_python
+from kvoffload.orchestrate.installs.host_python import learn_hosts_python
 from kvoffload.playbook import PlaybookRunner
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.orchestrate import wheelhouse as wh
+from kvoffload.orchestrate.installs import wheelhouse as wh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

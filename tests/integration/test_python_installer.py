@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload.orchestrate import wheelhouse as wh
+from kvoffload.orchestrate.installs import wheelhouse as wh
 from tests.support.ansible import ansible_playbook
 
 pytestmark = [

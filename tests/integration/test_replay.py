@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -147,26 +148,36 @@ def test_refuses_to_overwrite_and_bad_server(tmp_path: Path, capsys: pytest.Capt
     assert json.loads((tmp_path / "new" / "sessions.json").read_text())["stopped_by"] == "warmup"
 
 
+def _replay_argv(url: str, data: Path, out: Path, concurrency: int, rounds: int, *extra: str) -> list[str]:
+    """`kvoffload-lab replay` of a generic dataset against `url`, as a child process runs it."""
+    return [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
+            "--dataset-code", "generic", "--dataset", str(data), "--concurrency", str(concurrency),
+            "--num-rounds", str(rounds), "--output", str(out), *extra]  # fmt: skip
+
+
+def _stop_once(proc: subprocess.Popen[str], sig: signal.Signals, ready: Callable[[], bool]) -> str:
+    """Send `sig` to the replay once `ready()` holds (or after 30 s), wait for it to exit; its stderr."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not ready():
+        time.sleep(0.05)
+    os.kill(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    return err
+
+
 def test_ctrl_c_keeps_finished_records(tmp_path: Path) -> None:
     data = _dataset(tmp_path, sessions=6, calls=10)
     out = tmp_path / "out"
     with sse_server("--ttft", "0.2", "--itl", "0.01") as url:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
-             "--dataset-code", "generic", "--dataset", str(data), "--concurrency", "2", "--num-rounds", "10",
-             "--output", str(out), "--warmup", "0"],
-            cwd=ROOT, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if (out / "requests.jsonl").exists() and len(_records(out)) >= 3:
-                break
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=20)
-        finally:
-            proc.kill()
+            _replay_argv(url, data, out, 2, 10, "--warmup", "0"), cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+        err = _stop_once(
+            proc, signal.SIGINT, lambda: (out / "requests.jsonl").exists() and len(_records(out)) >= 3
+        )
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     recs = _records(out)  # every line parses: nothing half-written
@@ -198,11 +209,12 @@ def test_stalled_server_exits_5_with_its_reason_and_no_traceback(tmp_path: Path)
     out = tmp_path / "out"
     with sse_server("--ttft", "3600") as url:
         proc = subprocess.run(
-            [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
-             "--dataset-code", "generic", "--dataset", str(data), "--concurrency", "2", "--num-rounds", "5",
-             "--output", str(out), "--stall-timeout", "1"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            _replay_argv(url, data, out, 2, 5, "--stall-timeout", "1"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == ExitCode.STALLED, proc.stderr
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -344,22 +356,13 @@ def test_sigterm_stops_every_worker_and_keeps_their_records(tmp_path: Path) -> N
     out = tmp_path / "out"
     with sse_server("--ttft", "0.2", "--itl", "0.01") as url:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kvoffload.cli.main", "replay", "--base-url", url, "--model", "m",
-             "--dataset-code", "generic", "--dataset", str(data), "--concurrency", "4", "--num-rounds", "10",
-             "--output", str(out), "--warmup", "0", "--workers", "2"],
-            cwd=ROOT, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
+            _replay_argv(url, data, out, 4, 10, "--warmup", "0", "--workers", "2"),
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         parts = [out / "workers" / str(i) / "requests.jsonl" for i in range(2)]
-        while time.monotonic() < deadline:
-            if all(p.exists() and p.stat().st_size > 0 for p in parts):
-                break
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            _, err = proc.communicate(timeout=20)
-        finally:
-            proc.kill()
+        err = _stop_once(proc, signal.SIGTERM, lambda: all(p.exists() and p.stat().st_size for p in parts))
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     recs = _records(out)

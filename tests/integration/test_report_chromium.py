@@ -7,20 +7,16 @@ check can fail. The screenshot is kept under tests/artifacts/ (gitignored).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvoffload.report import build_report
-from tests.support.chromium import CHROMIUM, screenshot_when
+from tests.support.chromium import ARTIFACTS, CHROMIUM, screenshot_when
+from tests.support.small_campaign import copy_small
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "campaign-small"
-ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
 # Section headings in order, and where the findings section starts (CSS pixels from the top).
@@ -59,8 +55,7 @@ def test_console_check_catches_errors(chromium: str, tmp_path: Path) -> None:
 
 
 def test_report_loads_without_console_errors(chromium: str, tmp_path: Path) -> None:
-    campaign = tmp_path / "fixture-small"
-    shutil.copytree(FIXTURE, campaign, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    campaign = copy_small(tmp_path / "fixture-small")
     index = build_report(campaign)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report-fixture-small.png"

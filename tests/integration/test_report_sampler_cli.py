@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from tests.support.loopback import free_port, serve_pages
 
 pytestmark = pytest.mark.integration
 
@@ -26,36 +25,10 @@ EXPOSITION = (
 ).read_bytes()
 
 
-class _Metrics(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=1.0.0; charset=utf-8")
-        self.send_header("Content-Length", str(len(EXPOSITION)))
-        self.end_headers()
-        self.wfile.write(EXPOSITION)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+    with serve_pages({"/metrics": EXPOSITION}) as base:
+        yield f"{base}/metrics"
 
 
 def _lines(path: Path) -> list[dict[str, object]]:
@@ -70,7 +43,7 @@ def _cli(*args: str) -> list[str]:
 
 def test_sampler_records_gaps_and_stops_on_sigterm(server: str, tmp_path: Path) -> None:
     out = tmp_path / "metrics"
-    dead = f"http://127.0.0.1:{_closed_port()}/metrics"
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
     proc = subprocess.Popen(
         _cli(
             *("metrics", "sample", "--target", f"vllm-0={server}", "--target", f"dead={dead}"),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.deployment import cell_extravars
-from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.orchestrate.cell.deployment import cell_extravars
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookCanceled, PlaybookFailed, PlaybookRunner, request_stop
 from kvoffload.playbook.runner import HF_TOKEN_FILE_VAR, SECRET_NAME, extravars_file
 from tests.support.procs import kill_pids, pids_with_environ

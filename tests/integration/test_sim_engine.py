@@ -14,7 +14,6 @@ import contextlib
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvoffload.datasets import Session, load_dataset
 from kvoffload.tokenizer import FallbackTokenizer, render_chat
+from tests.support.loopback import free_port
 from tests.support.metrics import families
 from tests.support.procs import stop_group
 
@@ -60,13 +60,6 @@ HTTP = httpx.Client(timeout=60, trust_env=False)
 def _close_http() -> Iterator[None]:
     yield
     HTTP.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -106,7 +99,7 @@ def _start(args: list[str], health: str, log: Path, env: dict[str, str] | None =
 def engine(
     tmp: Path, name: str, extra: list[str], cache_port: int | None = None, dev: bool = False
 ) -> contextlib.AbstractContextManager[Proc]:
-    port = _free_port()
+    port = free_port()
     args = ["serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
     if "--max-model-len" not in extra:
         args += ["--max-model-len", str(MAX_LEN)]
@@ -130,7 +123,7 @@ def engine(
 @contextlib.contextmanager
 def cache_server(tmp: Path, l1_gb: float, l2: dict[str, Any] | None = None) -> Iterator[tuple[Proc, int]]:
     """A simulated `lmcache server` with LMCache's flags (the real capture's, plus our watermark)."""
-    port, http_port = _free_port(), _free_port()
+    port, http_port = free_port(), free_port()
     args = ["cache-server", "--host", "127.0.0.1", "--port", str(port), "--http-host", "127.0.0.1"]
     args += ["--http-port", str(http_port), "--l1-size-gb", str(l1_gb), "--eviction-policy", "LRU"]
     args += ["--eviction-trigger-watermark", "0.7", "--eviction-ratio", "0.5", "--sim-profile", "tiny"]
@@ -650,11 +643,11 @@ def test_engine_without_cache_server_fails_after_mq_timeout(tmp_path: Path) -> N
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
             "lmcache.mp.host": "tcp://127.0.0.1",
-            "lmcache.mp.port": _free_port(),
+            "lmcache.mp.port": free_port(),
             "lmcache.mp.mq_timeout": 1,
         },
     }
-    cmd = [*CLI, "sim", "serve", MODEL, "--port", str(_free_port()), "--kv-transfer-config", json.dumps(cfg)]
+    cmd = [*CLI, "sim", "serve", MODEL, "--port", str(free_port()), "--kv-transfer-config", json.dumps(cfg)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
     assert done.returncode == 1
     assert "did not answer within lmcache.mp.mq_timeout=1.0s" in done.stderr

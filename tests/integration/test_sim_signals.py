@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.loopback import free_port
 from tests.support.procs import stop_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -35,13 +36,6 @@ MODEL = "sim-llama"
 EXITS_WITHIN_S = 10.0
 # tiny profile: about 2 ms per decode step, so this stream runs about 30 s if nothing stops it.
 LONG_STREAM_TOKENS = 15000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -81,7 +75,7 @@ def _sigterm_and_time(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
 
 @contextlib.contextmanager
 def _cache_server(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
-    port, http_port = _free_port(), _free_port()
+    port, http_port = free_port(), free_port()
     args = ["cache-server", "--host", "127.0.0.1", "--port", str(port), "--http-host", "127.0.0.1"]
     args += ["--http-port", str(http_port), "--l1-size-gb", "0.25", "--eviction-policy", "LRU"]
     args += ["--sim-profile", "tiny"]
@@ -156,7 +150,7 @@ def _drain(sock: socket.socket, timeout_s: float = 5) -> bytes:
 
 def test_engine_mid_stream_with_keepalive_and_cache_connection_exits_on_sigterm(tmp_path: Path) -> None:
     with _cache_server(tmp_path) as (cache, cache_port, http_port):
-        port = _free_port()
+        port = free_port()
         log = tmp_path / "engine.log"
         engine = _spawn(_engine_args(port, cache_port, []), log)
         socks: list[socket.socket] = []
@@ -190,7 +184,7 @@ def test_engine_mid_stream_with_keepalive_and_cache_connection_exits_on_sigterm(
 
 
 def test_engine_start_up_is_modelled_refuses_connections_and_logs_like_vllm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "engine.log"
     load_s, capture_s = 2.0, 1.0
     extra = ["--sim-model-load-s", str(load_s), "--sim-graph-capture-s", str(capture_s)]
@@ -242,9 +236,9 @@ def test_engine_start_up_is_modelled_refuses_connections_and_logs_like_vllm(tmp_
 def test_engine_exits_on_sigterm_during_start_up(
     tmp_path: Path, extra: list[str], with_cache: bool, marker: str
 ) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "engine.log"
-    engine = _spawn(_engine_args(port, _free_port() if with_cache else None, extra), log)
+    engine = _spawn(_engine_args(port, free_port() if with_cache else None, extra), log)
     try:
         deadline = time.monotonic() + 30
         while marker not in log.read_text():
@@ -263,7 +257,7 @@ def test_engine_exits_on_sigterm_during_start_up(
 
 
 def test_reset_prefix_cache_refuses_while_a_stream_holds_blocks(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "engine.log"
     engine = _spawn(_engine_args(port, None, []), log, env={"VLLM_SERVER_DEV_MODE": "1"})
     url = f"http://127.0.0.1:{port}/reset_prefix_cache"
@@ -320,7 +314,7 @@ def test_nothing_of_the_engine_outlives_its_main_process(tmp_path: Path) -> None
     """systemd in the lab's hosts is not told when a unit's last process ends: a helper that outlived
     the engine's main process, even by milliseconds, held the unit's stop for TimeoutStopSec. So when
     the main process (alone, as KillMode=mixed signals it) has exited, its process group is empty."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "engine.log"
     proc = _spawn(_engine_args(port, None, []), log)
     try:

@@ -14,13 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.chromium import CHROMIUM, screenshot_when
+from tests.support.chromium import ARTIFACTS, CHROMIUM, screenshot_when
 from tests.support.watch import mid_run_campaign
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
-ARTIFACTS = ROOT / "tests" / "artifacts"
 # Each sparkline of the page: its figure -> whether its SVG has a line (JSON text, for the DevTools call).
 SPARKS = (
     "JSON.stringify(Object.fromEntries([...document.querySelectorAll('.spark')].map("

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 import kvoffload
-from kvoffload.orchestrate import wheelhouse
+from kvoffload.orchestrate.installs import wheelhouse
 from tests.support.chromium import screenshot_when
 from tests.support.lab import free_lab_names, kvlab, lab_marks, small_campaign
 

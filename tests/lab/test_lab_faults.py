@@ -35,7 +35,7 @@ import yaml
 
 from tests.support.lab import ROOT, free_lab_names, kvlab, lab_marks, small_campaign
 
-CLIENT_CELLS = "/var/lib/kvoffload/cells"  # replay_remote_root of a campaign (orchestrate/deployment.py)
+CLIENT_CELLS = "/var/lib/kvoffload/cells"  # replay_remote_root of a campaign (orchestrate/cell/deployment.py)
 HEALTH_INTERVAL_S = 10.0  # Caddy profiles' health_interval
 HEALTH_TIMEOUT_S = 5.0
 

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE
+from kvoffload.engines.sets import builtin_sets
 from tests.support.lab import free_lab_names, kvlab, lab_marks
 from tests.support.lmcache_names import fixture_for, render, wheel_families, wheelhouse_lmcache_wheels
 from tests.support.wheel_source import FIXTURE as VLLM_SOURCE
@@ -37,6 +38,35 @@ CAMPAIGN = ROOT / "inventories" / "local" / "campaign-vllm.yml"
 
 pytestmark = lab_marks(3600)  # the whole lane: engine wheels, lab, three engine starts, six cells
 SESSIONS = 12
+# The campaign's own engine set (issue 44): the CPU build's pins from a folder of wheels the lab brings,
+# with no index reachable from the controller's pip (the hosts never have one).
+MY_SET = "my-cpu"
+NO_INDEX = {
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",  # nothing listens on port 9 (discard)
+    "PIP_NO_INDEX": "1",
+    # this package's wheel is built with the controller's own setuptools (no index to fetch one from)
+    "PIP_NO_BUILD_ISOLATION": "false",
+}
+
+
+def _my_wheels(base: Path) -> Path:
+    """A folder of the CPU engine set's wheels, as an air-gapped lab brings it: the wheels this lane's
+    wheel cache holds (downloaded from the index first, as every run of the lane did), hard-linked into a
+    folder of the test's own; the deps, uv and Caddy sets are put in the cache for the hosts' Python."""
+    from kvoffload.orchestrate.installs import wheelhouse as wh
+
+    cpu = builtin_sets()["cpu-vllm0.32"]
+    wh.build_wheels(
+        DEFAULT_WHEEL_CACHE, offline=True, engine_sets=[cpu], hosts_python=wh.DEFAULT_HOSTS_PYTHON
+    )
+    cached = wh._download_set(
+        DEFAULT_WHEEL_CACHE, "engine-cpu", list(cpu.requirements), wh.DEFAULT_HOSTS_PYTHON
+    )
+    folder = base / "my-wheels"
+    folder.mkdir()
+    for wheel in cached.glob("*.whl"):
+        os.link(wheel, folder / wheel.name)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -53,19 +83,30 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     # Two cells per tier at half the sessions: the second is made cold by a reset of running engines.
     campaign["repeats"] = 2
     campaign["max_sessions"] = SESSIONS
+    # its own engine set, read from a folder (relative to the campaign file) with no index reachable
+    cpu = builtin_sets()["cpu-vllm0.32"]
+    campaign["engine_set"] = MY_SET
+    campaign["engine_sets"] = {
+        MY_SET: {
+            **cpu.model_dump(mode="json", exclude={"source", "description"}),
+            "source": {"wheels_dir": _my_wheels(base).name},
+            "description": "the CPU build's pins from a lab's own folder of wheels",
+        }
+    }
     (base / "campaign.yml").write_text(yaml.safe_dump(campaign))
+    offline = {**env, **NO_INDEX}
     inventory = base / "hosts.yml"
     names = free_lab_names("r", 8)
     up = kvlab(env, "lab", "up", "--hosts", "2", *names.up_args(), "--inventory", str(inventory), timeout=900)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
-        doctor = kvlab(env, "doctor", str(inventory), "--campaign", str(base / "campaign.yml"),
+        doctor = kvlab(offline, "doctor", str(inventory), "--campaign", str(base / "campaign.yml"),
                        "--results", str(base / "results"), "--json", timeout=2400)  # fmt: skip
         (base / "doctor.json").write_text(doctor.stdout)
         (base / "doctor.stderr").write_text(doctor.stderr)
         started = time.monotonic()
         run = kvlab(
-            env,
+            offline,
             "run",
             str(inventory),
             "--campaign",
@@ -78,6 +119,28 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, f
     finally:
         down = kvlab(env, "lab", "down", timeout=300)
         assert down.returncode == 0, down.stderr[-2000:]
+
+
+def test_the_campaign_ran_its_own_engine_set_from_a_folder_with_no_index(
+    real_run: tuple[Path, float],
+) -> None:
+    """Issue 44: the campaign's `my-cpu` set (build cpu, its wheels from a folder, no index reachable from
+    the controller's pip) was built into the wheelhouse from that folder alone, installed on the node,
+    recorded in cell.json and campaign.json, and shown in the report's software table."""
+    results = real_run[0]
+    folder = str(results.parent.parent / "my-wheels")
+    campaign = json.loads((results / "campaign.json").read_text())
+    [engine_set] = campaign["engine_sets"]
+    assert (engine_set["name"], engine_set["build"]) == (MY_SET, "cpu"), engine_set
+    assert engine_set["source"]["wheels_dir"] == folder and engine_set["nodes"], engine_set
+    for cell in (results / "cells").iterdir():
+        record = json.loads((cell / "cell.json").read_text())
+        assert record["profiles"]["engine_set"]["name"] == MY_SET, record["profiles"]
+    md = (results / "report" / "report.md").read_text()
+    software = md[md.index("Software per host") :]
+    assert f"Engine set {MY_SET} (build cpu) on {engine_set['nodes'][0]}" in software
+    assert f"wheels from folder {folder} (offline)" in software
+    assert f"| {MY_SET} |" in software  # the node's row names its set
 
 
 def _the_nodes_ok_check(base: Path, name: str) -> tuple[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE
-from kvoffload.orchestrate.wheelhouse import Wheels, build_wheels
+from kvoffload.orchestrate.installs.wheelhouse import Wheels, build_wheels
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 from kvoffload.cli.args import DEFAULT_WHEEL_CACHE
-from kvoffload.orchestrate import wheelhouse
+from kvoffload.orchestrate.installs import wheelhouse
 
 DEBIAN_CADDY = Path("/usr/bin/caddy")
 

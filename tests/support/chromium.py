@@ -19,6 +19,8 @@ import aiohttp
 import httpx
 
 CHROMIUM = shutil.which("chromium")
+# Where the browser tests leave their screenshots: tests/artifacts/.
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 FLAGS = [
     "--headless",
     "--no-sandbox",

@@ -1,7 +1,9 @@
-"""Reading a Prometheus exposition the way the simulator-fidelity tests compare it with real captures."""
+"""Reading a Prometheus exposition: the way the simulator-fidelity tests compare it with real captures,
+and the sample values the simulator tests assert on."""
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -12,4 +14,15 @@ def families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
         labels = frozenset(k for s in f.samples for k in s.labels if k != "le")
         kind, known = out.get(f.name, (f.type, frozenset()))
         out[f.name] = (kind, known | labels)
+    return out
+
+
+def sample_values(registry: CollectorRegistry) -> dict[str, float]:
+    """Sample name -> value summed over label sets, of what `registry` exposes (histogram buckets
+    left out)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            if "le" not in s.labels:
+                out[s.name] = out.get(s.name, 0.0) + s.value
     return out

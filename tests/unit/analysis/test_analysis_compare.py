@@ -12,37 +12,11 @@ from kvoffload.analysis.compare import cell_warnings as cell_warnings_of
 from kvoffload.analysis.compare import compare_campaigns, offload_exercised, tier_comparison, warnings_table
 from kvoffload.analysis.findings import findings
 from kvoffload.report import views
+from tests.unit.analysis.analysis_frames import summary_row
 
 
 def _row(cell_id: str, tier: str, **over: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "cell_id": cell_id,
-        "tier": tier,
-        "model": "m",
-        "concurrency": 8,
-        "num_rounds": 10,
-        "isl": 32768,
-        "osl": "recorded",
-        "repeat": 0,
-        "status": "done",
-        "done": True,
-        "virtual_users_available": 100,
-        "achieved_sessions": 100,
-        "failed_requests": 0,
-        "scrapes": 10,
-        "scrape_failures": 0,
-        "scrape_failed_targets": None,
-        "local_hit_rate_source": "samples",
-        "external_hit_rate_source": "samples",
-        "kv_usage_source": "samples",
-        "kv_usage_max_pct": 99.0,
-        "lmcache_evicted_chunks": 10.0,
-        "external_hit_tokens": 1000.0,
-        "ttft_p50_s": 1.0,
-        "ttft_p95_s": 2.0,
-    }
-    row.update(over)
-    return row
+    return summary_row(cell_id, tier, **{"scrape_failed_targets": None, **over})
 
 
 def _kinds(w: pd.DataFrame) -> list[tuple[str, str | None]]:

@@ -10,43 +10,27 @@ import pytest
 from kvoffload.analysis.compare import tier_comparison, warnings_table
 from kvoffload.analysis.findings import findings
 from kvoffload.analysis.routing import routing_figures
+from tests.unit.analysis.analysis_frames import summary_row
 
 
 def _row(cell_id: str, tier: str, repeat: int = 0, **over: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "cell_id": cell_id,
-        "tier": tier,
-        "model": "m",
-        "concurrency": 8,
-        "num_rounds": 10,
-        "isl": 32768,
-        "osl": "recorded",
-        "repeat": repeat,
-        "status": "done",
-        "done": True,
-        "virtual_users_available": 100,
-        "achieved_sessions": 2,
-        "sessions_complete": 2,
-        "sessions_error": 0,
-        "failed_requests": 0,
-        "scrapes": 10,
-        "scrape_failures": 0,
-        "local_hit_rate_source": "samples",
-        "external_hit_rate_source": "samples",
-        "kv_usage_source": "samples",
-        "kv_usage_max_pct": 99.0,
-        "lmcache_evicted_chunks": 10.0,
-        "external_hit_tokens": 1000.0,
-        "ttft_p50_s": 1.0,
-        "ttft_p95_s": 2.0,
-        "gpu_prefix_token_share": 0.3,
-        "lmcache_token_share": 0.48 if tier != "gpu" else None,
-        "lmcache_l1_hit_tokens": 750.0 if tier != "gpu" else None,
-        "lmcache_l2_hit_tokens": 250.0 if tier != "gpu" else None,
-        "caddy_policy": "header X-User-Id" if tier == "gpu" else "least_conn",
-    }
-    row.update(over)
-    return row
+    offload = tier != "gpu"
+    return summary_row(
+        cell_id,
+        tier,
+        **{
+            "repeat": repeat,
+            "achieved_sessions": 2,
+            "sessions_complete": 2,
+            "sessions_error": 0,
+            "gpu_prefix_token_share": 0.3,
+            "lmcache_token_share": 0.48 if offload else None,
+            "lmcache_l1_hit_tokens": 750.0 if offload else None,
+            "lmcache_l2_hit_tokens": 250.0 if offload else None,
+            "caddy_policy": "least_conn" if offload else "header X-User-Id",
+            **over,
+        },
+    )
 
 
 def _requests(later: dict[str, float]) -> pd.DataFrame:

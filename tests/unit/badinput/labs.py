@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.campaigns import sim_campaign
 from tests.support.datasets import generic_lines
 from tests.unit.badinput.harness import ROOT, assert_refused, cli, install_traps
 
@@ -25,19 +26,7 @@ NODE = "gpu01.lab.example"
 CLIENT = "client01.lab.example"
 CAMPAIGN_VAR = "kvoffload_campaign"
 
-BASE_CAMPAIGN: dict[str, Any] = {
-    "name": "badinput",
-    "model": "tiny-llama",
-    "gpu_vendor": "nvidia",
-    "engine": "sim",
-    "sim_profile": "tiny",
-    "dataset": {"code": "generic", "path": "data"},
-    "tiers": ["gpu", "cpu", "nvme"],
-    "concurrency": [2],
-    "num_rounds": [5],
-    "isl": 4096,
-    "osl": 32,
-}
+BASE_CAMPAIGN: dict[str, Any] = sim_campaign("badinput", model="tiny-llama", osl=32)
 
 
 SECOND_NODE = "gpu02.lab.example"

@@ -180,9 +180,12 @@ CASES = [
         (CAMPAIGN + "sim_profile: Input should be a valid string, got 8",),
     ),
     Case(
-        "amd-with-real-vllm",
+        "amd-rocm-set-without-source",
         _set(gpu_vendor="amd", engine="vllm", sim_profile=None),
-        (CAMPAIGN + "gpu_vendor: amd with engine: vllm is not supported yet",),
+        (
+            "engine set rocm-vllm0.32 (build rocm) comes from no public index: set engine_source.wheels_dir",
+            "engine_source, or kvoffload_engine_source in the inventory",
+        ),
     ),
     Case(
         "tier-unknown",

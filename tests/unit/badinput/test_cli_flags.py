@@ -74,7 +74,11 @@ SAMPLES = "cells/a1gpu/metrics/vllm-0.jsonl"
 
 CASES = [
     # plan
-    FlagCase("plan-no-inventory", ("plan",), ("the following arguments are required: inventory",)),
+    FlagCase(
+        "plan-no-inventory",
+        ("plan",),
+        ("plan: give an inventory (hosts.yml); only `plan --explain KEY` needs none",),
+    ),
     FlagCase("plan-unknown-flag", ("plan", *LAB, "--dry-run"), ("unrecognized arguments: --dry-run",)),
     FlagCase(
         "plan-results-is-a-file",

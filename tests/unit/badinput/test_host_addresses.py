@@ -15,7 +15,7 @@ import pytest
 
 from kvoffload.config import load_lab
 from kvoffload.errors import UserError
-from kvoffload.orchestrate import checks
+from kvoffload.orchestrate.checks import controller as checks
 from tests.unit.badinput.labs import CLIENT, NODE, Lab, assert_plan_and_run_refuse
 
 UNKNOWN = "Name or service not known"

@@ -11,14 +11,16 @@ from kvoffload.cli.main import main
 from kvoffload.sim.profile import load_profile
 
 
+def _from_raw(shape: str, raw: Path, out: Path, *extra: str) -> int:
+    """`kvoffload-lab calibrate --from-raw`: the profile of shape `shape` from a raw run's JSON."""
+    return main(["calibrate", "--model-shape", shape, "--from-raw", str(raw), "--output", str(out), *extra])
+
+
 def test_from_raw_writes_a_loadable_profile(
     tmp_path: Path, raw_llama8b_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "h200.yaml"
-    rc = main(
-        ["calibrate", "--model-shape", "llama-8b", "--from-raw", str(raw_llama8b_path), "--output", str(out)]
-    )
-    assert rc == 0
+    assert _from_raw("llama-8b", raw_llama8b_path, out) == 0
     assert load_profile(str(out)).name == "h200"
     printed = capsys.readouterr().out
     assert f"wrote {out} (NVIDIA H200, llama-8b)" in printed
@@ -27,16 +29,7 @@ def test_from_raw_writes_a_loadable_profile(
 
 def test_name_flag_overrides_the_file_stem(tmp_path: Path, raw_llama8b_path: Path) -> None:
     out = tmp_path / "x.yaml"
-    args = [
-        "calibrate",
-        "--model-shape",
-        "llama-8b",
-        "--from-raw",
-        str(raw_llama8b_path),
-        "--output",
-        str(out),
-    ]
-    assert main([*args, "--name", "lab-h200"]) == 0
+    assert _from_raw("llama-8b", raw_llama8b_path, out, "--name", "lab-h200") == 0
     assert load_profile(str(out)).name == "lab-h200"
 
 
@@ -44,10 +37,7 @@ def test_from_raw_of_another_shape_is_refused(
     tmp_path: Path, raw_llama8b_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "p.yaml"
-    rc = main(
-        ["calibrate", "--model-shape", "qwen3-8b", "--from-raw", str(raw_llama8b_path), "--output", str(out)]
-    )
-    assert rc == 2
+    assert _from_raw("qwen3-8b", raw_llama8b_path, out) == 2
     assert "holds shape llama-8b, not --model-shape qwen3-8b" in capsys.readouterr().err
     assert not out.exists()
 

@@ -80,7 +80,7 @@ HEAVY = (
     "kvoffload.config",
     "kvoffload.playbook",
     "kvoffload.tokenizer",
-    "kvoffload.orchestrate.campaign",
+    "kvoffload.orchestrate.campaign.runner",
     "kvoffload.report",
     "kvoffload.metrics.sampler",
     "kvoffload.lab.lifecycle",

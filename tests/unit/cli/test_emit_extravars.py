@@ -10,11 +10,12 @@ import yaml
 
 from kvoffload.cli.main import build_parser, main
 from kvoffload.cli.run import _runner
-from kvoffload.orchestrate import campaign as campaign_module
-from kvoffload.orchestrate import host_python, wheelhouse
-from kvoffload.orchestrate.deployment import cell_extravars
-from kvoffload.orchestrate.wheelhouse import Wheels
-from tests.support.datasets import generic_lines
+from kvoffload.engines.lab import wheel_sets
+from kvoffload.orchestrate.campaign import runner as campaign_module
+from kvoffload.orchestrate.cell.deployment import cell_extravars
+from kvoffload.orchestrate.installs import host_python, wheelhouse
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
+from tests.support.campaigns import sim_campaign, write_dataset, write_yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventories" / "example" / "hosts.yml"
@@ -23,23 +24,10 @@ EXAMPLE = ROOT / "inventories" / "example" / "hosts.yml"
 def _campaign(tmp_path: Path) -> Path:
     """A small simulator campaign on the example's two nodes, with its dataset on this machine (run
     weighs its node schedule by the requests each cell sends)."""
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(3, 10)) + "\n")
-    campaign = {
-        "name": "emittest",
-        "model": "m",
-        "gpu_vendor": "nvidia",
-        "engine": "sim",
-        "sim_profile": "h200-qwen3-8b",
-        "dataset": {"code": "generic", "path": str(tmp_path / "data")},
-        "tiers": ["gpu", "cpu", "nvme"],
-        "concurrency": [2, 4],
-        "num_rounds": [5],
-        "isl": 4096,
-    }
-    path = tmp_path / "campaign.yml"
-    path.write_text(yaml.safe_dump(campaign))
-    return path
+    data = write_dataset(tmp_path, sessions=3)
+    dataset = {"code": "generic", "path": str(data)}
+    campaign = sim_campaign("emittest", sim_profile="h200-qwen3-8b", dataset=dataset, concurrency=[2, 4])
+    return write_yaml(tmp_path / "campaign.yml", campaign)
 
 
 @pytest.fixture
@@ -56,7 +44,8 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, ob
     monkeypatch.setattr(wheelhouse, "build_wheels", fake)
     # run's runner holds its own reference (imported by name), bound whenever campaign.py was first imported
     monkeypatch.setattr(campaign_module, "build_wheels", fake)
-    # the hosts' Python, asked before the wheelhouse is built (orchestrate/host_python.py): Ubuntu 24.04's
+    # the hosts' Python, asked before the wheelhouse is built (orchestrate/installs/host_python.py): Ubuntu
+    # 24.04's
     monkeypatch.setattr(host_python, "learn_hosts_python", lambda _runner: "3.12.3")
     return calls
 
@@ -97,13 +86,13 @@ def test_emitted_extravars_are_those_run_passes_to_each_cell(
     for plan in plans:
         cell = plan.cells[-1]
         emitted = _emit(capsys, *argv, "--emit-extravars", cell.id)
-        # as `run` plans the cell on its node (orchestrate/cell_plan.py), and as deployment.py makes them
+        # as `run` plans the cell on its node (orchestrate/cell/plan.py), and as deployment.py makes them
         expected = cell_extravars(lab, cell, campaign_results.cell_dir(cell), runner._wheels(), plan.node)
         assert emitted == expected == dict(runner.plan_of(cell, plan.node).extravars), cell.id
     assert wheels[0] == {
         "cache": cache,
         "offline": True,
-        "engine_builds": lab.engine_builds,
+        "engine_sets": wheel_sets(lab),
         "hosts_python": "3.12.3",  # the hosts' (run and emit both ask them)
     }
     assert all(w == wheels[0] for w in wheels)

@@ -13,7 +13,7 @@ from kvoffload.cli.main import main
 from kvoffload.config import load_lab
 from kvoffload.ingest.cellmeta import load_cell_meta
 from kvoffload.ingest.tables import ingest_campaign, load_tables
-from kvoffload.orchestrate.deployment import cell_units
+from kvoffload.orchestrate.cell.deployment import cell_units
 from tests.unit.cli.test_emit_extravars import EXAMPLE, _campaign
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "campaign-small" / "cells" / "a1gpu"

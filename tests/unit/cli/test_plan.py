@@ -175,15 +175,18 @@ def test_a_dataset_message_a_chat_server_refuses_exits_2_naming_file_and_line(
     assert "Traceback" not in captured.err and "cell(s) to run" not in captured.out
 
 
-def test_amd_with_real_vllm_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_amd_with_real_vllm_needs_a_source_for_the_rocm_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 44: amd runs the engine set of build rocm, whose wheels are on no public index
     inv, camp = _lab(tmp_path)
     campaign = yaml.safe_load(camp.read_text())
     campaign.pop("sim_profile")
     camp.write_text(yaml.safe_dump({**campaign, "engine": "vllm"}))
     assert main(["plan", str(inv), "--campaign", str(camp)]) == 2
     err = capsys.readouterr().err
-    assert f"{camp}: gpu_vendor: amd with engine: vllm is not supported yet" in err
-    assert "Python 3.12" in err and "Traceback" not in err
+    assert "engine set rocm-vllm0.32 (build rocm) comes from no public index" in err
+    assert f"{camp}: engine_source" in err and "Traceback" not in err
 
 
 def test_offload_replicas_off_the_lmcache_host_are_refused(

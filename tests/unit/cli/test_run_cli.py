@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kvoffload.cli.main import main
-from kvoffload.orchestrate import campaign
+from kvoffload.orchestrate.campaign import runner as campaign
 from kvoffload.playbook.runner import PlaybookRunner
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"

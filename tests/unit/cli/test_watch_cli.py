@@ -37,7 +37,7 @@ def test_the_terminal_table_shows_each_node(tmp_path: Path) -> None:
 def test_run_watch_starts_the_page_beside_and_stops_it(tmp_path: Path) -> None:
     import httpx
 
-    from kvoffload.orchestrate.beside import start_beside
+    from kvoffload.orchestrate.campaign.beside import start_beside
 
     campaign = mid_run_campaign(tmp_path)
     beside = start_beside(campaign, "127.0.0.1", 0)
@@ -54,7 +54,7 @@ def test_run_watch_on_a_taken_port_names_runs_own_flags(tmp_path: Path) -> None:
     import socket
 
     from kvoffload.errors import UserError
-    from kvoffload.orchestrate.beside import start_beside
+    from kvoffload.orchestrate.campaign.beside import start_beside
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

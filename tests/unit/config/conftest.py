@@ -10,19 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
-BASE_CAMPAIGN: dict[str, Any] = {
-    "name": "t1",
-    "model": "tiny-llama",
-    "gpu_vendor": "nvidia",
-    "engine": "sim",
-    "sim_profile": "tiny",
-    "dataset": {"code": "tau2-bench-v1", "path": "data/tau2"},
-    "tiers": ["gpu", "cpu", "nvme"],
-    "concurrency": [2, 16],
-    "num_rounds": [5],
-    "isl": 16384,
-    "osl": 32,
-}
+from tests.support.campaigns import sim_campaign
+
+BASE_CAMPAIGN: dict[str, Any] = sim_campaign(
+    "t1",
+    model="tiny-llama",
+    dataset={"code": "tau2-bench-v1", "path": "data/tau2"},
+    concurrency=[2, 16],
+    isl=16384,
+    osl=32,
+)
 
 BASE_INVENTORY: dict[str, Any] = {
     "all": {

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kvoffload.config import ConfigError, load_lab
-from kvoffload.orchestrate.schedule import group_key
+from kvoffload.orchestrate.campaign.schedule import group_key
 
 Writer = Callable[[str, Any], Path]
 

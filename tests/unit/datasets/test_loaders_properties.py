@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from kvoffload.datasets import chunk_floor, load_dataset, virtual_users
@@ -28,14 +28,9 @@ from kvoffload.datasets.model import Session
 from kvoffload.datasets.split import extends
 from kvoffload.errors import UserError
 from tests.support.datasets import generic_lines
+from tests.support.properties import repeatable
 
-PROPERTIES = settings(
-    max_examples=120,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+PROPERTIES = repeatable(120)
 
 # JSON values: what json.dumps writes and json.loads reads back.
 scalars = (

@@ -1,4 +1,5 @@
-"""The pair smoke check on recorded answers: kvoffload/orchestrate/smoke.py `round_trip` against an
+"""The pair smoke check on recorded answers: kvoffload/orchestrate/checks/round_trip.py `round_trip`
+against an
 httpx transport that serves real vLLM 0.32 / LMCache 0.5.6 captures (tests/fixtures/lmcache-0.5.6-cpu,
 tests/fixtures/vllm-0.32-cpu) stage by stage, and kvoffload/doctor/smoke.py's verdicts on them."""
 
@@ -14,7 +15,7 @@ import pytest
 
 from kvoffload.doctor import checks as dc
 from kvoffload.doctor import smoke as ds
-from kvoffload.orchestrate.smoke import Pair, round_trip, smoke_messages
+from kvoffload.orchestrate.checks.round_trip import Pair, round_trip, smoke_messages
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LMC = FIXTURES / "lmcache-0.5.6-cpu"

@@ -13,15 +13,12 @@ import pytest
 from kvoffload.errors import UserError
 from kvoffload.ingest import TABLES_SCHEMA_VERSION, ingest_campaign, ingest_needed, load_tables
 from kvoffload.ingest.jsonl import read_requests, read_samples
-
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
+from tests.support.small_campaign import copy_small
 
 
 @pytest.fixture
 def campaign(tmp_path: Path) -> Path:
-    dest = tmp_path / "campaign-small"
-    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
-    return dest
+    return copy_small(tmp_path / "campaign-small")
 
 
 def test_ingest_fixture_campaign(campaign: Path) -> None:

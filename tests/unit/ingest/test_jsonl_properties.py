@@ -13,20 +13,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kvoffload.errors import UserError
 from kvoffload.ingest.jsonl import REQUEST_SCHEMA, SAMPLE_SCHEMA, read_requests, read_samples
 from kvoffload.metrics.samples import Sample, to_jsonl
+from tests.support.properties import repeatable
 
-PROPERTIES = settings(
-    max_examples=100,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+PROPERTIES = repeatable(100)
 
 text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=10)
 samples = st.builds(

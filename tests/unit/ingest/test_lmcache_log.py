@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
 
 from kvoffload.ingest import lmcache_log
 from kvoffload.ingest.tables import ingest_campaign, load_tables
+from tests.support.small_campaign import copy_small
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL = ROOT / "tests" / "fixtures" / "lmcache-0.5.6-cpu-attribution" / "server.log"
-SMALL = ROOT / "tests" / "fixtures" / "campaign-small"
 
 
 def test_the_real_servers_lines_parse_and_reconcile_with_its_counters() -> None:
@@ -63,8 +62,7 @@ def test_join_by_the_answer_id_without_vllms_suffix() -> None:
 
 
 def test_ingest_adds_the_chunks_from_the_units_folder(tmp_path: Path) -> None:
-    results = tmp_path / "campaign"
-    shutil.copytree(SMALL, results, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    results = copy_small(tmp_path / "campaign")
     cell = results / "cells" / "a2cpu"
     rows = [json.loads(x) for x in (cell / "requests.jsonl").read_text().splitlines()]
     rows[0]["response_id"] = "chatcmpl-0123456789abcdef"

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kvoffload.config import load_inventory, load_lab
+from kvoffload.engines.lab import node_sets
 from kvoffload.errors import UserError
 from kvoffload.lab.inventory import assign_groups, render, shape_problem
 from kvoffload.lab.network import plan_addresses
@@ -66,7 +67,7 @@ def test_layout_runs_the_demo_campaigns_on_one_node(tmp_path: Path) -> None:
     assert inv.all_vars["ansible_host_key_checking"] is False
     lab = load_lab(path, ROOT / "inventories" / "local" / "campaign-demo.yml")
     assert len(lab.replicas) == 2 and lab.lb_host is not None
-    assert lab.engine_builds == ()
+    assert node_sets(lab) == {}  # the simulator installs no engine set
     model = tmp_path / "tiny"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -75,7 +76,7 @@ def test_layout_runs_the_demo_campaigns_on_one_node(tmp_path: Path) -> None:
     campaign["dataset"]["path"] = str(ROOT / "data" / "tau2-bench")
     (tmp_path / "campaign-vllm.yml").write_text(yaml.safe_dump(campaign))
     real = load_lab(path, tmp_path / "campaign-vllm.yml")
-    assert real.engine_builds == ("cpu",)
+    assert {s.spec.build for s in node_sets(real).values()} == {"cpu"}
     assert real.model_folder == model and real.served_model_name == "tiny"
     assert {c.tier for c in real.cells} == {"gpu", "cpu", "nvme"}
 

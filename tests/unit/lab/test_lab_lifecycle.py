@@ -22,9 +22,10 @@ def test_non_root_is_refused_with_a_clear_message(
         (lifecycle.UpOptions(hosts=0), "--hosts 0"),
         (lifecycle.UpOptions(prefix="kv-lab"), "--prefix kv-lab"),
         (lifecycle.UpOptions(prefix="averylongprefix"), "--prefix averylongprefix"),
-        (lifecycle.UpOptions(bridge="a-very-long-bridge"), "--bridge a-very-long-bridge"),
+        (lifecycle.UpOptions(bridge="a-very-long-bridge"), "--bridge 'a-very-long-bridge'"),
+        (lifecycle.UpOptions(bridge="br 0"), "--bridge 'br 0'"),
     ],
 )
 def test_bad_options(options: lifecycle.UpOptions, words: str) -> None:
     with pytest.raises(lifecycle.UserError, match=words):
-        lifecycle._check_options(options)
+        lifecycle.check_options(options)

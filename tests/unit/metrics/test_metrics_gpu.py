@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kvoffload.errors import UserError
@@ -15,9 +13,7 @@ from kvoffload.metrics.gpu import (
     parse_nvidia_smi_csv,
 )
 from kvoffload.metrics.samples import Sample
-
-FIXTURES = Path(__file__).parent / "fixtures"
-H200_CAPTURE = Path(__file__).parents[2] / "fixtures" / "gpu" / "nvidia-smi-h200.csv"
+from tests.unit.metrics.recorded import FIXTURES, H200_CAPTURE
 
 
 def _values(samples: list[Sample]) -> dict[tuple[str, str], float | None]:

@@ -13,8 +13,8 @@ from kvoffload.errors import UserError
 from kvoffload.metrics.gpu import GpuTool
 from kvoffload.metrics.sampler import Scraper, run_sampler, take_snapshot
 from kvoffload.metrics.targets import GpuTarget, HttpTarget, check_unique, parse_gpu_target, parse_http_target
+from tests.unit.metrics.recorded import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
 VLLM_TEXT = (FIXTURES / "vllm-0.32-metrics-after.txt").read_text()
 NVIDIA_TEXT = (FIXTURES / "nvidia-smi-documented.csv").read_text()
 

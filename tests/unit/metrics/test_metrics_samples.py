@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from kvoffload.metrics.samples import Sample, parse_exposition, to_jsonl, up_sample
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.unit.metrics.recorded import FIXTURES
 
 
 def _by_name(samples: list[Sample]) -> dict[str, list[Sample]]:

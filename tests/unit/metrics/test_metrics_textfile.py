@@ -23,9 +23,8 @@ from kvoffload.metrics.textfile import (
     write_atomic,
     write_once,
 )
+from tests.unit.metrics.recorded import FIXTURES, H200_CAPTURE
 
-FIXTURES = Path(__file__).parent / "fixtures"
-H200_CAPTURE = Path(__file__).parents[2] / "fixtures" / "gpu" / "nvidia-smi-h200.csv"
 # One poll of the real H200 while busy (line 8 of the capture): 694.82 W, 100 %, 26067 / 143771 MiB.
 H200_BUSY = H200_CAPTURE.read_text().splitlines()[7] + "\n"
 MIB = 1024 * 1024

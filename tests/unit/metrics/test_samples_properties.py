@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from kvoffload.metrics.gpu import parse_amd_smi_monitor, parse_nvidia_smi_csv
 from kvoffload.metrics.samples import Sample, parse_exposition
+from tests.support.properties import repeatable
 
-PROPERTIES = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+PROPERTIES = repeatable(150)
 
 metric_names = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True).filter(
     lambda n: not n.endswith(("_created", "_total", "_count", "_sum", "_bucket", "_info"))
@@ -149,11 +145,19 @@ csv_cells = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_siz
     | st.text(max_size=200)
 )
 def test_nvidia_smi_text_parses_or_raises_value_error(text: str) -> None:
+    _parses_or_raises_value_error(parse_nvidia_smi_csv, text, "nvidia")
+
+
+def _parses_or_raises_value_error(
+    parse: Callable[[str, str, float], list[Sample]], text: str, vendor: str
+) -> None:
+    """A GPU tool's output either parses into samples of `vendor`, each with a value, or raises
+    ValueError: nothing else escapes the parser."""
     try:
-        samples = parse_nvidia_smi_csv(text, "gpu", 1.0)
+        samples = parse(text, "gpu", 1.0)
     except ValueError:
         return
-    assert all(s.labels["vendor"] == "nvidia" and s.value is not None for s in samples)
+    assert all(s.labels["vendor"] == vendor and s.value is not None for s in samples)
 
 
 amd_lines = st.one_of(
@@ -167,8 +171,4 @@ amd_lines = st.one_of(
 @PROPERTIES
 @given(st.lists(amd_lines, max_size=5).map("\n".join))
 def test_amd_smi_text_parses_or_raises_value_error(text: str) -> None:
-    try:
-        samples = parse_amd_smi_monitor(text, "gpu", 1.0)
-    except ValueError:
-        return
-    assert all(s.labels["vendor"] == "amd" and s.value is not None for s in samples)
+    _parses_or_raises_value_error(parse_amd_smi_monitor, text, "amd")

@@ -10,7 +10,7 @@ import pytest
 
 from kvoffload.config import load_lab
 from kvoffload.datasets.digest import dataset_digest
-from kvoffload.orchestrate.campaign import CampaignRunner
+from kvoffload.orchestrate.campaign.runner import CampaignRunner
 from kvoffload.orchestrate.results import CampaignResults
 from tests.unit.orchestrate.test_campaign_flow import Progress, _lab_files
 

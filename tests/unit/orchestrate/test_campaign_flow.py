@@ -21,17 +21,17 @@ import yaml
 
 from kvoffload.config import LabConfig, load_lab
 from kvoffload.contracts.layout import CellPaths
-from kvoffload.orchestrate import cell_run
 from kvoffload.orchestrate import playbooks_api as api
-from kvoffload.orchestrate.campaign import CampaignRunner
-from kvoffload.orchestrate.coldstart import ResetFailed, ResetRecord
-from kvoffload.orchestrate.probe import ColdCheck
+from kvoffload.orchestrate.campaign.runner import CampaignRunner
+from kvoffload.orchestrate.campaign.schedule import group_key, schedule
+from kvoffload.orchestrate.cell import run as cell_run
+from kvoffload.orchestrate.cell.coldstart import ResetFailed, ResetRecord
+from kvoffload.orchestrate.cell.watch import ColdCheck
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 from kvoffload.orchestrate.results import CampaignResults
-from kvoffload.orchestrate.schedule import group_key, schedule
-from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 from kvoffload.playbook.runner import TaskFailure
-from tests.support.datasets import generic_lines
+from tests.support.campaigns import example_inventory, sim_campaign, write_dataset, write_yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,36 +39,11 @@ ROOT = Path(__file__).resolve().parents[3]
 def _lab_files(
     tmp_path: Path, *, nodes: int, cold_start: str = "reset", clients: int = 1
 ) -> tuple[Path, Path]:
-    inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
-    inventory["all"]["vars"].pop("kvoffload_campaign")
     # The example has two client hosts: keep `clients` of them (one: the nodes share it).
-    if clients == 1:
-        del inventory["all"]["hosts"]["client02.lab.example"]
-        del inventory["all"]["children"]["client"]["hosts"]["client02.lab.example"]
-        del inventory["all"]["hosts"]["gpu01.lab.example"]["kvoffload_client"]
-    if nodes == 1:
-        del inventory["all"]["hosts"]["gpu02.lab.example"]
-        for group in ("vllm", "lmcache", "lb"):
-            del inventory["all"]["children"][group]["hosts"]["gpu02.lab.example"]
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(yaml.safe_dump(inventory))
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(4, 10)) + "\n")
-    campaign = {
-        "name": "flow",
-        "model": "m",
-        "gpu_vendor": "nvidia",
-        "engine": "sim",
-        "sim_profile": "tiny",
-        "dataset": {"code": "generic", "path": "data"},
-        "tiers": ["gpu", "cpu", "nvme"],
-        "concurrency": [2, 8],
-        "num_rounds": [5],
-        "isl": 100000,
-        "cold_start": cold_start,
-    }
-    camp = tmp_path / "campaign.yml"
-    camp.write_text(yaml.safe_dump(campaign))
+    inv = write_yaml(tmp_path / "hosts.yml", example_inventory(nodes=nodes, clients=clients))
+    write_dataset(tmp_path, sessions=4)
+    campaign = sim_campaign("flow", concurrency=[2, 8], isl=100000, cold_start=cold_start)
+    camp = write_yaml(tmp_path / "campaign.yml", campaign)
     return inv, camp
 
 
@@ -434,7 +409,7 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
                          "later_round_cached_share": None})  # fmt: skip
         return pd.DataFrame(rows)
 
-    monkeypatch.setattr("kvoffload.orchestrate.knee.campaign_summary", measured)
+    monkeypatch.setattr("kvoffload.orchestrate.campaign.knee.campaign_summary", measured)
     outcome = runner.run(provision=False)
     assert not outcome.failed and len(outcome.done) == 2 + 4  # the campaign's 2, then 16, 12, 10, 11
     campaign = json.loads((runner.results.root / "campaign.json").read_text())
@@ -622,7 +597,7 @@ def test_the_replay_progress_counts_the_datasets_requests_not_the_warmup(
 
 
 def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
-    from kvoffload.orchestrate.cell_run import split_collect
+    from kvoffload.orchestrate.cell.run import split_collect
     from kvoffload.orchestrate.playbooks_api import COLLECT_PLAY, TEARDOWN_PLAY
 
     result = PlaybookResult(
@@ -658,7 +633,7 @@ def test_the_replay_runs_collect_and_times_it_as_the_collect_phase() -> None:
 def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_role_writes_them(
     tmp_path: Path,
 ) -> None:
-    from kvoffload.orchestrate.cell_record import host_software, unit_states, write_collected
+    from kvoffload.orchestrate.cell.record import host_software, unit_states, write_collected
 
     state = {"Id": "kvoffload-vllm@0.service", "LoadState": "loaded", "NRestarts": "2", "Result": "success"}
     software = {
@@ -690,7 +665,7 @@ def test_unit_states_and_software_from_the_runs_events_land_where_the_collect_ro
 def test_the_fetched_cell_folder_is_unpacked_where_the_replay_role_would(tmp_path: Path) -> None:
     import subprocess
 
-    from kvoffload.orchestrate.cell_record import unpack_fetched
+    from kvoffload.orchestrate.cell.record import unpack_fetched
 
     # the role's controller tarball is the path CellPaths names (the orchestrator unpacks it)
     role_vars = yaml.safe_load((ROOT / "roles/replay/vars/main.yml").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.campaign import CampaignRunner
+from kvoffload.orchestrate.campaign.runner import CampaignRunner
 from kvoffload.orchestrate.results import CampaignResults
 from kvoffload.report.decision_view import targets
 from tests.unit.orchestrate.test_campaign_flow import Progress, _lab_files

@@ -1,4 +1,4 @@
-"""cell.json as a typed record (kvoffload/orchestrate/cell_record.py): the keys a cell has at each point
+"""cell.json as a typed record (kvoffload/orchestrate/cell/record.py): the keys a cell has at each point
 of its run, the status strings, and the check against the contract's model."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kvoffload.contracts.cell import CELL_SCHEMA, CellMeta
 from kvoffload.contracts.layout import CellPaths
-from kvoffload.orchestrate.cell_record import CellRecord, CellStatus
-from kvoffload.orchestrate.faults import Fault
+from kvoffload.orchestrate.cell.faults import Fault
+from kvoffload.orchestrate.cell.record import CellRecord, CellStatus
 
 BASE = {"schema", "cell_id", "campaign", "status", "config", "node", "client", "profiles", "targets",
         "l2_device", "replay_argv", "versions", "software", "started_at"}  # fmt: skip

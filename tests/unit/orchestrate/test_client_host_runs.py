@@ -69,7 +69,7 @@ def test_a_resumed_runs_knee_search_installs_the_client_host_of_each_node_it_ram
                knee_search={"slo_p95_ttft_s": 1.0, "max_concurrency": 8})  # fmt: skip
     camp.write_text(yaml.safe_dump(doc))
     lab = load_lab(inv, camp)
-    monkeypatch.setattr("kvoffload.orchestrate.knee.campaign_summary", _measured)
+    monkeypatch.setattr("kvoffload.orchestrate.campaign.knee.campaign_summary", _measured)
 
     # The first run: the campaign's cells only (--cells runs no knee search), one on each node.
     first, _ = _runner_of(tmp_path, lab, inv)

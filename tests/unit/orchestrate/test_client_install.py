@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from kvoffload.orchestrate.client_install import ClientInstallFailed, ClientInstalls
+from kvoffload.orchestrate.installs.client_install import ClientInstallFailed, ClientInstalls
 
 
 def _never() -> bool:

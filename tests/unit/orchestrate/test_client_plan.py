@@ -11,7 +11,7 @@ import yaml
 
 from kvoffload.config import load_lab
 from kvoffload.contracts.layout import CampaignPaths
-from kvoffload.orchestrate.client_plan import client_plan, known_vcpus
+from kvoffload.orchestrate.installs.client_plan import client_plan, known_vcpus
 from tests.unit.config.conftest import BASE_CAMPAIGN, BASE_INVENTORY
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kvoffload.orchestrate.coldstart import CacheReset, Endpoints, ResetFailed, probe_problems
+from kvoffload.orchestrate.cell.coldstart import CacheReset, Endpoints, ResetFailed, probe_problems
 
 TARGETS = [
     {"name": "vllm-n1-0", "url": "http://10.0.0.2:8000/metrics"},
@@ -132,7 +132,7 @@ def test_a_replica_without_dev_mode_is_named() -> None:
 
 def test_a_reset_refused_past_its_bound_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter(range(0, 1000, 1))
-    monkeypatch.setattr("kvoffload.orchestrate.coldstart.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("kvoffload.orchestrate.cell.coldstart.time.monotonic", lambda: float(next(clock)))
     with pytest.raises(ResetFailed, match=r"did not succeed within 5 s \(\d+ attempts, last HTTP 200"):
         _reset(FakeLab(busy_resets=10**6), bound_s=5, retry_s=1).run(PAYLOAD)
 

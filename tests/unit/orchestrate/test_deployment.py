@@ -11,14 +11,14 @@ import yaml
 
 from kvoffload.config import ConfigError, load_lab
 from kvoffload.errors import UserError
-from kvoffload.orchestrate.deployment import (
+from kvoffload.orchestrate.cell.deployment import (
     cell_extravars,
     l2_device,
     replay_command,
     service_address,
     target_hosts,
 )
-from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 from kvoffload.replay.command import ReplaySpec, replay_argv
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
@@ -184,21 +184,24 @@ def _connector_host(ev: dict[str, object]) -> str:
     return host
 
 
+def _clients_reach(ev: dict[str, object], address: str) -> dict[str, str]:
+    """Assert that Caddy's upstreams, the replay's base URL and the replicas' connector are all at
+    `address`; the metrics targets' URLs by name."""
+    assert ev["caddy_upstreams"] == [f"{address}:{8000 + i}" for i in range(8)]
+    assert ev["replay_base_url"] == f"http://{address}:8100"
+    assert _connector_host(ev) == f"tcp://{address}"
+    return {t["name"]: t["url"] for t in ev["replay_metrics_targets"]}  # type: ignore[attr-defined]
+
+
 def test_clients_use_the_address_the_services_bind(tmp_path: Path) -> None:
     # By default the roles bind ansible_host: every URL the client, Caddy and the replicas use is it.
-    ev = _nvme_extravars(tmp_path, EXAMPLE)
-    assert ev["caddy_upstreams"] == [f"192.0.2.11:{8000 + i}" for i in range(8)]
-    assert ev["replay_base_url"] == "http://192.0.2.11:8100"
-    assert _connector_host(ev) == "tcp://192.0.2.11"
-    urls = {t["name"]: t["url"] for t in ev["replay_metrics_targets"]}  # type: ignore[attr-defined]
+    urls = _clients_reach(_nvme_extravars(tmp_path, EXAMPLE), "192.0.2.11")
     assert urls["lmcache"] == "http://192.0.2.11:8080/metrics"
     assert urls["node-client01.lab.example"] == "http://192.0.2.21:9100/metrics"
     # An explicit lab-network bind address moves the services and every client of them together.
-    ev = _nvme_extravars(tmp_path, _lab_with(tmp_path, kvoffload_bind_address="10.9.0.11"))
-    assert ev["caddy_upstreams"] == [f"10.9.0.11:{8000 + i}" for i in range(8)]
-    assert ev["replay_base_url"] == "http://10.9.0.11:8100"
-    assert _connector_host(ev) == "tcp://10.9.0.11"
-    urls = {t["name"]: t["url"] for t in ev["replay_metrics_targets"]}  # type: ignore[attr-defined]
+    urls = _clients_reach(
+        _nvme_extravars(tmp_path, _lab_with(tmp_path, kvoffload_bind_address="10.9.0.11")), "10.9.0.11"
+    )
     assert urls["node-gpu01.lab.example"] == "http://10.9.0.11:9100/metrics"
     assert urls["caddy"] == "http://10.9.0.11:8101/metrics"
     assert urls["node-client01.lab.example"] == "http://192.0.2.21:9100/metrics"  # other hosts unchanged

@@ -9,47 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kvoffload.cli.main import main
 from kvoffload.config import load_lab
 from kvoffload.doctor import checks as dc
 from kvoffload.doctor.probe import check
 from kvoffload.errors import UserError
-from kvoffload.orchestrate import doctor
+from kvoffload.orchestrate.checks import doctor
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 from kvoffload.playbook.runner import TaskFailure
-from tests.support.datasets import generic_lines
+from tests.support.campaigns import example_inventory, sim_campaign, write_dataset, write_yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 GPU1, GPU2, CLIENT = "gpu01.lab.example", "gpu02.lab.example", "client01.lab.example"
 
 
 def _lab_files(tmp_path: Path, engine: str = "vllm", clients: int = 1) -> tuple[Path, Path]:
-    inventory = yaml.safe_load((ROOT / "inventories" / "example" / "hosts.yml").read_text())
-    inventory["all"]["vars"].pop("kvoffload_campaign")
-    if clients == 1:  # the example's second client host: asked like the first (test below)
-        del inventory["all"]["hosts"]["client02.lab.example"]
-        del inventory["all"]["children"]["client"]["hosts"]["client02.lab.example"]
-        del inventory["all"]["hosts"]["gpu01.lab.example"]["kvoffload_client"]
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(yaml.safe_dump(inventory))
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(4, 10)) + "\n")
-    campaign = {
-        "name": "doc",
-        "model": "m",
-        "gpu_vendor": "nvidia",
-        "engine": engine,
-        "dataset": {"code": "generic", "path": "data"},
-        "tiers": ["gpu", "cpu", "nvme"],
-        "concurrency": [2],
-        "num_rounds": [5],
-        "isl": 100000,
-        **({"sim_profile": "tiny"} if engine == "sim" else {}),
-    }
-    camp = tmp_path / "campaign.yml"
-    camp.write_text(yaml.safe_dump(campaign))
+    # clients=2 keeps the example's second client host: asked like the first (test below)
+    inv = write_yaml(tmp_path / "hosts.yml", example_inventory(clients=clients))
+    write_dataset(tmp_path, sessions=4)
+    camp = write_yaml(tmp_path / "campaign.yml", sim_campaign("doc", engine=engine, isl=100000))
     return inv, camp
 
 
@@ -196,12 +175,20 @@ def test_cheap_gate_refuses_naming_the_fix(tmp_path: Path) -> None:
     assert len(doctor.cheap_gate(lab, FakeRunner(answers), tmp_path / "gate", hosts_python="3.11.2")) == 3
 
 
+def _doctor_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, FakeRunner]:
+    """The example lab's inventory and campaign, and the FakeRunner its playbooks run on: every host's
+    probe answers ok, the client host's without a GPU (a test may change `answers` between runs)."""
+    inv, camp = _lab_files(tmp_path)
+    runner = FakeRunner({GPU1: _answer(), GPU2: _answer(), CLIENT: _answer(gpu=False)})
+    monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: runner)
+    return inv, camp, runner
+
+
 def test_doctor_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    inv, camp = _lab_files(tmp_path)
-    answers = {GPU1: _answer(), GPU2: _answer(), CLIENT: _answer(gpu=False)}
-    monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: FakeRunner(answers))
+    inv, camp, runner = _doctor_lab(tmp_path, monkeypatch)
+    answers = runner.answers
     results = tmp_path / "results"
     assert main(["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--no-smoke"]) == 0
     out = capsys.readouterr().out
@@ -278,9 +265,9 @@ class _PhaseRunner(FakeRunner):
 def test_run_checks_after_provisioning(tmp_path: Path) -> None:
     """`run` provisions, then makes the cheap checks before its first cell; a check run (--check)
     provisions nothing and checks nothing."""
-    from kvoffload.orchestrate.campaign import CampaignRunner
+    from kvoffload.orchestrate.campaign.runner import CampaignRunner
+    from kvoffload.orchestrate.installs.wheelhouse import Wheels
     from kvoffload.orchestrate.results import CampaignResults
-    from kvoffload.orchestrate.wheelhouse import Wheels
 
     inv, camp = _lab_files(tmp_path)
     lab = load_lab(inv, camp)
@@ -310,11 +297,11 @@ H200 = ROOT / "tests" / "fixtures" / "doctor" / "h200"
 def test_the_probe_answer_of_a_real_h200() -> None:
     """The probe's answer recorded on a lent H200 (Ubuntu 24.04, Python 3.12.3), judged as a node of a
     vllm campaign: its GPU checks pass; a wheelhouse built for Debian 12's 3.11 does not fit it."""
-    from kvoffload.orchestrate.wheelhouse import engine_requirements
+    from kvoffload.engines.sets import builtin_sets, default_set_name
 
     probe = json.loads((H200 / "probe.json").read_text())
     ask = doctor.HostAsk(16.0, "/tmp/doctor-l2", True, "cuda")
-    pins = dc.pinned(engine_requirements("cuda"))
+    pins = dc.pinned(builtin_sets()[default_set_name("cuda")].requirements)
     assert set(pins) == {"torch", "vllm", "lmcache"}
     report = doctor.judge("h200", probe, ask, engine="vllm", hosts_python="3.11.2", expected=pins)
     status = {c.name: c.status for c in report.checks}

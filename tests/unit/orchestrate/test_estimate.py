@@ -1,4 +1,4 @@
-"""The campaign-time estimate (kvoffload/orchestrate/estimate.py), every figure worked by hand."""
+"""The campaign-time estimate (kvoffload/orchestrate/campaign/estimate.py), every figure worked by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvoffload.orchestrate.estimate import (
+from kvoffload.orchestrate.campaign.estimate import (
     DEFAULT_CELL_OVERHEAD_S,
     CellWork,
     KneeRamp,

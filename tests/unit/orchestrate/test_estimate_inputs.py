@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +13,20 @@ import yaml
 
 from kvoffload.config import LabConfig, load_lab
 from kvoffload.contracts.layout import CampaignPaths
-from kvoffload.orchestrate.estimate_inputs import (
+from kvoffload.orchestrate.campaign.estimate_inputs import (
     campaign_estimate,
     earlier_cells,
     earlier_starts,
     measured_phases,
 )
-from kvoffload.orchestrate.pools import CellPools
+from kvoffload.orchestrate.campaign.pools import CellPools
+from tests.support.small_campaign import copy_small
 
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
 EXAMPLE = Path(__file__).parents[3] / "inventories" / "example" / "hosts.yml"
 
 
 def test_done_cells_give_their_timings_requests_and_concurrency(tmp_path: Path) -> None:
-    root = tmp_path / "fixture-small"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    root = copy_small(tmp_path / "fixture-small")
     for cell in ("a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"):
         path = root / "cells" / cell / "cell.json"
         meta = json.loads(path.read_text())
@@ -63,8 +61,7 @@ def test_done_cells_give_their_timings_requests_and_concurrency(tmp_path: Path) 
 
 def test_the_knee_search_is_timed_apart_from_the_cells_it_followed(tmp_path: Path) -> None:
     # issue 43, defect 11: the run's wall time held the knee search, its estimate did not
-    root = tmp_path / "fixture-small"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    root = copy_small(tmp_path / "fixture-small")
     for cell in ("a1gpu", "a2cpu", "a3nvme", "b2cpu"):
         path = root / "cells" / cell / "cell.json"
         meta = json.loads(path.read_text())
@@ -151,7 +148,7 @@ def test_the_knee_search_worst_case_is_estimated_apart(tmp_path: Path) -> None:
 
 
 def test_a_long_ramp_plays_24_concurrencies_and_interpolates_the_rest() -> None:
-    from kvoffload.orchestrate.estimate_inputs import KNEE_ANCHORS, _step_seconds
+    from kvoffload.orchestrate.campaign.estimate_inputs import KNEE_ANCHORS, _step_seconds
 
     played: list[int] = []
 

@@ -1,4 +1,4 @@
-"""The per-key declaration of extravars (kvoffload/orchestrate/extravar_keys.py): complete for what a
+"""The per-key declaration of extravars (kvoffload/orchestrate/cell/extravar_keys.py): complete for what a
 cell produces, true to the roles' argument specs, and the engine identity built from it."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import pytest
 import yaml
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.deployment import cell_extravars, engine_key
-from kvoffload.orchestrate.extravar_keys import (
+from kvoffload.orchestrate.cell.deployment import cell_extravars, engine_key
+from kvoffload.orchestrate.cell.extravar_keys import (
     EXTRAVARS,
     ORCHESTRATOR_ONLY,
     Identity,
     UndeclaredExtravar,
     check_declared,
 )
-from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventories" / "example" / "hosts.yml"

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvoffload.orchestrate.faults import Fault, TargetWatch, fault_effects, unit_faults
+from kvoffload.orchestrate.cell.faults import Fault, TargetWatch, fault_effects, unit_faults
 
 
 class _Metrics(BaseHTTPRequestHandler):

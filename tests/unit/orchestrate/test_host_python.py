@@ -1,4 +1,4 @@
-"""The hosts' Python learned before the wheelhouse is built (orchestrate/host_python.py,
+"""The hosts' Python learned before the wheelhouse is built (orchestrate/installs/host_python.py,
 playbooks/host_python.yml), with the playbook replaced by a fake that answers as the facade does
 (`PlaybookResult.facts`: host -> the play's `kvoffload_host_facts`)."""
 
@@ -12,9 +12,9 @@ import yaml
 
 from kvoffload.config import load_lab
 from kvoffload.errors import UserError
-from kvoffload.orchestrate import campaign as campaign_module
-from kvoffload.orchestrate import host_python
-from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.orchestrate.campaign import runner as campaign_module
+from kvoffload.orchestrate.installs import host_python
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 from kvoffload.playbook.runner import TaskFailure
 from tests.unit.orchestrate.test_doctor import CLIENT, GPU1, GPU2, _lab_files, _Progress

@@ -9,7 +9,7 @@ import pytest
 
 from kvoffload.config.campaign import Campaign
 from kvoffload.config.cells import resolve_cells
-from kvoffload.orchestrate import knee
+from kvoffload.orchestrate.campaign import knee
 
 BASE: dict[str, Any] = {
     "name": "k", "model": "m", "gpu_vendor": "nvidia", "engine": "sim", "sim_profile": "tiny",

@@ -1,5 +1,5 @@
-"""The cell-free pair check on a lab (kvoffload/orchestrate/pair_cellfree.py) and its place in the
-doctor (kvoffload/orchestrate/doctor.py run_doctor, the `doctor` command), with the playbooks replaced
+"""The cell-free pair check on a lab (kvoffload/orchestrate/checks/cellfree.py) and its place in the
+doctor (kvoffload/orchestrate/checks/doctor.py run_doctor, the `doctor` command), with the playbooks replaced
 by tests/unit/orchestrate/test_doctor.py's fake, which answers doctor_pair.yml with the node script's
 answer recorded on a real systemd host (tests/fixtures/doctor/pair-cellfree)."""
 
@@ -13,11 +13,20 @@ import pytest
 
 from kvoffload.config import load_lab
 from kvoffload.doctor import checks as dc
-from kvoffload.orchestrate import doctor
-from kvoffload.orchestrate.pair_cellfree import NODE_SCRIPT, PLAYBOOK, PairCellFree, pair_args
+from kvoffload.orchestrate.checks import doctor
+from kvoffload.orchestrate.checks.cellfree import NODE_SCRIPT, PLAYBOOK, PairCellFree, pair_args
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 from kvoffload.playbook.runner import TaskFailure
-from tests.unit.orchestrate.test_doctor import CLIENT, GPU1, GPU2, PAIR_OK, FakeRunner, _answer, _lab_files
+from tests.unit.orchestrate.test_doctor import (
+    CLIENT,
+    GPU1,
+    GPU2,
+    PAIR_OK,
+    FakeRunner,
+    _answer,
+    _doctor_lab,
+    _lab_files,
+)
 
 VENV = "/opt/kvoffload/venv"
 
@@ -120,10 +129,7 @@ def test_the_doctor_command_runs_it_by_default_for_vllm(
 ) -> None:
     from kvoffload.cli.main import main
 
-    inv, camp = _lab_files(tmp_path)
-    answers = {GPU1: _answer(), GPU2: _answer(), CLIENT: _answer(gpu=False)}
-    runner = FakeRunner(answers)
-    monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: runner)
+    inv, camp, runner = _doctor_lab(tmp_path, monkeypatch)
     results = tmp_path / "results"
     argv = ["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--no-smoke", "--json"]
     assert main([*argv, *([flag] if flag else [])]) == 0

@@ -6,39 +6,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kvoffload.config import LabConfig, load_lab
 from kvoffload.datasets import load_dataset
-from kvoffload.orchestrate import pools
-from kvoffload.orchestrate.pools import CellPools
+from kvoffload.orchestrate.campaign import pools
+from kvoffload.orchestrate.campaign.pools import CellPools
 from kvoffload.replay.users import select_users
 from kvoffload.tokenizer import load_tokenizer
-from tests.support.datasets import generic_lines
+from tests.support.campaigns import sim_campaign, write_dataset, write_yaml
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "example" / "hosts.yml"
 
 
 def _lab(tmp_path: Path, **campaign: Any) -> LabConfig:
     """The example's lab with a small generic dataset here: 3 sessions of 10 calls."""
-    (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "data" / "calls.jsonl").write_text("\n".join(generic_lines(3, 10)) + "\n")
-    spec = {
-        "name": "poolstest",
-        "model": "m",
-        "gpu_vendor": "nvidia",
-        "engine": "sim",
-        "sim_profile": "h200-qwen3-8b",
-        "dataset": {"code": "generic", "path": str(tmp_path / "data")},
-        "tiers": ["gpu"],
-        "concurrency": [2],
-        "num_rounds": [5, 10],
-        "isl": 4096,
+    data = write_dataset(tmp_path, sessions=3)
+    spec = sim_campaign(
+        "poolstest",
+        sim_profile="h200-qwen3-8b",
+        dataset={"code": "generic", "path": str(data)},
+        tiers=["gpu"],
+        num_rounds=[5, 10],
         **campaign,
-    }
-    path = tmp_path / "campaign.yml"
-    path.write_text(yaml.safe_dump(spec))
-    return load_lab(EXAMPLE, path)
+    )
+    return load_lab(EXAMPLE, write_yaml(tmp_path / "campaign.yml", spec))
 
 
 def test_expected_is_the_users_rounds_and_the_dataset_loads_once(

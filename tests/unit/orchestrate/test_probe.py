@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
-from kvoffload.orchestrate.probe import check_cold, scrape
+from kvoffload.orchestrate.cell.watch import check_cold, scrape
+from tests.support.loopback import serve_pages
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu"
 LMCACHE_WARM = b"# TYPE lmcache_mp_l1_memory_usage_bytes gauge\nlmcache_mp_l1_memory_usage_bytes 4096.0\n"
@@ -23,23 +22,8 @@ def server() -> Iterator[str]:
         "/lmcache": LMCACHE_WARM,
     }
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = pages.get(self.path)
-            self.send_response(200 if body else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
+    with serve_pages(pages) as base:
+        yield base
 
 
 def test_fresh_engine_is_cold_and_used_one_is_not(server: str) -> None:
@@ -64,7 +48,7 @@ def test_unreachable_target_is_reported_not_fatal() -> None:
 
 
 def test_live_figures_from_the_real_captures() -> None:
-    from kvoffload.orchestrate.probe import live_figures, parse
+    from kvoffload.orchestrate.cell.watch import live_figures, parse
 
     replica, ttft = parse((FIXTURES / "metrics-after.txt").read_text())
     lmcache_dir = FIXTURES.parent / "lmcache-0.5.6-cpu"

@@ -1,10 +1,11 @@
-"""The run-time estimate's load model (kvoffload/orchestrate/replay_time.py), every figure by hand."""
+"""The run-time estimate's load model (kvoffload/orchestrate/campaign/replay_time.py), every figure by
+hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvoffload.orchestrate.replay_time import (
+from kvoffload.orchestrate.campaign.replay_time import (
     Demand,
     FlatCost,
     GpuCache,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvoffload.config import Cell
-from kvoffload.orchestrate.campaign import host_facts
-from kvoffload.orchestrate.cell_record import host_software
+from kvoffload.orchestrate.campaign.runner import host_facts
+from kvoffload.orchestrate.cell.record import host_software
 from kvoffload.orchestrate.results import CampaignResults
 
 CELL = Cell("abc123", "cpu", 8, 5, 16384, "recorded", 1, {"tier": "cpu"})

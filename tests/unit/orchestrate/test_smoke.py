@@ -1,6 +1,7 @@
-"""The smoke check's bring-up on a lab (kvoffload/orchestrate/smoke.py PairSmoke) with the playbooks
+"""The smoke check's bring-up on a lab (kvoffload/orchestrate/checks/round_trip.py PairSmoke) with the
+playbooks
 replaced by a recording fake and the servers by recorded answers (tests/unit/doctor/test_doctor_smoke.py
-`Servers`), and its place in the doctor's verdicts (kvoffload/orchestrate/doctor.py run_doctor)."""
+`Servers`), and its place in the doctor's verdicts (kvoffload/orchestrate/checks/doctor.py run_doctor)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,24 @@ import yaml
 
 from kvoffload.config import load_lab
 from kvoffload.doctor import checks as dc
-from kvoffload.orchestrate import doctor
-from kvoffload.orchestrate.campaign import CampaignRunner
+from kvoffload.orchestrate.campaign.runner import CampaignRunner
+from kvoffload.orchestrate.checks import doctor
+from kvoffload.orchestrate.checks.round_trip import PairSmoke, offload_cell, pair_of
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 from kvoffload.orchestrate.results import CampaignResults
-from kvoffload.orchestrate.smoke import PairSmoke, offload_cell, pair_of
-from kvoffload.orchestrate.wheelhouse import Wheels
 from kvoffload.playbook import PlaybookFailed, PlaybookResult
 from kvoffload.playbook.runner import TaskFailure
 from tests.unit.doctor.test_doctor_smoke import Servers
-from tests.unit.orchestrate.test_doctor import CLIENT, GPU1, GPU2, FakeRunner, _answer, _lab_files, _Progress
+from tests.unit.orchestrate.test_doctor import (
+    CLIENT,
+    GPU1,
+    GPU2,
+    FakeRunner,
+    _answer,
+    _doctor_lab,
+    _lab_files,
+    _Progress,
+)
 
 
 class Playbooks:
@@ -198,9 +208,7 @@ def test_the_doctor_command_runs_the_smoke_by_default_for_vllm(
     from kvoffload.cli.main import main
     from tests.unit.doctor.test_doctor_smoke import trip
 
-    inv, camp = _lab_files(tmp_path)
-    answers = {GPU1: _answer(), GPU2: _answer(), CLIENT: _answer(gpu=False)}
-    monkeypatch.setattr("kvoffload.playbook.PlaybookRunner", lambda *_a, **_k: FakeRunner(answers))
+    inv, camp, _ = _doctor_lab(tmp_path, monkeypatch)
     built: list[tuple[CampaignRunner, Path]] = []
     facts = {GPU1: trip(Servers()), GPU2: {"node": GPU2, "stage": "install", "error": "no wheel for torch"}}
 
@@ -211,7 +219,7 @@ def test_the_doctor_command_runs_the_smoke_by_default_for_vllm(
         def __call__(self, nodes: Any, hosts_python: str | None) -> dict[str, Any]:
             return {n: facts[n] for n in nodes}
 
-    monkeypatch.setattr("kvoffload.orchestrate.smoke.PairSmoke", FakeSmoke)
+    monkeypatch.setattr("kvoffload.orchestrate.checks.round_trip.PairSmoke", FakeSmoke)
     results = tmp_path / "results"
     argv = ["doctor", str(inv), "--campaign", str(camp), "--results", str(results), "--json"]
     argv += ["--wheel-cache", str(tmp_path / "wheels")]

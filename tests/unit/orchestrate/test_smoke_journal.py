@@ -1,4 +1,4 @@
-"""A failed smoke check names the replica's own first error line (kvoffload/orchestrate/smoke.py
+"""A failed smoke check names the replica's own first error line (kvoffload/orchestrate/checks/round_trip.py
 `replica_journal_error`, kvoffload/doctor/smoke.py `judge`): after a failure the teardown keeps every
 stopped unit's journal, as after a failed cell (roles/vllm tasks/teardown_journal.yml), and the check
 reads the replica's."""

@@ -1,4 +1,4 @@
-"""status.json (kvoffload/orchestrate/status.py): what the board writes for each move of a run."""
+"""status.json (kvoffload/orchestrate/campaign/status.py): what the board writes for each move of a run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload.orchestrate.status import MAX_POINTS, StatusBoard
+from kvoffload.orchestrate.campaign.status import MAX_POINTS, StatusBoard
 
 
 class Clock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 from kvoffload.replay import client as client_module
 from kvoffload.replay.client import stream_chat
 from kvoffload.replay.netstamp import StampedBackend, StampedStream, stamped_client
+from tests.support.loopback import free_port
 from tests.support.procs import sse_server
 
 
@@ -29,12 +31,22 @@ def listener() -> Iterator[socket.socket]:
         sock.close()
 
 
+@contextlib.asynccontextmanager
+async def _connected(listener: socket.socket) -> AsyncIterator[tuple[StampedStream, socket.socket]]:
+    """A stamped stream connected to `listener`, and the listener's end of it; both closed on the way out."""
+    stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
+    peer, _ = listener.accept()
+    try:
+        yield stream, peer
+    finally:
+        peer.close()
+        await stream.aclose()
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
 def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket) -> None:
     async def scenario() -> None:
-        stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
-        peer, _ = listener.accept()
-        try:
+        async with _connected(listener) as (stream, peer):
             # The kernel turns receive stamping on for the whole host a moment after the first socket asks
             # for it (deferred work): data sent right away may come unstamped.
             time.sleep(0.05)
@@ -43,9 +55,6 @@ def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket)
             data = await stream.read(1024, timeout=5.0)
             age = time.perf_counter() - stream.last_rx
             clock, reads, read_age = stream.last_clock, stream.reads, stream.last_read - stream.last_rx
-        finally:
-            peer.close()
-            await stream.aclose()
         assert data == b"token"
         # A read-time stamp would give an age of microseconds.
         assert 0.03 < age < 0.5, age
@@ -57,9 +66,7 @@ def test_read_reports_when_the_kernel_received_the_data(listener: socket.socket)
 
 def test_last_tx_is_the_send_that_handed_over_the_last_bytes(listener: socket.socket) -> None:
     async def scenario() -> None:
-        stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
-        peer, _ = listener.accept()
-        try:
+        async with _connected(listener) as (stream, peer):
             t_first = time.perf_counter()
             await stream.write(b"headers", timeout=5.0)
             assert t_first <= stream.last_tx <= time.perf_counter()
@@ -77,9 +84,6 @@ def test_last_tx_is_the_send_that_handed_over_the_last_bytes(listener: socket.so
             t_write = time.perf_counter()
             await stream.write(big, timeout=10.0)
             await reader
-        finally:
-            peer.close()
-            await stream.aclose()
         assert bytes(got) == b"headers" + big
         # Stamped at the last partial send, after the peer began to read, not when the write began.
         assert stream.last_tx - t_write >= 0.15, stream.last_tx - t_write
@@ -89,9 +93,7 @@ def test_last_tx_is_the_send_that_handed_over_the_last_bytes(listener: socket.so
 
 def test_read_timeout_and_eof(listener: socket.socket) -> None:
     async def scenario() -> None:
-        stream = await StampedBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=5.0)
-        peer, _ = listener.accept()
-        try:
+        async with _connected(listener) as (stream, peer):
             t0 = time.perf_counter()
             with pytest.raises(httpcore.ReadTimeout):
                 await stream.read(1024, timeout=0.05)
@@ -99,19 +101,13 @@ def test_read_timeout_and_eof(listener: socket.socket) -> None:
             assert stream.get_extra_info("is_readable") is False
             peer.close()
             assert await stream.read(1024, timeout=5.0) == b""
-        finally:
-            peer.close()
-            await stream.aclose()
-            await stream.aclose()  # idempotent
+            await stream.aclose()  # and again on the way out: closing is idempotent
 
     asyncio.run(scenario())
 
 
 def test_connect_to_a_closed_port_is_a_connect_error() -> None:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
+    port = free_port()  # nothing listens there now
 
     async def scenario() -> None:
         with pytest.raises(httpcore.ConnectError):

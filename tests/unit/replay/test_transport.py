@@ -4,7 +4,6 @@ and the client's report of which clock stamped a TTFT and whether the stamp came
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ import pytest
 
 from kvoffload.replay.client import stream_chat
 from kvoffload.replay.netstamp import StampedStream, StampedTransport, stamped_client
+from tests.support.loopback import free_port
 from tests.support.procs import sse_server
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
@@ -74,10 +74,7 @@ def test_a_connection_the_server_closed_is_not_reused(url: str) -> None:
 
 
 def test_network_errors_are_httpx_errors() -> None:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
+    port = free_port()  # nothing listens there now
 
     async def scenario() -> None:
         async with _client() as client:

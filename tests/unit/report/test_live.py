@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload.orchestrate.status import StatusBoard
+from kvoffload.orchestrate.campaign.status import StatusBoard
 from kvoffload.report import live
 from kvoffload.report.live import LiveView, RecordTail, histogram_quantile, live_series
 from tests.support.watch import Clock, mid_run_campaign

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +13,17 @@ import pytest
 from kvoffload.cli.main import main
 from kvoffload.errors import UserError
 from kvoffload.ingest import Tables
-from kvoffload.orchestrate.deployment import REMOTE_MODELS
+from kvoffload.orchestrate.cell.deployment import REMOTE_MODELS
 from kvoffload.report import build_report, findings_text, write_report
-from kvoffload.report.build import _kv_bytes_input, analyse, capacity_inputs, summary_csv, summary_json
+from kvoffload.report.build import _kv_bytes_input, analyse, capacity_inputs, summary_csv, summary_records
 from kvoffload.report.model_config import STAGED_MODELS, find_model_config
 from tests.support.models import LLAMA_8B
-
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
+from tests.support.small_campaign import copy_small
 
 
 @pytest.fixture
 def campaign(tmp_path: Path) -> Path:
-    dest = tmp_path / "fixture-small"
-    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
-    return dest
+    return copy_small(tmp_path / "fixture-small")
 
 
 def test_summary_figures_match_the_fixture_design(campaign: Path) -> None:
@@ -159,7 +155,7 @@ def test_report_puts_findings_first_and_settings_last(campaign: Path) -> None:
 
 def test_summary_json_and_csv(campaign: Path) -> None:
     summary = analyse(campaign).summary
-    records = json.loads(summary_json(summary))
+    records = summary_records(summary)
     assert [r["cell_id"] for r in records] == ["a1gpu", "a2cpu", "a3nvme", "b1gpu", "b2cpu"]
     assert records[0]["gpu_power_w"] is None and records[0]["tier"] == "gpu"
     csv = summary_csv(summary).splitlines()

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from kvoffload.cli.main import main
-
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
-
-
-def _copy(dest: Path) -> Path:
-    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
-    return dest
+from tests.support.small_campaign import copy_small
 
 
 def test_ingest_writes_raw_and_derived_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    campaign = _copy(tmp_path / "c1")
+    campaign = copy_small(tmp_path / "c1")
     assert main(["ingest", str(campaign)]) == 0
     out = capsys.readouterr().out
     assert "cells, requests, rounds, samples, sessions, summary, warnings written" in out
@@ -27,14 +20,14 @@ def test_ingest_writes_raw_and_derived_tables(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_report_md_only(tmp_path: Path) -> None:
-    campaign = _copy(tmp_path / "c1")
+    campaign = copy_small(tmp_path / "c1")
     assert main(["report", str(campaign), "--format", "md"]) == 0
     assert (campaign / "report" / "report.md").is_file()
     assert not (campaign / "report" / "index.html").exists()
 
 
 def test_compare_two_campaigns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a, b = _copy(tmp_path / "run-a"), _copy(tmp_path / "run-b")
+    a, b = copy_small(tmp_path / "run-a"), copy_small(tmp_path / "run-b")
     # Make run-b's gpu cell 20% slower on every TTFT.
     req = b / "cells" / "a1gpu" / "requests.jsonl"
     rows = [json.loads(line) for line in req.read_text().splitlines()]
@@ -61,7 +54,7 @@ def test_compare_two_campaigns(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_compare_lists_the_software_that_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a, b = _copy(tmp_path / "run-a"), _copy(tmp_path / "run-b")
+    a, b = copy_small(tmp_path / "run-a"), copy_small(tmp_path / "run-b")
     # run-b: LMCache upgraded on gpu1 in every cell (vLLM 0.32.0 / 0.33.0 as in run-a: not listed)
     for path in (b / "cells").glob("*/cell.json"):
         record = json.loads(path.read_text())

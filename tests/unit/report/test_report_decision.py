@@ -10,15 +10,13 @@ import pytest
 
 from kvoffload.cli.main import main
 from kvoffload.report.build import write_report
-
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "campaign-small"
+from tests.support.small_campaign import copy_small
 
 
 @pytest.fixture
 def campaign(tmp_path: Path) -> Path:
     """The fixture with `slo: {ttft_p95_s: 0.15}` and an example node price in campaign.json."""
-    dest = tmp_path / "fixture-small"
-    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("tables", "report", "*.py", "*.md"))
+    dest = copy_small(tmp_path / "fixture-small")
     doc = json.loads((dest / "campaign.json").read_text())
     doc["campaign"] = {"slo": {"ttft_p95_s": 0.15}, "prices": {"node_hour": 10.0, "example": True}}
     (dest / "campaign.json").write_text(json.dumps(doc))

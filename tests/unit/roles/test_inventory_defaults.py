@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.deployment import cell_extravars
-from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.orchestrate.cell.deployment import cell_extravars
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "inventories" / "example" / "hosts.yml"

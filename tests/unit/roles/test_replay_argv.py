@@ -18,8 +18,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from kvoffload.config import load_lab
-from kvoffload.orchestrate.deployment import cell_extravars, replay_command
-from kvoffload.orchestrate.wheelhouse import Wheels
+from kvoffload.orchestrate.cell.deployment import cell_extravars, replay_command
+from kvoffload.orchestrate.installs.wheelhouse import Wheels
 from tests.unit.roles.render import REPO, ROLES, role_defaults
 
 EXAMPLE = REPO / "inventories" / "example" / "hosts.yml"

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from kvoffload.doctor import probe
-from kvoffload.orchestrate import deployment, doctor
+from kvoffload.orchestrate.cell import deployment
+from kvoffload.orchestrate.checks import doctor
 from kvoffload.profiles import resolve
 
 REPO = Path(__file__).resolve().parents[3]
@@ -90,6 +91,10 @@ def test_the_python_constants_are_the_roles_values() -> None:
     assert probe.DEFAULT_ENGINE_PYTHON == f"{SHARED['kvoffload_venv']}/bin/python"
     assert probe.DEFAULT_SERVICE_USER == SHARED["kvoffload_engine_user"]
     assert doctor.run_doctor.__kwdefaults__["venv"] == SHARED["kvoffload_venv"]
+    # the probe's HIP child runs with the devices the ROCm units are given
+    rocm = SHARED["kvoffload_engine_rocm_devices"]
+    flat = [f"{k}={v}" for k, vs in rocm.items() for v in ([vs] if isinstance(vs, str) else vs)]
+    assert list(probe.ROCM_SANDBOX_PROPERTIES) == flat
 
 
 def test_the_role_defaults_spell_each_port_once() -> None:

@@ -18,7 +18,7 @@ from kvoffload.sim.cache_metrics import CacheMetrics
 from kvoffload.sim.cache_server import CacheStore
 from kvoffload.sim.l2_fs import object_name, scaled_size
 from kvoffload.sim.profile import load_profile
-from tests.support.metrics import families
+from tests.support.metrics import families, sample_values
 
 MIB = 2**20
 LMCACHE = Path(__file__).resolve().parents[2] / "fixtures" / "lmcache-0.5.6-cpu"
@@ -38,14 +38,7 @@ def _l2(tmp_path: Path, **extra: Any) -> list[str]:
 
 
 def _values(metrics: CacheMetrics) -> dict[str, float]:
-    """Sample name -> value summed over label sets (histogram buckets left out)."""
-    text = generate_latest(metrics.registry).decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if "le" not in s.labels:
-                out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
+    return sample_values(metrics.registry)
 
 
 def _with_l2_writer(store: CacheStore, body: Callable[[], Coroutine[Any, Any, Any]]) -> Any:

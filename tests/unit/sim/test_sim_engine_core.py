@@ -6,14 +6,12 @@ import asyncio
 import itertools
 import time
 
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from kvoffload.sim.engine import Engine, Request
 from kvoffload.sim.engine_metrics import EngineMetrics
 from kvoffload.sim.hashing import chain_hashes
 from kvoffload.sim.kv_cache import KVCache
 from kvoffload.sim.profile import load_profile
+from tests.support.metrics import sample_values
 
 BS = 16
 
@@ -30,14 +28,7 @@ def _request(tokens: list[int], max_tokens: int) -> Request:
 
 
 def _counters(metrics: EngineMetrics) -> dict[str, float]:
-    """Sample name -> value summed over labels."""
-    text = generate_latest(metrics.registry).decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if "le" not in s.labels:
-                out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
+    return sample_values(metrics.registry)
 
 
 def _run(engine: Engine, batches: list[list[Request]]) -> None:
