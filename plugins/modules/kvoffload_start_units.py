@@ -12,7 +12,9 @@ changed) restarted with one `systemctl restart`, and those not running started w
 are the host's own or its lab network's addresses) until it answers 200, or a
 `tcp://host:port` target until it accepts a connection, all within `timeout` seconds; a unit that failed
 meanwhile ends the wait at once, and the error names the unit, its URL, the last answer and the
-journalctl command to read.
+journalctl command to read. Whenever a unit fails to (re)start, the error ends with the last lines of
+its journal: a cell's error then says why (a port taken, a configuration refused) without a second
+look at the host, which a lab torn down after its run no longer allows.
 
 With `one_first`, the first unit that would (re)start does so alone and is waited for before the others
 (re)start in one transaction: vLLM replicas of one host share one torch.compile cache (the engine
@@ -215,7 +217,7 @@ def main() -> None:
             if names:
                 rc, _out, err = module.run_command([systemctl, verb, "--", *names])
                 if rc != 0:
-                    msg = f"systemctl {verb} exited {rc}: {err.strip()}"
+                    msg = f"systemctl {verb} exited {rc}: {err.strip()}" + journal_tail(module, names)
                     module.fail_json(msg=msg, changed=changed, **result)
         # Before the last step only the unit started alone; at the end every URL.
         wait = p["wait"]
@@ -262,10 +264,31 @@ def wait_healthy(
             )
             return (
                 f"{why}: {url} last answered {last.get(url, 'nothing')}; "
-                f"see `journalctl -u {unit}` on this host"
+                f"see `journalctl -u {unit}` on this host" + journal_tail(module, [unit])
             )
         time.sleep(max(0.0, interval))
     return None
+
+
+# Lines of each unit's journal that a failure quotes, and the characters kept of each line.
+JOURNAL_LINES = 15
+JOURNAL_LINE_CHARS = 400
+
+
+def journal_tail(module: AnsibleModule, units: list[str]) -> str:
+    """The last lines of each unit's journal, to end an error with ("" where journalctl is missing or
+    says nothing): what the service printed before it exited."""
+    journalctl = module.get_bin_path("journalctl")
+    if journalctl is None:
+        return ""
+    parts = []
+    for unit in units:
+        argv = [journalctl, "--no-pager", "--output=cat", f"--lines={JOURNAL_LINES}", "--unit", unit]
+        rc, out, _err = module.run_command(argv)
+        lines = [line[:JOURNAL_LINE_CHARS] for line in out.splitlines() if line.strip()]
+        if rc == 0 and lines and lines != ["-- No entries --"]:
+            parts.append(f"\nlast {len(lines)} lines of {unit}'s journal:\n" + "\n".join(lines))
+    return "".join(parts)
 
 
 def show(

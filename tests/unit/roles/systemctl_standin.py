@@ -5,7 +5,10 @@ each one's ActiveState (exiting 3 when one is not active), `list-unit-files` eve
 UnitFileState; `stop`, `enable`, `restart`, `start` and `daemon-reload` log "<verb> <units>" and change
 the file as systemd would: a stop leaves a unit inactive with the Result that `on_stop` gives it
 (default success), a start or restart leaves it in the ActiveState that `on_start` gives it (default
-active; failed with Result exit-code), an enable sets UnitFileState enabled.
+active; failed with Result exit-code), an enable sets UnitFileState enabled. A start or restart of a
+unit in `refuse` leaves it failed and exits 1, as systemctl does when the service exits at once.
+A journalctl stand-in beside it prints `journal`'s lines for the unit it is asked about (`--unit`),
+else "-- No entries --".
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ state = json.load(open(path))
 args = sys.argv[1:]
 units = args[args.index("--") + 1:] if "--" in args else []
 verb = args[0]
-units_only = {{k: v for k, v in state.items() if k not in ("on_stop", "on_start")}}
+units_only = {{k: v for k, v in state.items() if k not in ("on_stop", "on_start", "refuse")}}
 if verb == "list-unit-files":
     for unit, props in units_only.items():
         if props.get("UnitFileState"):
@@ -40,15 +43,25 @@ if verb != "show":
         elif verb == "enable":
             props["UnitFileState"] = "enabled"
         else:
-            props["ActiveState"] = state["on_start"].get(unit, "active")
+            props["ActiveState"] = "failed" if unit in state["refuse"] else state["on_start"].get(unit, "active")
             props["Result"] = "exit-code" if props["ActiveState"] == "failed" else "success"
     json.dump(state, open(path, "w"))
+    if verb in ("start", "restart") and any(u in state["refuse"] for u in units):
+        sys.stderr.write("Job for " + units[0] + " failed because the control process exited with error code.\\n")
+        sys.exit(1)
     sys.exit(0)
 blocks = []
 for unit in units:
     props = state.get(unit, {{"LoadState": "not-found", "ActiveState": "inactive"}})
     blocks.append("\\n".join(f"{{k}}={{v}}" for k, v in {{"Id": unit, **props}}.items()))
 print("\\n\\n".join(blocks))
+"""
+
+JOURNALCTL = """#!{python}
+import json, sys
+journal = json.load(open({journal!r}))
+unit = sys.argv[sys.argv.index("--unit") + 1]
+print("\\n".join(journal.get(unit) or ["-- No entries --"]))
 """
 
 
@@ -58,14 +71,21 @@ def stateful_systemctl(
     *,
     on_stop: dict[str, str] | None = None,
     on_start: dict[str, str] | None = None,
+    refuse: list[str] | None = None,
+    journal: dict[str, list[str]] | None = None,
 ) -> tuple[Path, Path]:
     """(the folder to put first on PATH, the log of the calls that change state)."""
     bindir, state, log = tmp_path / "bin", tmp_path / "state.json", tmp_path / "systemctl.log"
     bindir.mkdir()
-    state.write_text(json.dumps({**units, "on_stop": on_stop or {}, "on_start": on_start or {}}))
+    extra = {"on_stop": on_stop or {}, "on_start": on_start or {}, "refuse": refuse or []}
+    state.write_text(json.dumps({**units, **extra}))
+    (tmp_path / "journal.json").write_text(json.dumps(journal or {}))
     tool = bindir / "systemctl"
     tool.write_text(SCRIPT.format(python=sys.executable, state=str(state), log=str(log)))
-    tool.chmod(0o755)
+    reader = bindir / "journalctl"
+    reader.write_text(JOURNALCTL.format(python=sys.executable, journal=str(tmp_path / "journal.json")))
+    for script in (tool, reader):
+        script.chmod(0o755)
     return bindir, log
 
 

@@ -110,6 +110,46 @@ def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named(
     assert "HTTP 503" in result["msg"] and "journalctl -u kvoffload-vllm@0.service" in result["msg"]
 
 
+def test_a_unit_that_exits_at_start_is_refused_with_the_end_of_its_journal(tmp_path: Path) -> None:
+    # Caddy exits before it tells systemd it is ready: `systemctl start` exits 1 with a pointer to the
+    # journal; the error carries the journal's last lines, since the lab is gone when one reads it.
+    said = ["starting caddy", "Error: loading initial config: listen tcp :8100: bind: address already in use"]
+    bindir, log = stateful_systemctl(
+        tmp_path,
+        {"kvoffload-caddy.service": _unit("inactive"), "kvoffload-lmcache.service": _unit("inactive")},
+        refuse=["kvoffload-caddy.service", "kvoffload-lmcache.service"],
+        journal={"kvoffload-caddy.service": said},
+    )
+    result = run_module(tmp_path, bindir, {"units": ["kvoffload-caddy.service"]})
+    assert result["failed"] is True and calls(log) == ["start kvoffload-caddy.service"]
+    assert result["msg"].startswith("systemctl start exited 1: Job for kvoffload-caddy.service failed")
+    assert result["msg"].endswith(
+        "last 2 lines of kvoffload-caddy.service's journal:\n" + "\n".join(said)
+    ), result["msg"]
+    # a unit that left no journal adds nothing to the error
+    other = run_module(tmp_path, bindir, {"units": ["kvoffload-lmcache.service"]})
+    assert other["failed"] is True and "journal" not in other["msg"], other
+
+
+def test_a_unit_that_fails_while_waited_for_quotes_its_journal(
+    tmp_path: Path, health: tuple[str, type[_Health]]
+) -> None:
+    url, handler = health
+    handler.answers = [503] * 1000
+    long_line = "x" * 1000
+    bindir, _log = stateful_systemctl(
+        tmp_path,
+        {"kvoffload-vllm@0.service": _unit("inactive")},
+        on_start={"kvoffload-vllm@0.service": "failed"},
+        journal={"kvoffload-vllm@0.service": ["CUDA error: out of memory", long_line]},
+    )
+    args = {"units": ["kvoffload-vllm@0.service"], "wait": {"kvoffload-vllm@0.service": url}, "interval": 0.05}
+    result = run_module(tmp_path, bindir, args)
+    assert result["failed"] is True
+    tail = result["msg"].split("last 2 lines of kvoffload-vllm@0.service's journal:\n")[1]
+    assert tail.splitlines() == ["CUDA error: out of memory", "x" * 400]  # a line is cut at 400 characters
+
+
 def test_a_url_that_never_answers_fails_at_the_timeout(tmp_path: Path) -> None:
     bindir, _log = stateful_systemctl(tmp_path, {"x.service": _unit("active")})
     args = {"units": ["x.service"], "wait": {"x.service": "http://127.0.0.1:9/health"}, "timeout": 0.3,
