@@ -63,6 +63,7 @@ def ansible_dir() -> Path:
 
 # The collection's modules whose results the runner keeps (PlaybookResult.unit_states, .software).
 UNIT_STATES_MODULE = "kvoffload_unit_states"
+START_UNITS_MODULE = "kvoffload_start_units"
 SOFTWARE_MODULE = "kvoffload_software"
 
 
@@ -91,6 +92,9 @@ class PlaybookResult:
     # host -> the units the collect role's `kvoffload_unit_states` read there (unit -> properties); a
     # run of the module that stopped units (a teardown) is not a reading of the cell's units
     unit_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # host -> unit -> NRestarts of a unit whose start failed and that systemd started again (the
+    # `nrestarts` of `kvoffload_start_units`): restarts of the deploy, not of the cell
+    start_restarts: dict[str, dict[str, int]] = field(default_factory=dict)
     # host -> the record the collect role's `kvoffload_software` read there (software/<host>.json)
     software: dict[str, dict[str, Any]] = field(default_factory=dict)
     # (play name, host, the lmcache_server role's `lmcache_server_l2_trim_result` fact) of each fstrim
@@ -190,9 +194,23 @@ def _playbook_errors(stdout: Path, limit: int = 8) -> list[str]:
 EventCallback = Callable[[str, str], None]  # (host or "", task name) when a task starts on the run
 
 
+# What a failure's message keeps: its first line, and of the lines after it (a unit's journal, quoted by
+# kvoffload_start_units) the last ones, each cut.
+MESSAGE_HEAD_CHARS = 400
+MESSAGE_TAIL_LINES = 10
+MESSAGE_LINE_CHARS = 300
+
+
+def _clip(text: str) -> str:
+    """A message's first line and its last MESSAGE_TAIL_LINES lines, each cut; "..." for lines left out."""
+    first, *rest = text.strip().splitlines() or [""]
+    kept = [line[:MESSAGE_LINE_CHARS] for line in rest[-MESSAGE_TAIL_LINES:]]
+    return "\n".join([first[:MESSAGE_HEAD_CHARS], *(["..."] if len(rest) > len(kept) else []), *kept])
+
+
 def _message(res: Mapping[str, Any]) -> str:
     """The task's message, with the last line of its stderr when it has one ("non-zero return code")."""
-    parts = [str(res[k]).strip()[:400] for k in ("msg", "reason") if res.get(k)]
+    parts = [_clip(str(res[k])) for k in ("msg", "reason") if res.get(k)]
     stderr = str(res.get("stderr") or "").strip()
     if stderr:
         parts.append("stderr: " + stderr.splitlines()[-1][:400])
@@ -328,6 +346,7 @@ class PlaybookRunner:
         facts: dict[str, dict[str, Any]] = {}
         plays: list[tuple[str, float]] = []
         unit_states: dict[str, dict[str, Any]] = {}
+        start_restarts: dict[str, dict[str, int]] = {}
         software: dict[str, dict[str, Any]] = {}
         l2_trims: list[tuple[str, str, dict[str, Any]]] = []
 
@@ -370,6 +389,9 @@ class PlaybookRunner:
                     and not args.get("stop")
                 ):
                     unit_states[str(data.get("host"))] = units
+                restarts = res.get("nrestarts") if isinstance(res, dict) else None
+                if action.rsplit(".", 1)[-1] == START_UNITS_MODULE and isinstance(restarts, dict):
+                    start_restarts.setdefault(str(data.get("host")), {}).update(restarts)
                 record = res.get("software") if isinstance(res, dict) else None
                 if action.rsplit(".", 1)[-1] == SOFTWARE_MODULE and isinstance(record, dict):
                     software[str(data.get("host"))] = record
@@ -438,6 +460,7 @@ class PlaybookRunner:
             facts=facts,
             plays=tuple(plays),
             unit_states=unit_states,
+            start_restarts=start_restarts,
             software=software,
             l2_trims=tuple(l2_trims),
         )

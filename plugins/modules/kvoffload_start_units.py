@@ -14,7 +14,13 @@ are the host's own or its lab network's addresses) until it answers 200, or a
 meanwhile ends the wait at once, and the error names the unit, its URL, the last answer and the
 journalctl command to read. Whenever a unit fails to (re)start, the error ends with the last lines of
 its journal: a cell's error then says why (a port taken, a configuration refused) without a second
-look at the host, which a lab torn down after its run no longer allows.
+look at the host, which a lab torn down after its run no longer allows. A `systemctl start` fails
+when a unit's first try fails in a control process or before its main process runs, even where systemd
+starts it again itself (`Restart=on-failure` and its `RestartSec`, as every kvoffload unit has); such a
+unit, when it has a `wait` URL, is waited for like the others, its failure and journal kept in
+`restarting` and said as a warning: the wait decides. A unit that comes back answers; one that
+systemd restarted three times (RESTARTS_GIVEN_UP) during the wait without an answer is given up then,
+not at the timeout (with RestartSec=2, systemd's start limit never stops it).
 
 With `one_first`, the first unit that would (re)start does so alone and is waited for before the others
 (re)start in one transaction: vLLM replicas of one host share one torch.compile cache (the engine
@@ -88,6 +94,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+nrestarts:
+  description: >-
+    Unit -> systemd's automatic restarts so far (NRestarts), for the units of I(restarting) once they
+    answered: the restarts of this start, which the orchestrator does not count as the cell's.
+  type: dict
+  returned: always
+restarting:
+  description: >-
+    Each systemctl start or restart that failed where systemd starts the units again itself (Restart=),
+    with those units and the error (its journal lines); the wait then decides.
+  type: list
+  elements: dict
+  returned: always
 enabled:
   description: The units that were enabled (would be, in check mode).
   type: list
@@ -201,12 +220,15 @@ def main() -> None:
     to_enable, to_restart, to_start = plan(units, list(p["restart"]), states)
     changed = bool(to_enable or to_restart or to_start)
     steps = stages(p["one_first"], units, to_restart, to_start)
+    restarting: list[dict[str, str]] = []
     result: dict[str, object] = {
         "enabled": to_enable,
         "restarted": to_restart,
         "started": to_start,
         "waited_s": 0.0,
         "first": (steps[0][0] + steps[0][1])[0] if len(steps) > 1 else None,
+        "restarting": restarting,
+        "nrestarts": {},
     }
     if module.check_mode:
         module.exit_json(changed=changed, **result)
@@ -215,10 +237,9 @@ def main() -> None:
         verbs = (("enable", to_enable if i == 0 else []), ("restart", restart_now), ("start", start_now))
         for verb, names in verbs:
             if names:
-                rc, _out, err = module.run_command([systemctl, verb, "--", *names])
-                if rc != 0:
-                    msg = f"systemctl {verb} exited {rc}: {err.strip()}" + journal_tail(module, names)
-                    module.fail_json(msg=msg, changed=changed, **result)
+                failure = run_verb(module, systemctl, verb, names, p["wait"], restarting)
+                if failure is not None:
+                    module.fail_json(msg=failure, changed=changed, **result)
         # Before the last step only the unit started alone; at the end every URL.
         wait = p["wait"]
         if i < len(steps) - 1:
@@ -228,18 +249,56 @@ def main() -> None:
             result["waited_s"] = round(time.monotonic() - t0, 3)
             module.fail_json(msg=failure, changed=changed, **result)
     result["waited_s"] = round(time.monotonic() - t0, 3)
+    came_back = sorted({u for r in restarting for u in r["units"].split()})
+    if came_back:  # their restarts so far were this start's, not the cell's (the orchestrator's baseline)
+        states = show(module, systemctl, came_back, ["Id", "NRestarts"])
+        result["nrestarts"] = {u: _restarts(states.get(u, {})) for u in came_back}
     module.exit_json(changed=changed, **result)
+
+
+def run_verb(
+    module: AnsibleModule,
+    systemctl: str,
+    verb: str,
+    names: list[str],
+    wait: dict[str, object],
+    restarting: list[dict[str, str]],
+) -> str | None:
+    """`systemctl VERB NAMES`: None once it succeeded, or where every unit it left down is one that
+    systemd restarts itself (`Restart=`: SubState auto-restart) and that the wait will watch (its failure
+    kept in `restarting`, its journal with it, and said as a warning); else the error."""
+    rc, _out, err = module.run_command([systemctl, verb, "--", *names])
+    if rc == 0:
+        return None
+    failure = f"systemctl {verb} exited {rc}: {err.strip()}" + journal_tail(module, names)
+    states = show(module, systemctl, names, ["Id", "ActiveState", "SubState"])
+    down = [u for u in names if states.get(u, {}).get("ActiveState") != "active"]
+    coming_back = [u for u in down if states.get(u, {}).get("SubState") == "auto-restart" and u in wait]
+    if not down or coming_back != down:
+        return failure
+    restarting.append({"units": " ".join(down), "error": failure})
+    module.warn(f"{' '.join(down)} failed to {verb} and systemd starts it again (Restart=): {failure}")
+    return None
+
+
+# Restarts by systemd (Restart=) during one wait after which a unit that never answered is given up.
+RESTARTS_GIVEN_UP = 3
 
 
 def wait_healthy(
     module: AnsibleModule, systemctl: str, wait: dict[str, str], timeout: float, interval: float
 ) -> str | None:
-    """Poll each URL until all answered 200 (None), or the reason the wait failed."""
+    """Poll each URL until all answered 200 (None), or the reason the wait failed: a unit failed, or
+    systemd restarted it RESTARTS_GIVEN_UP times meanwhile (it keeps failing), or the timeout."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     pending = {
         str(url): str(unit)
         for unit, urls in wait.items()
         for url in (urls if isinstance(urls, list) else [urls])
+    }
+    properties = ["Id", "ActiveState", "Result", "NRestarts"]
+    before = {
+        u: _restarts(s) for u, s in show(module, systemctl, sorted(set(pending.values())), properties).items()
     }
     last: dict[str, str] = {}
     deadline = time.monotonic() + max(0.0, timeout)
@@ -252,22 +311,32 @@ def wait_healthy(
                 last[url] = error
         if not pending:
             return None
-        states = show(module, systemctl, sorted(set(pending.values())), ["Id", "ActiveState", "Result"])
+        states = show(module, systemctl, sorted(set(pending.values())), properties)
         dead = {u: s for u, s in states.items() if s.get("ActiveState") == "failed"}
-        if dead or time.monotonic() >= deadline:
-            url, unit = next((x for x in pending.items() if x[1] in dead), next(iter(pending.items())))
-            state = states.get(unit, {})
-            why = (
-                f"{unit} failed (Result={state.get('Result', '?')})"
-                if unit in dead
-                else f"no 200 within {timeout:g} s"
+        looping = {u for u, s in states.items() if _restarts(s) - before.get(u, 0) >= RESTARTS_GIVEN_UP}
+        if dead or looping or time.monotonic() >= deadline:
+            url, unit = next(
+                (x for x in pending.items() if x[1] in dead or x[1] in looping), next(iter(pending.items()))
             )
+            state = states.get(unit, {})
+            if unit in dead:
+                why = f"{unit} failed (Result={state.get('Result', '?')})"
+            elif unit in looping:
+                why = f"{unit} restarted by systemd {_restarts(state) - before.get(unit, 0)} times meanwhile"
+            else:
+                why = f"no 200 within {timeout:g} s"
             return (
                 f"{why}: {url} last answered {last.get(url, 'nothing')}; "
                 f"see `journalctl -u {unit}` on this host" + journal_tail(module, [unit])
             )
         time.sleep(max(0.0, interval))
     return None
+
+
+def _restarts(state: dict[str, str]) -> int:
+    """A unit's NRestarts (systemd's automatic restarts since its last start by hand), 0 if unknown."""
+    value = state.get("NRestarts", "0")
+    return int(value) if value.isdigit() else 0
 
 
 # Lines of each unit's journal that a failure quotes, and the characters kept of each line.

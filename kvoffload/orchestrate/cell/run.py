@@ -309,7 +309,15 @@ class CellRun:
             self.install_node(self.install)
         if self.deployed is not None or reset_error is not None or self.install is not None:
             self.phase("teardown-before", lambda: self.play(TEARDOWN, skip=BETWEEN_CELLS_SKIP_TAGS))
-        self.phase("deploy", lambda: self.play(DEPLOY, skip=CELL_SKIP_TAGS))
+        deployed = self.phase("deploy", lambda: self.play(DEPLOY, skip=CELL_SKIP_TAGS))
+        # a unit whose start failed and that systemd started again: restarts of the deploy, before any
+        # traffic, so the cell's faults count from there (and the record says they happened)
+        came_back = {
+            f"{host}--{unit}": restarts
+            for host, units in deployed.start_restarts.items()
+            for unit, restarts in units.items()
+        }
+        self.kept_units = {key: {"NRestarts": n} for key, n in came_back.items()}
         cold = self.phase("cold-check", lambda: check_cold(self.plan.targets))
         reason = restart_reason(self.cold_start, reset_error, self.node.previous, torn_down_before)
         self.record.cold_start = {
@@ -319,7 +327,10 @@ class CellRun:
             "checked": cold.checked,
             "problems": list(cold.problems),
             "unreachable": list(cold.unreachable),
+            "deploy_restarts": came_back,
         }
+        if came_back:
+            log.warning("cell %s: restarted by systemd while it started: %s", self.cell.id, came_back)
         if not cold.cold:
             raise CellFailed("cell did not start cold: " + "; ".join(cold.problems))
 

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -746,3 +747,36 @@ def test_a_cell_that_does_not_start_cold_fails_says_why_and_is_torn_down(
         assert "engines_kept" not in record and record["faults"] == [] and record["units"] == {}
         assert {"deploy", "cold-check", "teardown", "total"} <= set(record["timings"])
         assert not (runner.results.cell_dir(cell) / "DONE").exists()
+
+
+def test_a_unit_that_systemd_restarted_while_the_deploy_started_it_is_no_fault_of_the_cell(
+    tmp_path: Path, fakes: dict[str, Any]
+) -> None:
+    # kvoffload_start_units: Caddy's first start failed, systemd started it again (NRestarts 1) and it
+    # answered; the collect after the replay reads NRestarts 1 still. Only a restart after the deploy
+    # would be the cell's; the record says that the deploy saw one.
+    runner, rec = _runner(tmp_path, nodes=1, cold_start="restart")
+    node, caddy = "gpu01.lab.example", "kvoffload-caddy.service"
+    played = rec.run
+
+    def run(playbook: str, extravars: dict[str, Any] | None = None, **kw: Any) -> PlaybookResult:
+        result = played(playbook, extravars, **kw)
+        cell = next((c for c in runner.lab.cells if c.id == (extravars or {}).get("replay_cell_id")), None)
+        if playbook == "deploy.yml" and not kw.get("tags"):
+            return replace(result, start_restarts={node: {caddy: 1}})
+        if playbook == "replay.yml" and not kw.get("tags") and cell is not None:
+            units = {
+                key.split("--", 1)[1]: {"ActiveState": "active", "NRestarts": "1" if caddy in key else "0"}
+                for key in runner.plan_of(cell, node).units
+            }
+            return replace(result, unit_states={node: units})
+        return result
+
+    rec.run = run  # type: ignore[method-assign]
+    assert runner.run(provision=False).done
+    with_caddy = [c for c in runner.lab.cells if f"{node}--{caddy}" in runner.plan_of(c, node).units]
+    assert with_caddy
+    for cell in with_caddy:
+        record = _cell_json(runner, cell.id)
+        assert record["faults"] == [] and record["valid"] is True, record["faults"]
+        assert record["cold_start"]["deploy_restarts"] == {f"{node}--{caddy}": 1}

@@ -131,6 +131,57 @@ def test_a_unit_that_exits_at_start_is_refused_with_the_end_of_its_journal(tmp_p
     assert other["failed"] is True and "journal" not in other["msg"], other
 
 
+def test_a_failed_start_that_systemd_restarts_is_waited_for_and_kept(
+    tmp_path: Path, health: tuple[str, type[_Health]]
+) -> None:
+    # A unit with Restart=on-failure whose first try failed in a control process: `systemctl start`
+    # exits 1, systemd starts it again after RestartSec; the wait decides, the failure is kept.
+    url, handler = health
+    handler.answers = [503]  # down while systemd waits out RestartSec, then up
+    units = {"a.service": _unit("inactive"), "b.service": _unit("inactive")}
+    said = ["b.service: Control process exited, code=exited, status=1/FAILURE"]
+    bindir, log = stateful_systemctl(
+        tmp_path, units, refuse=["b.service"], auto_restart=["b.service"], journal={"b.service": said}
+    )
+    args = {"units": ["a.service", "b.service"], "wait": {"b.service": url}, "interval": 0.05}
+    result = run_module(tmp_path, bindir, args)
+    assert not result.get("failed"), result
+    assert calls(log) == ["start a.service b.service"] and handler.answers == []
+    assert [r["units"] for r in result["restarting"]] == ["b.service"]
+    assert result["restarting"][0]["error"].endswith("journal:\n" + said[0])
+    assert "b.service failed to start and systemd starts it again" in str(result["warnings"]), result
+    assert result["nrestarts"] == {"b.service": 1}  # the orchestrator's baseline for the cell's faults
+
+
+def test_a_unit_that_systemd_restarts_again_and_again_is_given_up_before_the_timeout(
+    tmp_path: Path, health: tuple[str, type[_Health]]
+) -> None:
+    url, handler = health
+    handler.answers = [503] * 1000
+    bindir, _log = stateful_systemctl(
+        tmp_path,
+        {"a.service": _unit("inactive")},
+        refuse=["a.service"],
+        auto_restart=["a.service"],
+        keeps_failing=["a.service"],
+        journal={"a.service": ["the pre-start check refused"]},
+    )
+    args = {"units": ["a.service"], "wait": {"a.service": url}, "timeout": 600, "interval": 0.05}
+    result = run_module(tmp_path, bindir, args)
+    assert result["failed"] is True and result["waited_s"] < 60, result
+    assert result["msg"].startswith("a.service restarted by systemd 3 times meanwhile: ")
+    assert result["msg"].endswith("journal:\nthe pre-start check refused")
+
+
+def test_a_failed_start_is_an_error_where_nothing_would_watch_the_restart(tmp_path: Path) -> None:
+    bindir, _log = stateful_systemctl(
+        tmp_path, {"a.service": _unit("inactive")}, refuse=["a.service"], auto_restart=["a.service"]
+    )
+    result = run_module(tmp_path, bindir, {"units": ["a.service"]})  # no wait URL for it
+    assert result["failed"] is True and result["msg"].startswith("systemctl start exited 1")
+    assert result["restarting"] == []
+
+
 def test_a_unit_that_fails_while_waited_for_quotes_its_journal(
     tmp_path: Path, health: tuple[str, type[_Health]]
 ) -> None:
