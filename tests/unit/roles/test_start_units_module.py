@@ -46,6 +46,14 @@ def health() -> Iterator[tuple[str, type[_Health]]]:
     server.shutdown()
 
 
+@pytest.fixture
+def down(health: tuple[str, type[_Health]]) -> str:
+    """A health URL that answers 503, always."""
+    url, handler = health
+    handler.answers = [503] * 1000
+    return url
+
+
 def test_the_plan_enables_restarts_and_starts_only_what_needs_it() -> None:
     mod = collection_module("kvoffload_start_units")
     states = {
@@ -88,19 +96,18 @@ def test_one_call_per_verb_then_a_wait_until_every_url_answers(
     assert again["changed"] is False and len(calls(log)) == 3
 
 
-def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named(
-    tmp_path: Path, health: tuple[str, type[_Health]]
+def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named_with_its_journal(
+    tmp_path: Path, down: str
 ) -> None:
-    url, handler = health
-    handler.answers = [503] * 1000
     bindir, _log = stateful_systemctl(
         tmp_path,
         {"kvoffload-vllm@0.service": _unit("inactive")},
         on_start={"kvoffload-vllm@0.service": "failed"},
+        journal={"kvoffload-vllm@0.service": ["CUDA error: out of memory", "x" * 1000]},
     )
     args = {
         "units": ["kvoffload-vllm@0.service"],
-        "wait": {"kvoffload-vllm@0.service": url},
+        "wait": {"kvoffload-vllm@0.service": down},
         "timeout": 60,
         "interval": 0.05,
     }
@@ -108,6 +115,8 @@ def test_a_unit_that_fails_while_starting_ends_the_wait_and_is_named(
     assert result["failed"] is True and result["waited_s"] < 30
     assert result["msg"].startswith("kvoffload-vllm@0.service failed (Result=exit-code)")
     assert "HTTP 503" in result["msg"] and "journalctl -u kvoffload-vllm@0.service" in result["msg"]
+    tail = result["msg"].split("last 2 lines of kvoffload-vllm@0.service's journal:\n")[1]
+    assert tail.splitlines() == ["CUDA error: out of memory", "x" * 400]  # a line is cut at 400 characters
 
 
 def test_a_unit_that_exits_at_start_is_refused_with_the_end_of_its_journal(tmp_path: Path) -> None:
@@ -123,9 +132,9 @@ def test_a_unit_that_exits_at_start_is_refused_with_the_end_of_its_journal(tmp_p
     result = run_module(tmp_path, bindir, {"units": ["kvoffload-caddy.service"]})
     assert result["failed"] is True and calls(log) == ["start kvoffload-caddy.service"]
     assert result["msg"].startswith("systemctl start exited 1: Job for kvoffload-caddy.service failed")
-    assert result["msg"].endswith(
-        "last 2 lines of kvoffload-caddy.service's journal:\n" + "\n".join(said)
-    ), result["msg"]
+    assert result["msg"].endswith("last 2 lines of kvoffload-caddy.service's journal:\n" + "\n".join(said)), (
+        result["msg"]
+    )
     # a unit that left no journal adds nothing to the error
     other = run_module(tmp_path, bindir, {"units": ["kvoffload-lmcache.service"]})
     assert other["failed"] is True and "journal" not in other["msg"], other
@@ -154,10 +163,8 @@ def test_a_failed_start_that_systemd_restarts_is_waited_for_and_kept(
 
 
 def test_a_unit_that_systemd_restarts_again_and_again_is_given_up_before_the_timeout(
-    tmp_path: Path, health: tuple[str, type[_Health]]
+    tmp_path: Path, down: str
 ) -> None:
-    url, handler = health
-    handler.answers = [503] * 1000
     bindir, _log = stateful_systemctl(
         tmp_path,
         {"a.service": _unit("inactive")},
@@ -166,7 +173,7 @@ def test_a_unit_that_systemd_restarts_again_and_again_is_given_up_before_the_tim
         keeps_failing=["a.service"],
         journal={"a.service": ["the pre-start check refused"]},
     )
-    args = {"units": ["a.service"], "wait": {"a.service": url}, "timeout": 600, "interval": 0.05}
+    args = {"units": ["a.service"], "wait": {"a.service": down}, "timeout": 600, "interval": 0.05}
     result = run_module(tmp_path, bindir, args)
     assert result["failed"] is True and result["waited_s"] < 60, result
     assert result["msg"].startswith("a.service restarted by systemd 3 times meanwhile: ")
@@ -180,25 +187,6 @@ def test_a_failed_start_is_an_error_where_nothing_would_watch_the_restart(tmp_pa
     result = run_module(tmp_path, bindir, {"units": ["a.service"]})  # no wait URL for it
     assert result["failed"] is True and result["msg"].startswith("systemctl start exited 1")
     assert result["restarting"] == []
-
-
-def test_a_unit_that_fails_while_waited_for_quotes_its_journal(
-    tmp_path: Path, health: tuple[str, type[_Health]]
-) -> None:
-    url, handler = health
-    handler.answers = [503] * 1000
-    long_line = "x" * 1000
-    bindir, _log = stateful_systemctl(
-        tmp_path,
-        {"kvoffload-vllm@0.service": _unit("inactive")},
-        on_start={"kvoffload-vllm@0.service": "failed"},
-        journal={"kvoffload-vllm@0.service": ["CUDA error: out of memory", long_line]},
-    )
-    args = {"units": ["kvoffload-vllm@0.service"], "wait": {"kvoffload-vllm@0.service": url}, "interval": 0.05}
-    result = run_module(tmp_path, bindir, args)
-    assert result["failed"] is True
-    tail = result["msg"].split("last 2 lines of kvoffload-vllm@0.service's journal:\n")[1]
-    assert tail.splitlines() == ["CUDA error: out of memory", "x" * 400]  # a line is cut at 400 characters
 
 
 def test_a_url_that_never_answers_fails_at_the_timeout(tmp_path: Path) -> None:
