@@ -8,11 +8,20 @@ kernel can be built), and FlashInfer then builds its sampling kernel with nvcc a
 has no venv bin on its PATH, so no `ninja`, and a host with only the driver has no nvcc: the replica
 dies before it serves (tests/fixtures/gpu/flashinfer-jit: the build failing on an H200 without them).
 
-The shipped nvidia engine profiles turn the sampler off; this check says which way a node's replicas
-will go, from the profiles' environment (the controller's) and what the node's probe found
-(kvoffload/doctor/probe.py: the toolchain a unit sees, and FlashInfer's prebuilt kernel packages in the
-engine venv), and fails a node where the sampler is on and nothing can provide the kernel. Pure: JSON
-and mappings in, a check out. No IO, no printing.
+vLLM 0.32 also turns FlashInfer's standalone all-reduce on by default for tensor-parallel replicas
+(`VLLM_ALLREDUCE_USE_FLASHINFER`, vllm/envs.py default 1; vllm/distributed/device_communicators/
+cuda_communicator.py gates it only on FlashInfer importing). On one node it picks FlashInfer's mnnvl
+backend, and the first all-reduce that fits its workspace JIT-builds the mnnvl (or trtllm) comm kernel
+(flashinfer/comm/trtllm_mnnvl_ar.py get_trtllm_mnnvl_comm_module), outside vLLM's try/except: a TP >= 2
+replica dies at its first CUDA-graph capture (issue 52; tests/fixtures/gpu/flashinfer-allreduce). The
+prebuilt flashinfer-jit-cache does not save it on Hopper: its AOT list holds the mnnvl kernel only for
+sm100/sm103 (flashinfer/aot.py gen_all_modules; tests/fixtures/flashinfer-0.7.0.post1-source).
+
+The shipped nvidia engine profiles turn both off; this check says which way a node's replicas will go,
+from the profiles' environment (the controller's), the replicas' tensor-parallel sizes, and what the
+node's probe found (kvoffload/doctor/probe.py: the toolchain a unit sees, and FlashInfer's prebuilt
+kernel packages in the engine venv), and fails a node where a kernel would be built and nothing can
+build or provide it. Pure: JSON and mappings in, a check out. No IO, no printing.
 """
 
 from __future__ import annotations
@@ -24,15 +33,18 @@ from kvoffload.doctor.verdict import Check, Status
 
 NAME = "flashinfer_jit"
 SAMPLER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
+ALLREDUCE_ENV = "VLLM_ALLREDUCE_USE_FLASHINFER"
 # FlashInfer's packages of prebuilt kernels (flashinfer/jit/env.py looks for their artifacts before a
-# JIT build): with one of the installed flashinfer-python's version, no kernel is compiled at start.
+# JIT build): with one of the installed flashinfer-python's version, the sampling kernel is not
+# compiled at start (the all-reduce's mnnvl kernel still is on Hopper: see the module docstring).
 PREBUILT_PACKAGES = ("flashinfer-jit-cache", "flashinfer-cubin")
 UPSTREAM = "vllm-project/vllm#49497"
+PROFILES = "kvoffload/profiles/engine/nvidia-<tier>.yaml"
 
 
-def sampler_on(value: str | None) -> bool:
-    """Whether vLLM 0.32 turns the FlashInfer sampler on, given the variable's value in the unit's
-    environment (None: unset). vllm/envs.py reads it as `bool(int(value))`, default True."""
+def switch_on(value: str | None) -> bool:
+    """Whether vLLM 0.32 turns a FlashInfer switch of vllm/envs.py on, given the variable's value in
+    the unit's environment (None: unset). Both switches read `bool(int(value))`, default True."""
     if value is None:
         return True
     try:
@@ -41,44 +53,81 @@ def sampler_on(value: str | None) -> bool:
         return True  # vLLM itself would fail on it at start; judge it as the worst case
 
 
+# The sampler's switch is the one issue 41 named; the same reading serves both.
+sampler_on = switch_on
+
+
+def _prebuilt(versions: Mapping[str, Any]) -> list[str]:
+    """The prebuilt kernel packages of the installed flashinfer-python's version."""
+    flashinfer = versions.get("flashinfer-python")
+    return [p for p in PREBUILT_PACKAGES if flashinfer and str(versions.get(p) or "").split("+")[0] == flashinfer]
+
+
 def flashinfer_jit(
     build: str | None,
     sampler_values: Mapping[str, str | None],
     toolchain: Mapping[str, Any] | None,
     versions: Mapping[str, Any] | None,
+    allreduce_values: Mapping[str, str | None] | None = None,
 ) -> Check:
     """The check of one node.
 
     `build`: the engine build its venv holds (cuda, cpu; None: no vLLM on the node);
     `sampler_values`: tier -> VLLM_USE_FLASHINFER_SAMPLER in that tier's engine profile (None: unset),
-    for the tiers its replicas run; `toolchain`: the probe's `unit_toolchain` record (nvcc and ninja as
-    a replica unit finds them); `versions`: the probe's engine venv package versions (None: no venv yet).
+    for the tiers its replicas run; `allreduce_values`: tier -> VLLM_ALLREDUCE_USE_FLASHINFER the same
+    way, for the tiers in which the node runs a replica of tensor-parallel size >= 2 (empty: none does);
+    `toolchain`: the probe's `unit_toolchain` record (nvcc and ninja as a replica unit finds them);
+    `versions`: the probe's engine venv package versions (None: no venv yet).
     """
     if build != "cuda":
         return Check(NAME, Status.SKIP, f"no CUDA build of vLLM on this host ({build or 'no vLLM'})")
-    on = sorted(tier for tier, value in sampler_values.items() if sampler_on(value))
+    ar_values = dict(allreduce_values or {})
+    sampler = sorted(tier for tier, value in sampler_values.items() if switch_on(value))
+    allreduce = sorted(tier for tier, value in ar_values.items() if switch_on(value))
     tc = dict(toolchain or {})
-    facts: dict[str, Any] = {"sampler": {t: sampler_values[t] for t in sorted(sampler_values)}, **tc}
-    if not on:
+    facts: dict[str, Any] = {
+        "sampler": {t: sampler_values[t] for t in sorted(sampler_values)},
+        "allreduce_tp2": {t: ar_values[t] for t in sorted(ar_values)},
+        **tc,
+    }
+    tp_text = (
+        f"TP >= 2 replicas ({', '.join(sorted(ar_values))}) run with {ALLREDUCE_ENV}=0 and without the fused "
+        "all-reduce"
+        if ar_values
+        else "no replica here has TP >= 2 (no FlashInfer all-reduce)"
+    )
+    if not sampler and not allreduce:
         return Check(
             NAME,
             Status.OK,
             f"no FlashInfer kernel is built at start: {SAMPLER_ENV}=0 in the nvidia engine profiles "
-            "(every tier samples with PyTorch/Triton), and TP > 1 CUDA replicas run without the fused "
-            "all-reduce",
+            f"(every tier samples with PyTorch/Triton); {tp_text}",
             facts=facts,
         )
     have = dict(versions or {})
-    flashinfer = have.get("flashinfer-python")
-    prebuilt = [
-        p for p in PREBUILT_PACKAGES if flashinfer and str(have.get(p) or "").split("+")[0] == flashinfer
-    ]
-    if prebuilt:
+    prebuilt = _prebuilt(have)
+    # what a replica would JIT-build at start, with the tiers that would: the sampling kernel unless a
+    # prebuilt package of the same FlashInfer has it, the all-reduce's comm kernel always on Hopper
+    kernels: list[str] = []
+    if sampler and not prebuilt:
+        kernels.append(f"FlashInfer's sampling kernel ({', '.join(sampler)}: {SAMPLER_ENV} unset or 1)")
+    if allreduce:
+        kernels.append(
+            f"FlashInfer's all-reduce comm kernel at a TP >= 2 replica's first all-reduce ({', '.join(allreduce)}: "
+            f"{ALLREDUCE_ENV} unset or 1; flashinfer-jit-cache holds it only for Blackwell)"
+        )
+    fixes = []
+    if sampler:
+        fixes.append(f'{SAMPLER_ENV}: "0"')
+    if allreduce:
+        fixes.append(f'{ALLREDUCE_ENV}: "0"')
+    fix_env = f"set {' and '.join(fixes)} in {PROFILES} env (the shipped default)"
+    if not kernels:
         return Check(
             NAME,
             Status.OK,
-            f"FlashInfer sampler on ({', '.join(on)}): its kernel comes prebuilt from {prebuilt[0]} "
-            f"{flashinfer}",
+            f"FlashInfer sampler on ({', '.join(sampler)}): its kernel comes prebuilt from {prebuilt[0]} "
+            f"{have.get('flashinfer-python')}; {tp_text}",
             facts=facts,
         )
     nvcc, ninja = tc.get("nvcc"), tc.get("ninja")
@@ -86,21 +135,21 @@ def flashinfer_jit(
         return Check(
             NAME,
             Status.WARN,
-            f"FlashInfer sampler on ({', '.join(on)}): each replica builds its kernel at first start with "
-            f"{nvcc} and {ninja} (minutes, and a tier that starts first pays it)",
-            f'set {SAMPLER_ENV}: "0" in the nvidia engine profiles\' env (the shipped default)',
+            f"each replica builds {' and '.join(kernels)} at first start with {nvcc} and {ninja} (minutes, "
+            "and a tier that starts first pays it)",
+            fix_env,
             facts=facts,
         )
     missing = " and ".join(n for n, v in (("nvcc", nvcc), ("ninja", ninja)) if not v)
     venv = "" if versions is not None else "; the engine venv is not installed yet, so no prebuilt kernel"
+    fix = fix_env
+    if sampler and not allreduce:
+        fix += ", or add flashinfer-jit-cache of the engine set's flashinfer-python version to the engine set"
     return Check(
         NAME,
         Status.FAIL,
-        f"FlashInfer sampler on ({', '.join(on)}: {SAMPLER_ENV} unset or 1) and a replica unit finds no "
-        f"{missing} (PATH {tc.get('path', '?')}){venv}: the replica dies in start-up profiling "
-        f"building FlashInfer's sampling kernel ({UPSTREAM})",
-        f'set {SAMPLER_ENV}: "0" in kvoffload/profiles/engine/nvidia-<tier>.yaml env (the shipped '
-        "default), or add flashinfer-jit-cache of the engine set's flashinfer-python version to the "
-        "engine set",
+        f"a replica would build {' and '.join(kernels)}, and a replica unit finds no {missing} "
+        f"(PATH {tc.get('path', '?')}){venv}: the replica dies before it serves ({UPSTREAM}; issue 52)",
+        fix,
         facts=facts,
     )

@@ -2,10 +2,12 @@
 
 A wheel is a zip: `member_source` reads one module out of it; `env_entry` and `function_source` cut the
 part of a module a fact lives in (a `"NAME": lambda: ...` entry of vLLM's `environment_variables`, a
-top-level function), as the text the fixtures keep (tests/fixtures/vllm-0.32-cuda-source/README.md).
+top-level function or a `Class.method`), as the text the fixtures keep
+(tests/fixtures/vllm-0.32-cuda-source/README.md, tests/fixtures/flashinfer-0.7.0.post1-source/README.md).
 `wheelhouse_wheels` finds the wheels of the engine wheelhouse that the real-engine lane builds.
 
-    python -m tests.support.wheel_source WHEEL   # regenerate tests/fixtures/vllm-0.32-cuda-source/
+    python -m tests.support.wheel_source WHEEL...   # regenerate the fixture folder of each wheel given
+                                                   # (a vllm and a flashinfer_python wheel)
 """
 
 from __future__ import annotations
@@ -28,8 +30,45 @@ VLLM_FACTS = (
         "vllm/config/vllm.py",
         ("function", "enable_allreduce_rms_fusion"),
     ),
+    # The standalone FlashInfer all-reduce of TP >= 2 replicas (issue 52): its switch, the gate that
+    # turns it on, the backend it picks on one node, and the call that reaches a JIT-built kernel.
+    ("envs-VLLM_ALLREDUCE_USE_FLASHINFER.py.txt", "vllm/envs.py", ("env", "VLLM_ALLREDUCE_USE_FLASHINFER")),
+    (
+        "cuda_communicator-CudaCommunicator.__init__.py.txt",
+        "vllm/distributed/device_communicators/cuda_communicator.py",
+        ("function", "CudaCommunicator.__init__"),
+    ),
+    (
+        "flashinfer_all_reduce-_resolve_fi_ar_backend.py.txt",
+        "vllm/distributed/device_communicators/flashinfer_all_reduce.py",
+        ("function", "_resolve_fi_ar_backend"),
+    ),
+    (
+        "flashinfer_all_reduce-FlashInferAllReduce.all_reduce.py.txt",
+        "vllm/distributed/device_communicators/flashinfer_all_reduce.py",
+        ("function", "FlashInferAllReduce.all_reduce"),
+    ),
 )
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cuda-source"
+
+# What the fixture folder keeps of flashinfer-python 0.7.0.post1 (the release vLLM 0.32 pins): the
+# kernels the standalone all-reduce reaches are JIT builds (`build_and_load`), not prebuilt.
+FLASHINFER_FACTS = (
+    (
+        "comm-trtllm_mnnvl_ar-get_trtllm_mnnvl_comm_module.py.txt",
+        "flashinfer/comm/trtllm_mnnvl_ar.py",
+        ("function", "get_trtllm_mnnvl_comm_module"),
+    ),
+    (
+        "comm-trtllm_mnnvl_ar-trtllm_mnnvl_allreduce.py.txt",
+        "flashinfer/comm/trtllm_mnnvl_ar.py",
+        ("function", "trtllm_mnnvl_allreduce"),
+    ),
+    ("comm-trtllm_ar-get_trtllm_comm_module.py.txt", "flashinfer/comm/trtllm_ar.py", ("function", "get_trtllm_comm_module")),
+    # which kernels the prebuilt flashinfer-jit-cache holds: the mnnvl comm kernel only for sm100/sm103
+    ("aot-gen_all_modules.py.txt", "flashinfer/aot.py", ("function", "gen_all_modules")),
+)
+FLASHINFER_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "flashinfer-0.7.0.post1-source"
 
 
 def member_source(wheel: Path, member: str) -> str:
@@ -52,9 +91,13 @@ def env_entry(source: str, name: str) -> str:
 
 
 def function_source(source: str, name: str) -> str:
-    """The source of the module's top-level function `name`."""
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
+    """The source of the module's top-level function `name`, or of a method `Class.method`."""
+    body: list[ast.stmt] = ast.parse(source).body
+    *owners, leaf = name.split(".")
+    for owner in owners:
+        body = next(n.body for n in body if isinstance(n, ast.ClassDef) and n.name == owner)
+    for node in body:
+        if isinstance(node, ast.FunctionDef) and node.name == leaf:
             text = ast.get_source_segment(source, node)
             assert text is not None
             return text
@@ -76,9 +119,14 @@ def wheelhouse_wheels(cache: Path, distribution: str) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    wheel = Path(argv[0])
-    for file_name, member, what in VLLM_FACTS:
-        (FIXTURE / file_name).write_text(cut(wheel, member, what), encoding="utf-8")
+    for arg in argv:
+        wheel = Path(arg)
+        facts, folder = (
+            (FLASHINFER_FACTS, FLASHINFER_FIXTURE) if wheel.name.startswith("flashinfer") else (VLLM_FACTS, FIXTURE)
+        )
+        folder.mkdir(exist_ok=True)
+        for file_name, member, what in facts:
+            (folder / file_name).write_text(cut(wheel, member, what), encoding="utf-8")
     return 0
 
 
