@@ -72,6 +72,14 @@ TP_CUDA_COMPILATION: dict[str, Any] = {"pass_config": {"fuse_allreduce_rms": Fal
 _WHOLE = ("--compilation-config", "-cc")
 
 
+class CompilationError(ValueError):
+    """A compilation config the lab cannot merge with its own: `index` is the argument to blame."""
+
+    def __init__(self, index: int, message: str) -> None:
+        self.index = index
+        super().__init__(message)
+
+
 def _compilation_flag(arg: str) -> tuple[str, list[str], str | None] | None:
     """(`--compilation-config` or `-cc`, the dotted keys, the `=` value) of a compilation-config flag,
     spelled as vLLM's FlexibleArgumentParser accepts it (underscores before the first dot are dashes);
@@ -114,7 +122,7 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
     Where `args` hold no whole JSON, `ours` is appended as dotted flags and vLLM merges them; where
     they do, every compilation flag becomes one `--compilation-config <json>` (compact: a unit's
     argument holds no whitespace) at the place of the first. Raises ValueError, naming the argument
-    and the fix, for two whole configs, one that is not a JSON object, or a key the user sets to
+    and the fix (a `CompilationError` with its index), for two whole configs, one that is not a JSON object, or a key the user sets to
     another value than `ours`.
     """
     whole: list[tuple[int, str]] = []
@@ -136,7 +144,8 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
         else:
             whole.append((i, value))
     if len(whole) > 1:
-        raise ValueError(
+        raise CompilationError(
+            whole[1][0],
             f"{args[whole[1][0]]!r}: a second whole compilation config (vLLM keeps only the last); give "
             "one --compilation-config JSON object, or dotted --compilation-config.<key>=<value> flags"
         )
@@ -148,7 +157,8 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
-            raise ValueError(
+            raise CompilationError(
+                whole[0][0],
                 f"{args[whole[0][0]]!r} {whole[0][1]!r}: the compilation config must be a JSON object "
                 '(e.g. {"cudagraph_mode":"PIECEWISE"}), so that the lab can add its own keys to it'
             )
@@ -170,7 +180,8 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
             "all-reduce fusion off there, since it builds a FlashInfer kernel at start that a replica unit "
             "cannot compile (issue 41; README, What is not exercised here)"
         )
-        raise ValueError(f"compilation config key {what}: {why}; remove it from extra_engine_args")
+        first = min([i for i, _ in whole] + [i for i, _, _ in dotted])
+        raise CompilationError(first, f"compilation config key {what}: {why}; remove it from extra_engine_args")
     if not whole:
         return [*args, *(f"--compilation-config.{k}={json.dumps(v)}" for k, v in _dotted(ours))]
     first = min([whole[0][0], *(i for i, _, _ in dotted)])
@@ -228,3 +239,13 @@ def compilation_config(args: Sequence[str]) -> dict[str, Any]:
             parsed = _dotted_value(value)
             last = parsed if isinstance(parsed, dict) else {"level": parsed}
     return folded or last
+
+
+def replica_args(shared: Sequence[str], gpus: str, *, cuda: bool) -> list[str]:
+    """The arguments one replica runs after `--model --host --port`, as the vllm role renders them
+    (roles/vllm/templates/etc/kvoffload/vllm/replica.env.j2; tests/unit/roles hold the two equal): the
+    host's `vllm_engine_args`, the replica's `--tensor-parallel-size` where it spans several GPUs, and
+    on a CUDA build at TP > 1 the lab's compilation switch merged in."""
+    tp = tensor_parallel_size(gpus)
+    args = [*shared, *(["--tensor-parallel-size", str(tp)] if tp > 1 else [])]
+    return compilation_args(args, TP_CUDA_COMPILATION if cuda and tp > 1 else {})

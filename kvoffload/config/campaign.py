@@ -17,7 +17,7 @@ from kvoffload.config.errors import KeyedError
 from kvoffload.config.slo import Prices, Slo
 from kvoffload.datasets import DATASET_CODES, chunk_floor
 from kvoffload.engines.sets import AUTO, SET_NAME, EngineSet, EngineSource
-from kvoffload.parallelism import parallelism_problem
+from kvoffload.parallelism import TP_CUDA_COMPILATION, CompilationError, compilation_args, parallelism_problem
 from kvoffload.tiers import TIERS, Tier
 
 TIER_ORDER = TIERS
@@ -277,6 +277,12 @@ class Campaign(_Strict):
         problem = parallelism_problem(values)
         if problem is not None:
             raise KeyedError(f"[{problem[0]}]", problem[1])
+        # a compilation config the vllm role could not merge with its own (issue 52): refused here, before
+        # a host is touched, rather than when the replica's environment file is rendered
+        try:
+            compilation_args(values, TP_CUDA_COMPILATION)
+        except CompilationError as exc:
+            raise KeyedError(f"[{exc.index}]", str(exc)) from exc
         return values
 
     @field_validator("engine_set")

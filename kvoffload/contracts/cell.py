@@ -53,6 +53,12 @@ class TargetRef(_Lenient):
         description="a vllm target's GPUs (vllm_replicas `gpus`, e.g. 0,1: one tensor-parallel rank each); "
         "null for other targets and in files older than this field",
     )
+    compilation_config: dict[str, Any] | None = Field(
+        default=None,
+        description="a vllm target's compilation config as vLLM parses it from the replica's arguments (the "
+        "campaign's --compilation-config merged with the lab's TP > 1 CUDA switch; {}: vLLM's defaults); "
+        "null for other targets and in files older than this field",
+    )
 
 
 class CellMeta(_Lenient):

@@ -59,6 +59,9 @@ EXPECTED_L1 = (
 EXPECTED_L2 = (*N.LMC_L2_STORED, *N.LMC_L2_LOADED, *N.LMC_LOOKUP_HIT_L2)
 # LMCache's compiled module every server loads (the CPU build too); lmcache_fs with an fs_native L2
 NATIVE = "lmcache_native"
+# ... and the one a CUDA build needs for its transfers: LMCache 0.5.6 falls back to torch ops without a
+# word when it does not load (issue 52), and lmcache_native has no torch-CUDA symbol to prove the pair
+CUDA_OPS = "cuda_ops"
 _FIX_ENGINE = "the engine venv's LMCache and torch do not fit together: reinstall the engine set (engine_set)"
 _JOURNAL = "`journalctl -u 'kvoffload-doctor-pair-*'` on the node"
 
@@ -228,6 +231,11 @@ def _process_problems(facts: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         out.append(f"the server ran with capabilities {status.get('CapEff')}: not the units' sandbox")
     if proc and NATIVE not in mapped:
         out.append(f"LMCache's compiled {NATIVE} module is not loaded in the server")
+    if proc and facts.get("mode") == "gpu" and CUDA_OPS not in mapped:
+        out.append(
+            f"LMCache's compiled {CUDA_OPS} module is not loaded in the server on a CUDA build: LMCache moves "
+            "KV with torch ops instead (an engine set whose torch LMCache was not built for)"
+        )
     return out, sorted(set(mapped))
 
 

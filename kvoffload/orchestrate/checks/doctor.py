@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kvoffload.doctor import checks as dc
 from kvoffload.doctor import pair_cellfree as dp
-from kvoffload.doctor.jit import SAMPLER_ENV, flashinfer_jit
+from kvoffload.doctor.jit import ALLREDUCE_ENV, SAMPLER_ENV, flashinfer_jit
 from kvoffload.engines.lab import host_build
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.cell.deployment import REMOTE_VENV
 from kvoffload.orchestrate.playbooks_api import DOCTOR, Runner, fetch_answers
+from kvoffload.parallelism import tensor_parallel_size
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
@@ -59,6 +60,9 @@ class HostAsk:
     # (tier, VLLM_USE_FLASHINFER_SAMPLER in that tier's engine profile, None: unset) for the tiers its
     # replicas run (vllm hosts of a vllm campaign): the flashinfer_jit check (doctor/jit.py)
     sampler: tuple[tuple[str, str | None], ...] = ()
+    # (tier, VLLM_ALLREDUCE_USE_FLASHINFER in that tier's engine profile) for the tiers in which a replica
+    # of the host has tensor-parallel size >= 2 (FlashInfer's standalone all-reduce; issue 52)
+    allreduce: tuple[tuple[str, str | None], ...] = ()
 
 
 def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
@@ -69,6 +73,7 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
 
     l1: dict[str, float] = {}
     sampler: dict[str, dict[str, str | None]] = {}
+    allreduce: dict[str, dict[str, str | None]] = {}
     l2: dict[str, str] = {}
     lmcache_hosts: set[str] = set()
     for node in lab.nodes:
@@ -79,6 +84,8 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
                 for replica in dep.replicas:
                     env = engine_profile(dep.gpu_vendor, cell.tier).env
                     sampler.setdefault(replica.host, {})[cell.tier] = env.get(SAMPLER_ENV)
+                    if tensor_parallel_size(replica.gpus) >= 2:
+                        allreduce.setdefault(replica.host, {})[cell.tier] = env.get(ALLREDUCE_ENV)
             if cell.tier == "gpu" or host is None:
                 continue
             lmcache_hosts.add(host.name)
@@ -100,6 +107,7 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
             h.name in lmcache_hosts,
             builds.get(h.name),
             tuple(sorted(sampler.get(h.name, {}).items())),
+            tuple(sorted(allreduce.get(h.name, {}).items())),
         )
         for h in lab.inventory.hosts
     }
@@ -145,6 +153,7 @@ def judge(
                 dict(ask.sampler),
                 probe.get("unit_toolchain"),
                 versions if isinstance(versions, Mapping) else None,
+                dict(ask.allreduce),
             )
         )
     pair_here = engine == "vllm" and ask.lmcache and ask.engine_build is not None

@@ -165,3 +165,30 @@ def test_extra_engine_args_allow_a_pipeline_size_of_one(
     campaign["extra_engine_args"] = ["--pipeline-parallel-size", "1", "--max-model-len", "16384"]
     lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
     assert lab.campaign.extra_engine_args == ["--pipeline-parallel-size", "1", "--max-model-len", "16384"]
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "words"),
+    [
+        (["-cc", '{"a":1}', "--compilation-config", '{"b":2}'], "[2]", "a second whole compilation config"),
+        (["--max-model-len", "99", "--compilation-config", "3"], "[2]", "must be a JSON object"),
+        (["--compilation-config.pass_config.fuse_allreduce_rms=true"], "[0]", "fuse_allreduce_rms (True and False)"),
+        (['--compilation-config={"pass_config":{"fuse_allreduce_rms":true}}'], "[0]", "cannot compile"),
+    ],
+)
+def test_extra_engine_args_refuse_a_compilation_config_the_lab_cannot_merge(
+    write_yaml: Writer, inventory: Any, campaign: Any, args: list[str], key: str, words: str
+) -> None:
+    """Issue 52: refused when the campaign is read, naming the key, never when a unit is rendered."""
+    campaign["extra_engine_args"] = args
+    problems = _errors(write_yaml, inventory, campaign)
+    assert len(problems) == 1, problems
+    assert f"campaign.yml: extra_engine_args{key}: " in problems[0] and words in problems[0]
+
+
+def test_extra_engine_args_keep_a_json_compilation_config_the_lab_can_merge(
+    write_yaml: Writer, inventory: Any, campaign: Any
+) -> None:
+    campaign["extra_engine_args"] = ["-cc", '{"cudagraph_mode":"PIECEWISE"}', "--compilation-config.mode=3"]
+    lab = load_lab(write_yaml("hosts.yml", inventory), write_yaml("campaign.yml", campaign))
+    assert lab.campaign.extra_engine_args[1] == '{"cudagraph_mode":"PIECEWISE"}'

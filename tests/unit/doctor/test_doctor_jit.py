@@ -1,5 +1,6 @@
 """The `flashinfer_jit` check and the engine profiles' FlashInfer choices, held to vLLM 0.32's own source
-(tests/fixtures/vllm-0.32-cuda-source) and to what the probe finds on a node (issue 41)."""
+(tests/fixtures/vllm-0.32-cuda-source), FlashInfer 0.7.0.post1's (tests/fixtures/flashinfer-0.7.0.post1-source)
+and to what the probe finds on a node (issues 41 and 52)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 
 from kvoffload.doctor import probe
 from kvoffload.doctor.checks import Status
-from kvoffload.doctor.jit import SAMPLER_ENV, flashinfer_jit, sampler_on
+from kvoffload.doctor.jit import ALLREDUCE_ENV, SAMPLER_ENV, flashinfer_jit, sampler_on, switch_on
 from kvoffload.profiles.resolve import engine_profile
 
 SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cuda-source"
+FI_SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "flashinfer-0.7.0.post1-source"
 TIERS = ("gpu", "cpu", "nvme")
 
 
@@ -140,3 +142,75 @@ def test_the_verdict_matches_what_the_build_did_on_a_gpu_host(gpu: str) -> None:
     }
     assert "ninja" in record["cases"]["unit_with_toolkit"]["error"][0]
     assert record["cases"]["unit_no_toolkit"]["comm_build"].startswith("failed")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Issue 52: FlashInfer's standalone all-reduce of TP >= 2 replicas
+
+
+def vllm_reads_allreduce(env: dict[str, str]) -> bool:
+    """vLLM 0.32's own reading of VLLM_ALLREDUCE_USE_FLASHINFER (its envs.py lambda) under `env`."""
+    entry = (SOURCE / "envs-VLLM_ALLREDUCE_USE_FLASHINFER.py.txt").read_text()
+    fake_os: Any = type("os", (), {"getenv": staticmethod(lambda k, d=None: env.get(k, d))})
+    value: bool = eval(entry, {"os": fake_os, "bool": bool, "int": int})()
+    return value
+
+
+@pytest.mark.parametrize(("env", "on"), [({}, True), ({ALLREDUCE_ENV: "0"}, False), ({ALLREDUCE_ENV: "1"}, True)])
+def test_vllm_all_reduces_with_flashinfer_unless_told_0_and_the_check_reads_it_alike(
+    env: dict[str, str], on: bool
+) -> None:
+    assert vllm_reads_allreduce(env) is on
+    assert switch_on(env.get(ALLREDUCE_ENV)) is on
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_every_nvidia_tier_turns_the_flashinfer_all_reduce_off(tier: str) -> None:
+    env = engine_profile("nvidia", tier).env  # type: ignore[arg-type]
+    assert vllm_reads_allreduce(dict(env)) is False, env
+
+
+def test_the_all_reduce_is_gated_on_the_switch_alone_and_reaches_a_jit_build_outside_any_try() -> None:
+    """The premise of issue 52, read in the wheels: the tp group's communicator turns the FlashInfer
+    all-reduce on from the switch (and batch invariance) only; on one node it picks mnnvl; its
+    all_reduce calls FlashInfer's allreduce_fusion with no try/except; FlashInfer's mnnvl all-reduce
+    loads its comm module with a JIT build."""
+    init = (SOURCE / "cuda_communicator-CudaCommunicator.__init__.py.txt").read_text()
+    assert "envs.VLLM_ALLREDUCE_USE_FLASHINFER and not envs.VLLM_BATCH_INVARIANT" in init
+    assert "if self.use_flashinfer_allreduce and self.world_size > 1:" in init
+    backend = (SOURCE / "flashinfer_all_reduce-_resolve_fi_ar_backend.py.txt").read_text()
+    assert 'if node_count == 1:\n        # MNNVL' in backend and 'backend = "mnnvl"' in backend
+    call = (SOURCE / "flashinfer_all_reduce-FlashInferAllReduce.all_reduce.py.txt").read_text()
+    assert "flashinfer_comm.allreduce_fusion(" in call and "try:" not in call
+    mnnvl = (FI_SOURCE / "comm-trtllm_mnnvl_ar-trtllm_mnnvl_allreduce.py.txt").read_text()
+    assert "module = get_trtllm_mnnvl_comm_module()" in mnnvl
+    build = (FI_SOURCE / "comm-trtllm_mnnvl_ar-get_trtllm_mnnvl_comm_module.py.txt").read_text()
+    assert "gen_trtllm_mnnvl_comm_module().build_and_load()" in build
+    trtllm = (FI_SOURCE / "comm-trtllm_ar-get_trtllm_comm_module.py.txt").read_text()
+    assert "build_and_load()" in trtllm
+
+
+def test_flashinfers_prebuilt_kernels_hold_the_mnnvl_all_reduce_only_for_blackwell() -> None:
+    """Why a flashinfer-jit-cache does not make the all-reduce safe on Hopper (the check says so)."""
+    lines = (FI_SOURCE / "aot-gen_all_modules.py.txt").read_text().splitlines()
+    added = [i for i, line in enumerate(lines) if "jit_specs.append(gen_trtllm_mnnvl_comm_module())" in line]
+    assert len(added) == 1 and lines[added[0] - 1].strip() == "if has_sm100 or has_sm103:"
+
+
+def test_tp2_with_the_all_reduce_on_fails_without_a_toolchain_even_with_prebuilt_kernels() -> None:
+    cached = {**VERSIONS, "flashinfer-jit-cache": "0.7.0.post1+cu129"}
+    got = flashinfer_jit("cuda", {"gpu": "0", "cpu": "0"}, NO_TOOLS, cached, {"cpu": None})
+    assert got.status == Status.FAIL
+    assert "all-reduce comm kernel" in got.detail and "(cpu: VLLM_ALLREDUCE_USE_FLASHINFER unset or 1" in got.detail
+    assert 'VLLM_ALLREDUCE_USE_FLASHINFER: "0"' in got.fix and SAMPLER_ENV not in got.fix
+    assert got.facts["allreduce_tp2"] == {"cpu": None}
+    tools = {**NO_TOOLS, "nvcc": "/usr/local/cuda/bin/nvcc", "ninja": "/usr/bin/ninja"}
+    assert flashinfer_jit("cuda", {"gpu": "0"}, tools, VERSIONS, {"gpu": "1"}).status == Status.WARN
+
+
+def test_tp2_with_the_all_reduce_off_is_ok_and_says_so() -> None:
+    got = flashinfer_jit("cuda", {"gpu": "0", "cpu": "0"}, NO_TOOLS, VERSIONS, {"gpu": "0", "cpu": "0"})
+    assert got.status == Status.OK and f"{ALLREDUCE_ENV}=0" in got.detail and "(cpu, gpu)" in got.detail
+    # no TP >= 2 replica on the node: the switch does not matter there, and the detail says why
+    got = flashinfer_jit("cuda", {"gpu": "0"}, NO_TOOLS, VERSIONS, {})
+    assert got.status == Status.OK and "no replica here has TP >= 2" in got.detail

@@ -201,6 +201,7 @@ def test_a_failed_bench_names_its_error() -> None:
 def test_a_gpu_mode_run_shows_the_cuda_parts_only_with_its_kv_on_a_cuda_device(device: str) -> None:
     facts = copy.deepcopy(_ok())
     facts["mode"] = "gpu"
+    facts["server"]["process"]["mapped"].append("cuda_ops.cpython-312-x86_64-linux-gnu.so")
     for p in facts["passes"]:
         p["stdout"] = re.sub(r"KV tensors on \S+", f"KV tensors on {device}", p["stdout"])
     check = pc.judge(facts)
@@ -225,3 +226,15 @@ def test_without_an_answer_the_check_says_why() -> None:
     )
     lost = pc.check({"stage": "playbook", "error": "unreachable at 'Run the pair': ssh"}, True)
     assert (lost.status, lost.detail) == (Status.FAIL, "playbook: unreachable at 'Run the pair': ssh")
+
+
+def test_a_cuda_build_whose_server_did_not_load_cuda_ops_fails() -> None:
+    """Issue 52: a CUDA server with lmcache_native but without cuda_ops moves KV with torch ops (LMCache's
+    silent fallback); lmcache_native alone proves nothing about the torch pair."""
+    facts = copy.deepcopy(_ok())
+    facts["mode"] = "gpu"
+    for p in facts["passes"]:
+        p["stdout"] = re.sub(r"KV tensors on \S+", "KV tensors on cuda:0", p["stdout"])
+    check = pc.judge(facts)
+    assert check.status == Status.FAIL
+    assert "compiled cuda_ops module is not loaded in the server on a CUDA build" in check.detail

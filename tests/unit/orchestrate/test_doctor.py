@@ -352,3 +352,17 @@ def test_the_doctor_would_have_caught_the_flashinfer_sampler_on_a_real_h200() ->
     assert default.status == dc.Status.FAIL and "no ninja" in default.detail
     shipped = verdict((("cpu", "0"), ("gpu", "0")))
     assert shipped.status == dc.Status.OK, shipped
+
+
+def test_a_host_with_a_tensor_parallel_replica_is_asked_its_all_reduce_switch(tmp_path: Path) -> None:
+    """Issue 52: the flashinfer_jit check learns, per tier, the VLLM_ALLREDUCE_USE_FLASHINFER of the hosts
+    that run a TP >= 2 replica (the nvidia profiles: "0"), and of no host without one."""
+    inventory = example_inventory(clients=1)
+    node = inventory["all"]["hosts"][GPU1]
+    node["vllm_replicas"] = [{"index": 0, "gpus": "0,1"}, {"index": 1, "gpus": "2"}]
+    write_yaml(tmp_path / "hosts.yml", inventory)
+    write_dataset(tmp_path, sessions=4)
+    camp = write_yaml(tmp_path / "campaign.yml", sim_campaign("doc", engine="vllm", isl=100000))
+    asks = doctor.host_asks(load_lab(tmp_path / "hosts.yml", camp))
+    assert asks[GPU1].allreduce == (("cpu", "0"), ("gpu", "0"), ("nvme", "0"))
+    assert asks[GPU2].allreduce == ()

@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[3]
 ROLES = REPO / "roles"
 MANAGED = "Ansible managed: do not edit on the host"
 
-init_plugin_loader()
+# This checkout as the collection kvoffload.lab (its filters), whatever the working directory of the test
+# that first imported Ansible (ansible.cfg, which names .collections, is found from the cwd).
+init_plugin_loader([str(REPO / ".collections")])
 
 
 def trusted(value: Any) -> Any:

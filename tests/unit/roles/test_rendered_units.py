@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from kvoffload.parallelism import TP_CUDA_COMPILATION, compilation_config
 from kvoffload.profiles import resolve as r
 from kvoffload.sim.engine_args import parse_engine_args
 from kvoffload.tiers import TIERS
 from tests.unit.roles.render import render, role_defaults
 
 GOLDEN = Path(__file__).parent / "golden"
+ROLES = Path(__file__).resolve().parents[3] / "roles"
 REGEN = os.environ.get("KVOFFLOAD_REGEN_GOLDEN") == "1"
 # One node (docs/architecture.md section 3): replicas, lmcache-server and Caddy all on gpu1, its lab address NODE.
 NODE = "10.0.0.11"
@@ -388,3 +391,25 @@ def test_the_replica_path_is_the_one_the_doctor_judges_kernel_builds_by(tier: st
     unit = rendered_files(tier, engine)["kvoffload-vllm@.service"]
     assert _directives(unit)["Environment"].count(f"PATH={UNIT_PATH}") == 1
     assert "/opt/kvoffload/venv/bin" not in UNIT_PATH.split(":")
+
+
+@pytest.mark.parametrize("spelling", [["--compilation-config", '{"cudagraph_mode":"PIECEWISE"}'], ['-cc={"cudagraph_mode":"PIECEWISE"}']])
+def test_a_users_json_compilation_config_survives_the_tp_switch_on_cuda(spelling: list[str]) -> None:
+    """Issue 52: the campaign's JSON compilation config and the lab's TP > 1 CUDA switch reach vLLM as
+    one config. Appended beside it as a dotted flag, vLLM would fold ours into a config of its own
+    appended last and argparse would keep only that one: the user's keys dropped without a word."""
+    v = variables("cpu", "vllm", "/opt/kvoffload/venv", "nvidia")
+    v["vllm_engine_args"] = [*v["vllm_engine_args"], *spelling]
+    two = render("vllm", "etc/kvoffload/vllm/replica.env.j2", {**v, "replica": {"index": 1, "gpus": "1,2"}})
+    words = systemd_words(two, "KVOFFLOAD_ENGINE_ARGS")
+    # what vLLM 0.32 parses from them (dotted keys folded, the last whole config kept)
+    assert compilation_config(words) == {"cudagraph_mode": "PIECEWISE", "pass_config": {"fuse_allreduce_rms": False}}
+    assert [w for w in words if w.startswith(("--compilation-config", "-cc"))] == ["--compilation-config"]
+    one = render("vllm", "etc/kvoffload/vllm/replica.env.j2", {**v, "replica": {"index": 0, "gpus": "0"}})
+    assert compilation_config(systemd_words(one, "KVOFFLOAD_ENGINE_ARGS")) == {"cudagraph_mode": "PIECEWISE"}
+
+
+def test_the_roles_tp_compilation_switch_is_the_packages() -> None:
+    """One fact, two readers: the vllm role's `_vllm_tp_cuda_compilation` is kvoffload/parallelism.py's."""
+    role_vars = yaml.safe_load((ROLES / "vllm" / "vars" / "main.yml").read_text())
+    assert role_vars["_vllm_tp_cuda_compilation"] == TP_CUDA_COMPILATION
