@@ -48,8 +48,8 @@ deps: $(STAMP)/apt $(STAMP)/venv
 venv: $(STAMP)/venv
 
 lint: venv
-	$(BIN)/ruff check kvoffload tests bench plugins/modules
-	$(BIN)/ruff format --check kvoffload tests bench plugins/modules
+	$(BIN)/ruff check kvoffload tests bench plugins/modules plugins/filter
+	$(BIN)/ruff format --check kvoffload tests bench plugins/modules plugins/filter
 	$(BIN)/mypy --strict kvoffload
 
 # The test tiers, each runnable alone once `make deps` has installed the OS packages and the venv

@@ -122,7 +122,8 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
     Where `args` hold no whole JSON, `ours` is appended as dotted flags and vLLM merges them; where
     they do, every compilation flag becomes one `--compilation-config <json>` (compact: a unit's
     argument holds no whitespace) at the place of the first. Raises ValueError, naming the argument
-    and the fix (a `CompilationError` with its index), for two whole configs, one that is not a JSON object, or a key the user sets to
+    and the fix (a `CompilationError` with its index), for two whole configs, one that is not a JSON
+    object, or a key the user sets to
     another value than `ours`.
     """
     whole: list[tuple[int, str]] = []
@@ -147,7 +148,7 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
         raise CompilationError(
             whole[1][0],
             f"{args[whole[1][0]]!r}: a second whole compilation config (vLLM keeps only the last); give "
-            "one --compilation-config JSON object, or dotted --compilation-config.<key>=<value> flags"
+            "one --compilation-config JSON object, or dotted --compilation-config.<key>=<value> flags",
         )
     merged: dict[str, Any] = {}
     clash: list[str] = []
@@ -160,7 +161,7 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
             raise CompilationError(
                 whole[0][0],
                 f"{args[whole[0][0]]!r} {whole[0][1]!r}: the compilation config must be a JSON object "
-                '(e.g. {"cudagraph_mode":"PIECEWISE"}), so that the lab can add its own keys to it'
+                '(e.g. {"cudagraph_mode":"PIECEWISE"}), so that the lab can add its own keys to it',
             )
         merged = parsed
     for _, keys, value in dotted:
@@ -181,7 +182,9 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
             "cannot compile (issue 41; README, What is not exercised here)"
         )
         first = min([i for i, _ in whole] + [i for i, _, _ in dotted])
-        raise CompilationError(first, f"compilation config key {what}: {why}; remove it from extra_engine_args")
+        raise CompilationError(
+            first, f"compilation config key {what}: {why}; remove it from extra_engine_args"
+        )
     if not whole:
         return [*args, *(f"--compilation-config.{k}={json.dumps(v)}" for k, v in _dotted(ours))]
     first = min([whole[0][0], *(i for i, _, _ in dotted)])

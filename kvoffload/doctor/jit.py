@@ -60,7 +60,9 @@ sampler_on = switch_on
 def _prebuilt(versions: Mapping[str, Any]) -> list[str]:
     """The prebuilt kernel packages of the installed flashinfer-python's version."""
     flashinfer = versions.get("flashinfer-python")
-    return [p for p in PREBUILT_PACKAGES if flashinfer and str(versions.get(p) or "").split("+")[0] == flashinfer]
+    return [
+        p for p in PREBUILT_PACKAGES if flashinfer and str(versions.get(p) or "").split("+")[0] == flashinfer
+    ]
 
 
 def flashinfer_jit(
@@ -113,7 +115,8 @@ def flashinfer_jit(
         kernels.append(f"FlashInfer's sampling kernel ({', '.join(sampler)}: {SAMPLER_ENV} unset or 1)")
     if allreduce:
         kernels.append(
-            f"FlashInfer's all-reduce comm kernel at a TP >= 2 replica's first all-reduce ({', '.join(allreduce)}: "
+            "FlashInfer's all-reduce comm kernel at a TP >= 2 replica's first all-reduce "
+            f"({', '.join(allreduce)}: "
             f"{ALLREDUCE_ENV} unset or 1; flashinfer-jit-cache holds it only for Blackwell)"
         )
     fixes = []

@@ -233,7 +233,8 @@ def _process_problems(facts: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         out.append(f"LMCache's compiled {NATIVE} module is not loaded in the server")
     if proc and facts.get("mode") == "gpu" and CUDA_OPS not in mapped:
         out.append(
-            f"LMCache's compiled {CUDA_OPS} module is not loaded in the server on a CUDA build: LMCache moves "
+            f"LMCache's compiled {CUDA_OPS} module is not loaded in the server on a CUDA build: LMCache "
+            "moves "
             "KV with torch ops instead (an engine set whose torch LMCache was not built for)"
         )
     return out, sorted(set(mapped))

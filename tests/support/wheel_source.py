@@ -64,7 +64,11 @@ FLASHINFER_FACTS = (
         "flashinfer/comm/trtllm_mnnvl_ar.py",
         ("function", "trtllm_mnnvl_allreduce"),
     ),
-    ("comm-trtllm_ar-get_trtllm_comm_module.py.txt", "flashinfer/comm/trtllm_ar.py", ("function", "get_trtllm_comm_module")),
+    (
+        "comm-trtllm_ar-get_trtllm_comm_module.py.txt",
+        "flashinfer/comm/trtllm_ar.py",
+        ("function", "get_trtllm_comm_module"),
+    ),
     # which kernels the prebuilt flashinfer-jit-cache holds: the mnnvl comm kernel only for sm100/sm103
     ("aot-gen_all_modules.py.txt", "flashinfer/aot.py", ("function", "gen_all_modules")),
 )
@@ -122,7 +126,9 @@ def main(argv: list[str]) -> int:
     for arg in argv:
         wheel = Path(arg)
         facts, folder = (
-            (FLASHINFER_FACTS, FLASHINFER_FIXTURE) if wheel.name.startswith("flashinfer") else (VLLM_FACTS, FIXTURE)
+            (FLASHINFER_FACTS, FLASHINFER_FIXTURE)
+            if wheel.name.startswith("flashinfer")
+            else (VLLM_FACTS, FIXTURE)
         )
         folder.mkdir(exist_ok=True)
         for file_name, member, what in facts:

@@ -40,7 +40,10 @@ def test_the_users_own_json_and_dotted_keys_become_one_config_too() -> None:
     args = ["--compilation_config.mode", "3", '--compilation-config={"pass_config":{"fuse_norm_quant":true}}']
     merged = compilation_args(args, OURS)
     assert merged[0] == "--compilation-config" and len(merged) == 2
-    assert json.loads(merged[1]) == {"mode": 3, "pass_config": {"fuse_norm_quant": True, "fuse_allreduce_rms": False}}
+    assert json.loads(merged[1]) == {
+        "mode": 3,
+        "pass_config": {"fuse_norm_quant": True, "fuse_allreduce_rms": False},
+    }
     assert " " not in merged[1]  # one word in a systemd unit
 
 
@@ -59,7 +62,9 @@ def test_the_same_value_twice_is_no_conflict() -> None:
         (["--compilation-config.mode=3", "--compilation-config.mode=2"], 0, "set twice"),
     ],
 )
-def test_what_cannot_be_merged_is_refused_naming_the_argument(args: list[str], index: int, words: str) -> None:
+def test_what_cannot_be_merged_is_refused_naming_the_argument(
+    args: list[str], index: int, words: str
+) -> None:
     with pytest.raises(CompilationError) as caught:
         compilation_args(args, OURS)
     assert caught.value.index == index and words in str(caught.value)
@@ -68,4 +73,6 @@ def test_what_cannot_be_merged_is_refused_naming_the_argument(args: list[str], i
 def test_what_vllm_parses_keeps_the_last_whole_config_and_folds_dotted_keys_over_it() -> None:
     assert compilation_config([]) == {}
     assert compilation_config(["-cc", '{"a":1}', "--compilation-config", '{"b":2}']) == {"b": 2}
-    assert compilation_config(["--compilation-config.a.b", "x", "--compilation-config.a.c=1"]) == {"a": {"b": "x", "c": 1}}
+    assert compilation_config(["--compilation-config.a.b", "x", "--compilation-config.a.c=1"]) == {
+        "a": {"b": "x", "c": 1}
+    }

@@ -137,7 +137,8 @@ def target_hosts(
     shared = engine_args(dep)
     cuda = dep.engine == "vllm" and dep.gpu_vendor == "nvidia" and host_build(lab, host) != "cpu"
     compiled = {
-        f"vllm-{r.host}-{r.index}": compilation_config(replica_args(shared, r.gpus, cuda=cuda)) for r in dep.replicas
+        f"vllm-{r.host}-{r.index}": compilation_config(replica_args(shared, r.gpus, cuda=cuda))
+        for r in dep.replicas
     }
     out: dict[str, dict[str, Any]] = {}
     for t in targets:

@@ -172,7 +172,11 @@ def test_extra_engine_args_allow_a_pipeline_size_of_one(
     [
         (["-cc", '{"a":1}', "--compilation-config", '{"b":2}'], "[2]", "a second whole compilation config"),
         (["--max-model-len", "99", "--compilation-config", "3"], "[2]", "must be a JSON object"),
-        (["--compilation-config.pass_config.fuse_allreduce_rms=true"], "[0]", "fuse_allreduce_rms (True and False)"),
+        (
+            ["--compilation-config.pass_config.fuse_allreduce_rms=true"],
+            "[0]",
+            "fuse_allreduce_rms (True and False)",
+        ),
         (['--compilation-config={"pass_config":{"fuse_allreduce_rms":true}}'], "[0]", "cannot compile"),
     ],
 )

@@ -1,6 +1,6 @@
 """The `flashinfer_jit` check and the engine profiles' FlashInfer choices, held to vLLM 0.32's own source
-(tests/fixtures/vllm-0.32-cuda-source), FlashInfer 0.7.0.post1's (tests/fixtures/flashinfer-0.7.0.post1-source)
-and to what the probe finds on a node (issues 41 and 52)."""
+(tests/fixtures/vllm-0.32-cuda-source), FlashInfer 0.7.0.post1's
+(tests/fixtures/flashinfer-0.7.0.post1-source) and to what the probe finds on a node (issues 41 and 52)."""
 
 from __future__ import annotations
 
@@ -156,7 +156,9 @@ def vllm_reads_allreduce(env: dict[str, str]) -> bool:
     return value
 
 
-@pytest.mark.parametrize(("env", "on"), [({}, True), ({ALLREDUCE_ENV: "0"}, False), ({ALLREDUCE_ENV: "1"}, True)])
+@pytest.mark.parametrize(
+    ("env", "on"), [({}, True), ({ALLREDUCE_ENV: "0"}, False), ({ALLREDUCE_ENV: "1"}, True)]
+)
 def test_vllm_all_reduces_with_flashinfer_unless_told_0_and_the_check_reads_it_alike(
     env: dict[str, str], on: bool
 ) -> None:
@@ -179,7 +181,7 @@ def test_the_all_reduce_is_gated_on_the_switch_alone_and_reaches_a_jit_build_out
     assert "envs.VLLM_ALLREDUCE_USE_FLASHINFER and not envs.VLLM_BATCH_INVARIANT" in init
     assert "if self.use_flashinfer_allreduce and self.world_size > 1:" in init
     backend = (SOURCE / "flashinfer_all_reduce-_resolve_fi_ar_backend.py.txt").read_text()
-    assert 'if node_count == 1:\n        # MNNVL' in backend and 'backend = "mnnvl"' in backend
+    assert "if node_count == 1:\n        # MNNVL" in backend and 'backend = "mnnvl"' in backend
     call = (SOURCE / "flashinfer_all_reduce-FlashInferAllReduce.all_reduce.py.txt").read_text()
     assert "flashinfer_comm.allreduce_fusion(" in call and "try:" not in call
     mnnvl = (FI_SOURCE / "comm-trtllm_mnnvl_ar-trtllm_mnnvl_allreduce.py.txt").read_text()
@@ -201,7 +203,10 @@ def test_tp2_with_the_all_reduce_on_fails_without_a_toolchain_even_with_prebuilt
     cached = {**VERSIONS, "flashinfer-jit-cache": "0.7.0.post1+cu129"}
     got = flashinfer_jit("cuda", {"gpu": "0", "cpu": "0"}, NO_TOOLS, cached, {"cpu": None})
     assert got.status == Status.FAIL
-    assert "all-reduce comm kernel" in got.detail and "(cpu: VLLM_ALLREDUCE_USE_FLASHINFER unset or 1" in got.detail
+    assert (
+        "all-reduce comm kernel" in got.detail
+        and "(cpu: VLLM_ALLREDUCE_USE_FLASHINFER unset or 1" in got.detail
+    )
     assert 'VLLM_ALLREDUCE_USE_FLASHINFER: "0"' in got.fix and SAMPLER_ENV not in got.fix
     assert got.facts["allreduce_tp2"] == {"cpu": None}
     tools = {**NO_TOOLS, "nvcc": "/usr/local/cuda/bin/nvcc", "ninja": "/usr/bin/ninja"}

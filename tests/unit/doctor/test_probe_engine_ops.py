@@ -19,7 +19,9 @@ def dist(site: Path, name: str, version: str) -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
-def test_cuda_ops_that_do_not_load_fail_the_engine_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_ops_that_do_not_load_fail_the_engine_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     symbol = missing_under("2.14.0")[0]
     site = venv(tmp_path, "13.0", f"cuda_ops.so: undefined symbol: {symbol}")
     dist(site, "lmcache", "0.5.6")

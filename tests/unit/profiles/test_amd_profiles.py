@@ -23,7 +23,10 @@ def cuda_only(vendor: str, tier: str) -> list[str]:
 @pytest.mark.parametrize("tier", TIERS)
 def test_amd_profiles_set_nothing_cuda_only(tier: str) -> None:
     assert cuda_only("amd", tier) == []
-    assert sorted(cuda_only("nvidia", tier)) == ["VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_USE_FLASHINFER_SAMPLER"]
+    assert sorted(cuda_only("nvidia", tier)) == [
+        "VLLM_ALLREDUCE_USE_FLASHINFER",
+        "VLLM_USE_FLASHINFER_SAMPLER",
+    ]
     # and the ROCm switches stay at vLLM 0.32's defaults (AITER off, the plain KV layout)
     assert not [k for k in engine_profile("amd", tier).env if k.startswith("VLLM_ROCM_")]  # type: ignore[arg-type]
 
