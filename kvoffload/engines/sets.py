@@ -38,6 +38,12 @@ DEFAULTS_VAR = "kvoffload_python_engine_set_defaults"
 AUTO = "auto"
 SET_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the engine units own (roles/vllm kvoffload-vllm@.service): a set's environment comes after
+# them in the unit and would win, silently changing what `doctor` judged (issue 52).
+_UNIT_OWNED = {
+    "PATH": "systemd's default PATH, on which doctor's flashinfer_jit check looks for nvcc and ninja",
+    "CUDA_DEVICE_ORDER": "PCI bus order, as vllm_replicas `gpus` and nvidia-smi count",
+}
 # A systemd Environment= line cannot carry these literally (% is a unit specifier).
 _ENV_UNSAFE = re.compile(r'["\\%\n\r]')
 
@@ -148,6 +154,11 @@ class EngineSet(_Strict):
         for name, value in values.items():
             if not _ENV_NAME.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name")
+            if name in _UNIT_OWNED:
+                raise ValueError(
+                    f"{name}: the engine units set it themselves ({_UNIT_OWNED[name]}); a set may not "
+                    "override it"
+                )
             if _ENV_UNSAFE.search(value):
                 raise ValueError(
                     f"{name}: {value!r} holds a double quote, backslash, % or line break, which a "
