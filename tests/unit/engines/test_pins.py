@@ -136,15 +136,25 @@ def test_a_release_the_table_does_not_know_passes_with_a_warning() -> None:
     assert warnings == [
         f"{WHERE}: lmcache==0.5.7 is not a release whose wheel kvoffload-lab has read (the table in "
         "kvoffload/engines/pins.py): the torch it needs could not be checked "
-        "before install"
+        "before install; LMCache's compiled ops are proven when the engine units start (lmcache-ops-check)"
     ]
+
+
+def test_a_local_version_such_as_a_rocm_wheel_is_never_taken_for_the_table_release() -> None:
+    """Issue 52: `lmcache==0.5.6+rocm` is another build than the CUDA wheel the table read: warned, not
+    passed as checked."""
+    warnings = check_engine_set(
+        PinSet("rocm", ("torch==2.13.0", "vllm==0.32.0", "lmcache==0.5.6+rocm"), WHERE)
+    )
+    assert len(warnings) == 1 and "lmcache==0.5.6+rocm is not a release whose wheel" in warnings[0]
 
 
 def test_an_engine_package_not_pinned_to_one_version_is_warned() -> None:
     warnings = check_engine_set(PinSet("cuda", ("torch==2.13.0", "vllm>=0.32", "lmcache==0.5.6"), WHERE))
     assert warnings == [
         f"{WHERE}[1]: vllm>=0.32 is not pinned to one version (vllm==X.Y.Z): the torch it needs could not "
-        "be checked before install"
+        "be checked before install; LMCache's compiled ops are proven when the engine units start "
+        "(lmcache-ops-check)"
     ]
 
 

