@@ -218,3 +218,28 @@ def test_a_bind_address_clients_cannot_use_is_refused(tmp_path: Path, bad: objec
     host = lab.inventory.host("gpu01.lab.example")
     with pytest.raises(UserError, match=re.escape("gpu01.lab.example: kvoffload_bind_address must be")):
         service_address(host)
+
+
+def test_each_replica_records_the_compilation_config_vllm_parses(tmp_path: Path) -> None:
+    """Issue 52: cell.json's vllm targets carry the compilation config of each replica's arguments: the
+    campaign's JSON config merged with the TP > 1 CUDA switch on the TP = 2 replica, alone on TP = 1."""
+    inventory = yaml.safe_load(EXAMPLE.read_text())
+    node = inventory["all"]["hosts"]["gpu01.lab.example"]
+    node["vllm_replicas"] = [{"index": 0, "gpus": "0,1"}, {"index": 1, "gpus": "2"}]
+    inventory["all"]["vars"]["kvoffload_campaign"]["extra_engine_args"] = [
+        "-cc",
+        '{"cudagraph_mode":"PIECEWISE"}',
+    ]
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    lab = load_lab(path)
+    cell = next(c for c in lab.cells if c.tier == "cpu")
+    wheels = Wheels(tmp_path / "kvoffload_lab-0.1.0-py3-none-any.whl", None)
+    extravars = cell_extravars(lab, cell, tmp_path, wheels, "gpu01.lab.example")
+    targets = target_hosts(lab, cell, extravars["replay_metrics_targets"], "gpu01.lab.example")
+    assert targets["vllm-gpu01.lab.example-0"]["compilation_config"] == {
+        "cudagraph_mode": "PIECEWISE",
+        "pass_config": {"fuse_allreduce_rms": False},
+    }
+    assert targets["vllm-gpu01.lab.example-1"]["compilation_config"] == {"cudagraph_mode": "PIECEWISE"}
+    assert all("compilation_config" not in v for v in targets.values() if v["kind"] != "vllm")
