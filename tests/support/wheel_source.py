@@ -44,6 +44,11 @@ VLLM_FACTS = (
         ("function", "_resolve_fi_ar_backend"),
     ),
     (
+        "flashinfer_all_reduce-_create_workspace.py.txt",
+        "vllm/distributed/device_communicators/flashinfer_all_reduce.py",
+        ("function", "_create_workspace"),
+    ),
+    (
         "flashinfer_all_reduce-FlashInferAllReduce.all_reduce.py.txt",
         "vllm/distributed/device_communicators/flashinfer_all_reduce.py",
         ("function", "FlashInferAllReduce.all_reduce"),
@@ -68,6 +73,18 @@ FLASHINFER_FACTS = (
         "comm-trtllm_ar-get_trtllm_comm_module.py.txt",
         "flashinfer/comm/trtllm_ar.py",
         ("function", "get_trtllm_comm_module"),
+    ),
+    # where each backend's build happens: the mnnvl workspace is made without one (cuMemset), the trtllm
+    # workspace's Lamport initialisation loads (builds) the comm module, inside vLLM's try/except
+    (
+        "comm-trtllm_mnnvl_ar-MNNVLAllReduceFusionWorkspace.__init__.py.txt",
+        "flashinfer/comm/trtllm_mnnvl_ar.py",
+        ("function", "MNNVLAllReduceFusionWorkspace.__init__"),
+    ),
+    (
+        "comm-trtllm_ar-trtllm_lamport_initialize.py.txt",
+        "flashinfer/comm/trtllm_ar.py",
+        ("function", "trtllm_lamport_initialize"),
     ),
     # which kernels the prebuilt flashinfer-jit-cache holds: the mnnvl comm kernel only for sm100/sm103
     ("aot-gen_all_modules.py.txt", "flashinfer/aot.py", ("function", "gen_all_modules")),

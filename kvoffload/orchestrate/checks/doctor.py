@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kvoffload.doctor import checks as dc
 from kvoffload.doctor import pair_cellfree as dp
 from kvoffload.doctor.jit import ALLREDUCE_ENV, SAMPLER_ENV, flashinfer_jit
+from kvoffload.doctor.verdict import Check
 from kvoffload.engines.lab import host_build
 from kvoffload.errors import UserError
 from kvoffload.orchestrate.cell.deployment import REMOTE_VENV
@@ -154,12 +155,19 @@ def judge(
                 probe.get("unit_toolchain"),
                 versions if isinstance(versions, Mapping) else None,
                 dict(ask.allreduce),
+                _nvswitch(found),
             )
         )
     pair_here = engine == "vllm" and ask.lmcache and ask.engine_build is not None
     extra.append(dp.check(pair, pair_here, pair_why_not))
     extra.append(dc.smoke_pair(probe, engine, ask.lmcache and ask.engine_build is not None, smoke, why_not))
     return dc.NodeReport(host, (*found, *extra), probe)
+
+
+def _nvswitch(found: Sequence[Check]) -> bool | None:
+    """Whether the probe's fabric check found NVSwitches on the host (None: it could not tell)."""
+    count = next((c.facts.get("nvswitches") for c in found if c.name == "fabric"), None)
+    return None if count is None else int(count) > 0
 
 
 def _probe_python(probe: Mapping[str, Any]) -> str | None:

@@ -211,3 +211,29 @@ def test_tp2_with_the_all_reduce_off_is_ok_and_says_so() -> None:
     # no TP >= 2 replica on the node: the switch does not matter there, and the detail says why
     got = flashinfer_jit("cuda", {"gpu": "0"}, NO_TOOLS, VERSIONS, {})
     assert got.status == Status.OK and "no replica here has TP >= 2" in got.detail
+
+
+def test_only_the_mnnvl_path_builds_outside_vllms_try_so_nvswitch_nodes_die_and_others_fall_back() -> None:
+    """Where the comm kernel is built decides whether a replica dies: the mnnvl workspace (one NVSwitch
+    node) is made with cuMemset and no build, so the build comes at the first all-reduce, outside any try;
+    the trtllm workspace (no multicast: PCIe or NVLink-bridge nodes) builds while it is created, inside
+    vLLM's try/except, which logs the failure and runs without FlashInfer's all-reduce."""
+    mnnvl = (FI_SOURCE / "comm-trtllm_mnnvl_ar-MNNVLAllReduceFusionWorkspace.__init__.py.txt").read_text()
+    assert "build" not in mnnvl and "_module(" not in mnnvl and "lamport_initialize(self.rank" in mnnvl
+    lamport = (FI_SOURCE / "comm-trtllm_ar-trtllm_lamport_initialize.py.txt").read_text()
+    assert "get_trtllm_comm_module().trtllm_lamport_initialize(" in lamport
+    create = (SOURCE / "flashinfer_all_reduce-_create_workspace.py.txt").read_text()
+    body = create[create.index("try:") : create.index("except Exception as e:")]
+    assert "flashinfer_comm.create_allreduce_fusion_workspace(" in body
+    assert "return None" in create[create.index("except Exception as e:") :]
+
+
+def test_without_nvswitches_the_all_reduce_build_fails_quietly_and_the_check_warns() -> None:
+    """No multicast: vLLM falls back to trtllm, whose build fails inside its try/except (the test above),
+    so the replica runs on NCCL: a warning (another path than the lab's other nodes), not a failure. With
+    NVSwitches, or where the probe could not tell, the build kills the replica."""
+    quiet = flashinfer_jit("cuda", {"gpu": "0"}, NO_TOOLS, VERSIONS, {"gpu": None}, nvswitch=False)
+    assert quiet.status == Status.WARN and "no NVSwitch here" in quiet.detail and ALLREDUCE_ENV in quiet.fix
+    for nvswitch in (True, None):
+        got = flashinfer_jit("cuda", {"gpu": "0"}, NO_TOOLS, VERSIONS, {"gpu": None}, nvswitch=nvswitch)
+        assert got.status == Status.FAIL, nvswitch

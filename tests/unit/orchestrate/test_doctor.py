@@ -366,3 +366,22 @@ def test_a_host_with_a_tensor_parallel_replica_is_asked_its_all_reduce_switch(tm
     asks = doctor.host_asks(load_lab(tmp_path / "hosts.yml", camp))
     assert asks[GPU1].allreduce == (("cpu", "0"), ("gpu", "0"), ("nvme", "0"))
     assert asks[GPU2].allreduce == ()
+
+
+def test_the_real_h200s_probe_judges_a_tp2_all_reduce_by_its_fabric() -> None:
+    """Issue 52, on the lent H200's recorded probe (one card, no NVSwitch: fabric nvswitches 0): a TP >= 2
+    replica with the FlashInfer all-reduce on would fall back to trtllm and fail its build quietly (warn);
+    the same probe with NVSwitches found (an HGX board) fails the node; the shipped profiles pass."""
+    probe = json.loads((H200 / "probe-flashinfer.json").read_text())
+    sampler_off = (("cpu", "0"), ("gpu", "0"))
+
+    def verdict(allreduce: tuple[tuple[str, str | None], ...], answer: dict[str, Any]) -> dc.Check:
+        ask = doctor.HostAsk(16.0, "/tmp/doctor-l2", True, "cuda", sampler_off, allreduce)
+        report = doctor.judge("h200", answer, ask, engine="vllm", hosts_python="3.12.3", expected={})
+        return {c.name: c for c in report.checks}["flashinfer_jit"]
+
+    assert verdict((("cpu", None),), probe).status == dc.Status.WARN
+    hgx = json.loads(json.dumps(probe))
+    next(c for c in hgx["checks"] if c["name"] == "fabric")["facts"]["nvswitches"] = 4
+    assert verdict((("cpu", None),), hgx).status == dc.Status.FAIL
+    assert verdict((("cpu", "0"),), hgx).status == dc.Status.OK

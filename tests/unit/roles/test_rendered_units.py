@@ -180,7 +180,7 @@ def test_each_replica_runs_tensor_parallel_over_its_gpus(engine: str, build: str
     files = rendered_files("cpu", engine, kvoffload_engine_build=build)
     shared = extravars("cpu", engine)["vllm_engine_args"]
     # gpus "0": vLLM's default of 1, no flag; gpus "1,2": two ranks (and, on CUDA, no fused all-reduce:
-    # its FlashInfer workspace is a JIT build at start, flashinfer/comm/trtllm_ar.py).
+    # its first fused call JIT-builds FlashInfer's comm kernel, tests/fixtures/flashinfer-0.7.0.post1-source).
     assert systemd_words(files["replica-0.env"], "KVOFFLOAD_ENGINE_ARGS") == shared
     two = systemd_words(files["replica-1.env"], "KVOFFLOAD_ENGINE_ARGS")
     assert two == [*shared, "--tensor-parallel-size", "2", *([NO_AR_FUSION] if cuda else [])]
