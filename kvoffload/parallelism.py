@@ -153,10 +153,10 @@ def compilation_args(args: Sequence[str], ours: Mapping[str, Any]) -> list[str]:
     `--compilation-config` / `-cc` next to any dotted key (ours included) is dropped without a word.
     Where `args` hold no whole JSON, `ours` is appended as dotted flags and vLLM merges them; where
     they do, every compilation flag becomes one `--compilation-config <json>` (compact: a unit's
-    argument holds no whitespace) at the place of the first. Raises ValueError, naming the argument
-    and the fix (a `CompilationError` with its index), for two whole configs, one that is not a JSON
-    object, or a key the user sets to
-    another value than `ours`.
+    argument holds no whitespace) at the place of the first. Raises `CompilationError` (a ValueError
+    with the index of the argument to blame), naming the argument and the fix, for two whole configs,
+    one that is not a JSON object, a key the user sets twice, or one the user sets to another value
+    than `ours`.
     """
     whole, dotted = _compilation_flags(args)
     if len(whole) > 1:
