@@ -7,7 +7,10 @@ findings (`kvoffload.report.build.finding_groups`) for the cells that are DONE, 
 when that set changes and on a copy of those cells, so that the watcher never writes into a folder a
 run is writing. The live engine figures come from status.json's points (the controller's scrapes
 during the replay); rates are counter increases between points, corrected for resets as the analysis
-corrects them (`kvoffload.analysis.series.corrected`).
+corrects them (`kvoffload.analysis.series.corrected`). status.json names cells by id only; the page
+names them by their values (`cell_label`) from campaign.json `cells` (every cell the run planned,
+written before its first) or, for a cell it does not list (a knee-search step, an older campaign.json),
+the cell's cell.json `config`, read once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,39 @@ GAUGES = {"kv_usage": ("kv_usage", 1.0), "l1_gb": ("l1_bytes", 1e-9), "l2_gb": (
 FINAL_STATES = ("done", "failed", "interrupted")
 # A record file is read in pieces of this size, so that a large one never sits in memory whole.
 READ_CHUNK = 1 << 22
+# The cell values a label names only where the campaign has more than one of them.
+VARIED = ("isl", "osl")
+
+
+def cell_label(config: Mapping[str, Any], varied: Collection[str] = ()) -> str | None:
+    """A person's name for a cell, from its config (cell.json `config`, campaign.json `cells`):
+    `gpu c=16 r=5` (tier, concurrency, num_rounds), then `isl=...` and `osl=...` for those in `varied`,
+    then `#2` for a repeat past the first. None when the config lacks one of the first three (the page
+    then shows the id, which it shows beside the label anyway: the cell's folder is named by it)."""
+    tier, concurrency, rounds = config.get("tier"), config.get("concurrency"), config.get("num_rounds")
+    if not isinstance(tier, str) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in (concurrency, rounds)
+    ):
+        return None
+    parts = [tier, f"c={concurrency}", f"r={rounds}"]
+    parts += [f"{key}={config[key]}" for key in VARIED if key in varied and config.get(key) is not None]
+    repeat = config.get("repeat")
+    if isinstance(repeat, int) and repeat > 1:
+        parts.append(f"#{repeat}")
+    return " ".join(parts)
+
+
+def varied_keys(spec: Mapping[str, Any] | None, configs: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Of `VARIED`, those with more than one value: in the campaign's own lists (campaign.json
+    `campaign`), or among the cells' configs (an older campaign.json without it, a knee-search step)."""
+    configs = list(configs)
+    out: set[str] = set()
+    for key in VARIED:
+        listed = spec.get(key) if isinstance(spec, Mapping) else None
+        values = {str(v) for v in listed} if isinstance(listed, list) else set()
+        if len(values) > 1 or len({str(c[key]) for c in configs if key in c}) > 1:
+            out.add(key)
+    return frozenset(out)
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
@@ -375,6 +411,8 @@ class LiveView:
         self._findings_error: str | None = None
         self._campaign: dict[str, Any] = {}
         self._campaign_key: tuple[int, int] | None = None
+        self._planned: dict[str, Mapping[str, Any]] = {}  # campaign.json `cells`: id -> config
+        self._configs: dict[str, Mapping[str, Any]] = {}  # cell.json `config` of cells it does not list
 
     def _read_status(self) -> dict[str, Any]:
         path = self.paths.status_json
@@ -391,18 +429,54 @@ class LiveView:
             self._status_key = key
         return self._status
 
-    def _read_estimate(self) -> dict[str, Any] | None:
-        """campaign.json `estimate` (what `plan` said of this run), read again only when it changed."""
+    def _read_campaign(self) -> dict[str, Any]:
+        """campaign.json, read again only when it changed; {} before the run wrote it."""
         path = self.paths.campaign_json
         try:
             st = path.stat()
             key = (st.st_ino, st.st_mtime_ns)
             if key != self._campaign_key:
-                self._campaign, self._campaign_key = json.loads(path.read_text()), key
+                campaign = json.loads(path.read_text())
+                self._campaign = campaign if isinstance(campaign, dict) else {}
+                self._campaign_key = key
+                cells = self._campaign.get("cells")
+                self._planned = {
+                    str(c["id"]): c
+                    for c in (cells if isinstance(cells, list) else [])
+                    if isinstance(c, dict) and "id" in c
+                }
         except (OSError, ValueError):
             pass  # not written yet, or replaced while read: the last good one
-        estimate = self._campaign.get("estimate") if isinstance(self._campaign, dict) else None
+        return self._campaign
+
+    def _read_estimate(self) -> dict[str, Any] | None:
+        """campaign.json `estimate` (what `plan` said of this run)."""
+        estimate = self._read_campaign().get("estimate")
         return estimate if isinstance(estimate, dict) else None
+
+    def _config(self, cell: str) -> Mapping[str, Any] | None:
+        """The cell's config: campaign.json's, else its cell.json's (read once it is there: the cell
+        has started); None while neither has it."""
+        if cell in self._planned:
+            return self._planned[cell]
+        if cell not in self._configs:
+            try:
+                record = json.loads(self.paths.cell(cell).cell_json.read_text())
+            except (OSError, ValueError):
+                return None  # not started yet, or written by a run older than cell.json
+            config = record.get("config") if isinstance(record, dict) else None
+            if not isinstance(config, dict):
+                return None
+            self._configs[cell] = config
+        return self._configs[cell]
+
+    def _labels(self, cells: Iterable[str]) -> dict[str, str]:
+        """`cell_label` of each of `cells` whose config is known (the page shows the others' ids)."""
+        configs = {cell: self._config(cell) for cell in cells}
+        known = [c for c in configs.values() if c is not None]
+        varied = varied_keys(self._read_campaign().get("campaign"), [*self._planned.values(), *known])
+        labels = {cell: cell_label(c, varied) if c is not None else None for cell, c in configs.items()}
+        return {cell: label for cell, label in labels.items() if label is not None}
 
     def done_cells(self) -> tuple[str, ...]:
         return tuple(c.cell_id for c in self.paths.cells() if c.done.is_file())
@@ -421,9 +495,12 @@ class LiveView:
             for entry in nodes.values():
                 cells.update(d["cell"] for d in (entry.get("done") or []) + (entry.get("failed") or []))
             self._tail(sorted(cells))
+            queued = {str(c) for entry in nodes.values() for c in entry.get("queued") or []}
             estimate = self._read_estimate()
             empty: dict[str, Any] = {"state": None, "nodes": []}
             view = campaign_view(status, self.clock(), self._tails, estimate) if status else empty
+            # id -> `cell_label`, for every cell the page names (an id it lacks: the page shows the id)
+            view["labels"] = self._labels(sorted(cells | queued))
             view["findings"] = self._findings
             view["findings_cells"] = list(self._findings_cells)
             view["findings_error"] = self._findings_error
