@@ -10,9 +10,12 @@ kvoffload/analysis/compare.py (the `cpu_differs` warning). It must not import co
   bootstrap interval then resamples that one run's sessions and cannot contain the run-to-run noise
   (host load, what else the machine ran, cache state) that flips a verdict between identical runs.
 - A verdict is **within noise** when the 95 % interval of its change includes 0. The repeats that would
-  separate it: n = ceil(n0 x (w / |e|)^2), n0 the repeats behind it, e the change, w the interval's
-  half-width on the side towards 0 (the bootstrap's stand-in for z x se; an interval narrows as
-  1/sqrt(repeats)); at least n0 + 1. Null without an interval or with a change of exactly 0.
+  separate it, with 80 % power at two-sided alpha 0.05: the smallest n with
+  n > n0 x ((z(0.975) + z(0.80)) / z(0.975))^2 x (w / |e|)^2, n0 the repeats behind it, e the change,
+  w the interval's half-width on the side towards 0 (the bootstrap's stand-in for z(0.975) x se; an
+  interval narrows as 1/sqrt(repeats)). Strictly greater: at equality the change stands just that many
+  standard errors from 0, not beyond (at 50 % power, an interval ending on 0). Within noise w >= |e|, so
+  n > 2 n0 always. Null without an interval or with a change of exactly 0.
 - Host CPU **differs widely** when one role's CPU utilization (the client host's, the node's, any other
   sampled host's) spans WIDE_CPU_SPREAD_PCT points or more between the cells of one comparison group.
 """
@@ -24,6 +27,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 import pandas as pd
@@ -34,6 +38,11 @@ import pandas as pd
 # least 2.7 whatever the lower level (the least at u = 0.375: 0.625 x 0.625 / (0.375 x 0.375)), from
 # 1.0 at 50 % to 3.0 at 75 %, more than the tiers' differences the findings weigh at low load.
 WIDE_CPU_SPREAD_PCT = 25.0
+
+# The power at which `repeats_to_separate` counts (the usual 80 %: a change that holds is separated in 4
+# campaigns of 5), and z(0.975), what the 95 % interval's half-width stands for in standard errors.
+SEPARATE_POWER = 0.80
+_Z_CI = NormalDist().inv_cdf(0.975)
 
 
 def one_repeat(repeats: int, base_repeats: int | None) -> bool:
@@ -48,20 +57,25 @@ def within_noise(ci: Sequence[float] | None) -> bool | None:
     return bool(ci[0] <= 0.0 <= ci[1])
 
 
-def repeats_to_separate(estimate: float | None, ci: Sequence[float] | None, repeats: int) -> int | None:
+def repeats_to_separate(
+    estimate: float | None, ci: Sequence[float] | None, repeats: int, power: float = SEPARATE_POWER
+) -> int | None:
     """The repeats per cell at which a change `estimate` (%) with interval `ci` from `repeats` repeats
-    would leave 0 outside its interval (module docstring); None without an interval, with a change of 0,
-    or when the interval already excludes 0."""
+    would leave 0 outside its 95 % interval with probability `power` (module docstring); None without
+    an interval, with a change of 0, or when the interval already excludes 0."""
     if estimate is None or ci is None or estimate == 0.0 or not within_noise(ci):
         return None
     toward_zero = ci[1] - estimate if estimate < 0 else estimate - ci[0]
-    need = math.ceil(repeats * (toward_zero / abs(estimate)) ** 2)
-    return max(need, repeats + 1)
+    z_power = NormalDist().inv_cdf(power)
+    bound = repeats * ((_Z_CI + z_power) / _Z_CI) ** 2 * (toward_zero / abs(estimate)) ** 2
+    # the smallest integer strictly above the bound: at a whole-number bound the change would stand only
+    # z(0.975) + z(power) standard errors from 0, not beyond (ceil stopped there, one short)
+    return math.floor(bound) + 1
 
 
 def noise_text(estimate: float | None, ci: Sequence[float] | None, repeats: int) -> str:
-    """ "within noise: about N repeats per cell ... would separate it" for a change inside its noise;
-    "" for one outside it or without an interval."""
+    """ "within noise: about N repeats per cell ... would separate it with 80 % power" for a change inside
+    its noise; "" for one outside it or without an interval."""
     if not within_noise(ci):
         return ""
     n = repeats_to_separate(estimate, ci, repeats)
@@ -69,7 +83,7 @@ def noise_text(estimate: float | None, ci: Sequence[float] | None, repeats: int)
         return "within noise: the change is 0, and no number of repeats separates it"
     return (
         f"within noise: about {n} repeats per cell (campaign `repeats: {n}`, now {repeats}) would "
-        "separate it if the change holds"
+        f"separate it with {SEPARATE_POWER * 100:.0f} % power if the change holds"
     )
 
 

@@ -4,6 +4,7 @@ repeats that would separate it, host CPU that differed widely between a group's 
 from __future__ import annotations
 
 import json
+from statistics import NormalDist
 from typing import Any
 
 import pandas as pd
@@ -11,7 +12,12 @@ import pytest
 
 from kvoffload.analysis.compare import tier_comparison, warnings_table
 from kvoffload.analysis.findings import findings
-from kvoffload.analysis.noise import WIDE_CPU_SPREAD_PCT, repeats_to_separate, within_noise
+from kvoffload.analysis.noise import (
+    SEPARATE_POWER,
+    WIDE_CPU_SPREAD_PCT,
+    repeats_to_separate,
+    within_noise,
+)
 from tests.unit.analysis.test_analysis_findings import _requests, _row
 
 
@@ -25,16 +31,37 @@ def _findings(
 
 
 def test_the_repeats_that_would_separate_a_change() -> None:
-    """n = ceil(n0 x (w / |e|)^2), w the half-width towards 0, at least n0 + 1; null rules."""
-    assert repeats_to_separate(-20.0, [-60.0, 20.0], 1) == 4  # w = 40: (40 / 20)^2 = 4
-    assert repeats_to_separate(-20.0, [-60.0, 20.0], 2) == 8
-    assert repeats_to_separate(10.0, [-1.0, 30.0], 1) == 2  # w = 11: 1.21 -> 2
-    assert repeats_to_separate(-20.0, [-30.0, 0.0], 3) == 4  # on the bound: one more than n0
+    """n the smallest integer > n0 x k x (w / |e|)^2, k = ((z(0.975) + z(0.80)) / z(0.975))^2
+    = (2.80159 / 1.95996)^2 = 2.04320 (80 % power at two-sided alpha 0.05), w the half-width towards 0;
+    null rules. The old count, ceil(n0 x (w / |e|)^2), was the 50 % power one, and at an exact square it
+    stopped where the interval would only touch 0."""
+    # issue 53's example: w = 40, e = -20 from one repeat: 1 x 2.0432 x 4 = 8.17 -> 9 (old: 4, whose
+    # interval, narrowed by sqrt(4) to a half-width of 20, still touches 0)
+    assert repeats_to_separate(-20.0, [-60.0, 20.0], 1) == 9
+    assert repeats_to_separate(-20.0, [-60.0, 20.0], 2) == 17  # 16.35 -> 17 (old: 8)
+    assert repeats_to_separate(10.0, [-1.0, 30.0], 1) == 3  # w = 11: 2.0432 x 1.21 = 2.47 -> 3 (old: 2)
+    # on the bound (w = |e|) the least a change within noise can need: 3 x 2.0432 = 6.13 -> 7, more than
+    # 2 n0 (the old count's floor n0 + 1 = 4 bound here; within noise it can no longer bind)
+    assert repeats_to_separate(-20.0, [-30.0, 0.0], 3) == 7
+    assert repeats_to_separate(20.0, [0.0, 50.0], 1) == 3  # a rise on the bound: 2.04 -> 3
     assert repeats_to_separate(-20.0, [-30.0, -10.0], 1) is None  # already separated
     assert repeats_to_separate(0.0, [-10.0, 10.0], 1) is None  # no count separates a change of 0
     assert repeats_to_separate(-20.0, None, 1) is None  # no interval
     assert within_noise([-1.0, 0.0]) is True and within_noise([-2.0, -1.0]) is False
     assert within_noise(None) is None
+
+
+def test_the_count_is_strictly_above_an_exact_bound() -> None:
+    """Where n0 x k x (w / |e|)^2 is an integer the count is one more: at that n the change would stand
+    only z(0.975) + z(power) standard errors from 0, not beyond. At 50 % power (z(0.50) = 0, k = 1)
+    w = 2|e| from one repeat is the exact square 4, and 4 repeats narrow w to 40 / sqrt(4) = 20 = |e|:
+    the interval ends on 0, still within noise (bounds included), so the count is 5 (the old ceil gave
+    4). k itself, from the exact quantiles, is checked."""
+    assert repeats_to_separate(-20.0, [-60.0, 20.0], 1, power=0.5) == 5
+    assert repeats_to_separate(-20.0, [-60.0, 20.0], 2, power=0.5) == 9  # 2 x 4 = 8, then one more
+    assert repeats_to_separate(-20.0, [-40.0, 0.0], 1, power=0.5) == 2  # 1 x 1 = 1 -> 2
+    z = NormalDist().inv_cdf
+    assert ((z(0.975) + z(SEPARATE_POWER)) / z(0.975)) ** 2 == pytest.approx(2.0432029, abs=1e-7)
 
 
 def test_a_comparison_on_one_repeat_is_flagged_and_two_repeats_are_not() -> None:
@@ -75,28 +102,30 @@ def test_a_comparison_on_one_repeat_is_flagged_and_two_repeats_are_not() -> None
 def test_a_verdict_within_noise_says_so_and_how_many_repeats_would_separate_it() -> None:
     """cpu sessions 0.4 and 1.2 s against gpu 1.0 s: p50 0.8 s, -20 %. Resampling two sessions gives
     0.4 (1/4), 0.8 (1/2) or 1.2 s (1/4): -60, -20, +20 %, so the 95 % CI is -60 to +20 %, which includes
-    0. Towards 0 the half-width is 40: ceil(1 x (40 / 20)^2) = 4 repeats per cell. Two repeats of the
-    same cells give the same interval (each of the 4 sessions drawn is 0.4 s with probability 1/2: the
-    p50 is 0.4 s with probability 5/16, 1.2 s with 5/16), so ceil(2 x 4) = 8."""
+    0. Towards 0 the half-width is 40: at 80 % power n > 1 x 2.0432 x (40 / 20)^2 = 8.17, 9 repeats per
+    cell (the old 50 % count was 4). Two repeats of the same cells give the same interval (each of the 4
+    sessions drawn is 0.4 s with probability 1/2: the p50 is 0.4 s with probability 5/16, 1.2 s with
+    5/16), so n > 2 x 8.17 = 16.35: 17."""
     req = {"g": _requests({"a": 1.0, "b": 1.0}), "c": _requests({"a": 0.4, "b": 1.2})}
     f = _findings([_row("g", "gpu"), _row("c", "cpu")], req)["cpu"]
     assert f.p50_change_vs_gpu_pct == pytest.approx(-20.0)
     assert f.p50_change_ci_pct == [pytest.approx(-60.0), pytest.approx(20.0)]
     assert f.p50_verdict == "indistinguishable" and f.p50_within_noise is True
-    assert f.repeats_to_separate == 4
+    assert f.repeats_to_separate == 9
     assert "does not change later-round p50 TTFT measurably: -20 % (95 % CI -60 to +20 %)" in f.statement
     assert (
-        "within noise: about 4 repeats per cell (campaign `repeats: 4`, now 1) would separate it if the "
-        "change holds; one repeat per cell: the interval holds this run's sessions, not the run-to-run "
-        "noise (host load, cache state), which this campaign cannot judge, so that count is a lower bound"
+        "within noise: about 9 repeats per cell (campaign `repeats: 9`, now 1) would separate it with 80 % "
+        "power if the change holds; one repeat per cell: the interval holds this run's sessions, not the "
+        "run-to-run noise (host load, cache state), which this campaign cannot judge, so that count is a "
+        "lower bound"
     ) in f.statement
     two = _findings(
         [_row("g0", "gpu", 0), _row("c0", "cpu", 0), _row("g1", "gpu", 1), _row("c1", "cpu", 1)],
         {"g0": req["g"], "g1": req["g"], "c0": req["c"], "c1": req["c"]},
     )["cpu"]
     assert two.p50_change_ci_pct == [pytest.approx(-60.0), pytest.approx(20.0)]
-    assert two.repeats_to_separate == 8
-    assert "about 8 repeats per cell (campaign `repeats: 8`, now 2)" in two.statement
+    assert two.repeats_to_separate == 17
+    assert "about 17 repeats per cell (campaign `repeats: 17`, now 2)" in two.statement
     assert "lower bound" not in two.statement
 
 

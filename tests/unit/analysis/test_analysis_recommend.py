@@ -55,9 +55,10 @@ def test_a_measurably_faster_cpu_is_not_hidden_by_an_nvme_inside_its_noise() -> 
         "cpu at concurrency 16: nvme is indistinguishable from gpu (-45 %, 95 % CI -60 to +2 %: the "
         "interval includes 0); cpu is measurably faster than gpu (-40 %, 95 % CI -50 to -30 %)"
     ]
-    # nvme's verdict is within noise: w = 2 - (-45) = 47 towards 0, n = ceil(1 x (47 / 45)^2) = 2
+    # nvme's verdict is within noise: w = 2 - (-45) = 47 towards 0; at 80 % power n > 1 x 2.0432 x
+    # (47 / 45)^2 = 2.23, so 3 (analysis/noise.py; the old 50 % count was 2)
     assert r.within_noise == [
-        "nvme at concurrency 16 (-45 %, 95 % CI -60 to +2 %): within noise, about 2 repeats per cell "
+        "nvme at concurrency 16 (-45 %, 95 % CI -60 to +2 %): within noise, about 3 repeats per cell "
         "would separate it"
     ]
     assert r.one_repeat and "rest on one repeat per cell" in r.statement
@@ -84,11 +85,12 @@ def test_two_faster_offload_tiers_rank_only_where_their_intervals_separate() -> 
 
 def test_an_offload_tier_inside_its_noise_is_never_better_and_says_how_many_repeats() -> None:
     """cpu alone, lower p50 but -16 % (CI -39 to +8) over 2 repeats: gpu, and the count that would
-    separate it: w = 8 + 16 = 24, n = ceil(2 x (24 / 16)^2) = ceil(4.5) = 5 repeats per cell."""
+    separate it at 80 % power: w = 8 + 16 = 24, n > 2 x 2.0432 x (24 / 16)^2 = 9.19, so 10 repeats per
+    cell (analysis/noise.py; the old 50 % count, ceil(4.5), was 5)."""
     r = _recommend({"gpu": 1.0, "cpu": 0.84}, [_finding("cpu", 2, -16.0, [-39.0, 8.0], repeats=2)], c=2)
     assert [s.tier for s in r.segments] == ["gpu"]
     assert r.within_noise == [
-        "cpu at concurrency 2 (-16 %, 95 % CI -39 to +8 %): within noise, about 5 repeats per cell would "
+        "cpu at concurrency 2 (-16 %, 95 % CI -39 to +8 %): within noise, about 10 repeats per cell would "
         "separate it"
     ]
     assert not r.one_repeat and "one repeat" not in r.statement
