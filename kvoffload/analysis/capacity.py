@@ -8,7 +8,9 @@ stays None with the reason, and nothing is predicted from it.
 Predicted, per tier, in tokens of KV history and in sessions of the replayed dataset at that num_rounds:
 - gpu: the vLLM prefix cache, sum over replicas of `num_gpu_blocks x block_size` (labels of
   `vllm:cache_config_info`);
-- cpu: LMCache's L1 pool bytes / KV bytes per token;
+- cpu: LMCache's L1 pool bytes / KV bytes per token, the pool never more than the memory of the
+  lmcache-server's host (cell.json `hosts.<host>.ram_gib`): a pool configured beyond it (the simulator
+  counts one without allocating it) is bounded by that memory, and its source says so;
 - nvme: the L2 capacity bytes / KV bytes per token.
 KV bytes per token are those of one whole replica, summed over its tensor-parallel ranks (each rank
 stores its own shard in LMCache): from the model's config.json (see kv_bytes_from_model_config), else
@@ -61,6 +63,8 @@ L2_BYTES = "lmcache_mp_l2_usage_bytes"
 # server's status.json shows it (/work/shared/fixtures/lmcache-0.5.6-cpu: l1_eviction_controller
 # trigger_watermark 0.8, eviction_ratio 0.2).
 LMCACHE_DEFAULT_WATERMARK = 0.8
+# How the source of an L1 pool bounded by its host's memory ends: its figure follows (within_host_memory).
+BOUNDED = "at most"
 # Below this usage ratio the bytes/ratio quotient is too coarse to give the pool size.
 _MIN_RATIO = 0.01
 DTYPE_BYTES = {
@@ -394,23 +398,90 @@ def _kv_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
     )
 
 
-def _l1_bytes(rows: pd.DataFrame, profile_l1_gb: Mapping[str, Stated]) -> Stated:
-    v, cid = _first(rows, "lmcache_l1_capacity_bytes")
-    if v is not None:
-        source = f"lmcache /metrics: {L1_BYTES} / {L1_RATIO} (cell {cid})"
-        return Stated("L1 pool", v, "B", source)
-    gb, cid = _first(rows, "lmcache_l1_size_gb")
-    if gb is not None:
-        return Stated(
-            "L1 pool", gb * GIB, "B", f"cell.json config.lmcache_l1_size_gb = {gb:g} GiB (cell {cid})"
-        )
-    tier = str(rows["tier"].iloc[0])
-    prof = profile_l1_gb.get(tier)
-    if prof is not None and prof.value is not None:
-        return Stated("L1 pool", prof.value * GIB, "B", f"{prof.source} = {prof.value:g} GiB")
-    return Stated(
-        "L1 pool", None, "B", "unavailable: no L1 usage ratio sampled, no lmcache_l1_size_gb, no profile"
+def lmcache_host_memory(hosts: Mapping[str, Any], targets: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The lmcache-server's host of one cell (its `lmcache` target in cell.json `targets`) and that
+    host's memory in bytes (cell.json `hosts.<host>.ram_gib`, Ansible's MemTotal in GiB to 0.1); None
+    where the cell has no lmcache-server or the file does not say."""
+    host = next(
+        (str(ref["host"]) for ref in targets.values() if ref.get("kind") == "lmcache" and ref.get("host")),
+        None,
     )
+    record = hosts.get(host) if host is not None else None
+    gib = as_number(record.get("ram_gib")) if isinstance(record, Mapping) else None
+    return {"lmcache_host": host, "lmcache_host_memory_bytes": gib * GIB if gib else None}
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """The memory of an lmcache-server's host: the smallest among some cells'."""
+
+    total_bytes: float
+    host: str
+    cell_id: str
+
+
+def smallest_host_memory(rows: pd.DataFrame) -> HostMemory | None:
+    """The smallest lmcache-server host memory among `rows` (columns `cell_id`, `lmcache_host`,
+    `lmcache_host_memory_bytes`, as lmcache_host_memory gives them); None when none is known."""
+    found: HostMemory | None = None
+    for _, r in rows.iterrows():
+        v = as_number(r.get("lmcache_host_memory_bytes"))
+        if v is not None and (found is None or v < found.total_bytes):
+            found = HostMemory(v, str(r.get("lmcache_host")), str(r["cell_id"]))
+    return found
+
+
+def within_host_memory(pool: Stated, memory: HostMemory | None) -> Stated:
+    """An L1 pool (unit "B" or "GiB") no larger than its host's memory: one configured beyond it comes
+    back as that memory, an upper bound of what the host can give (the OS and the replicas need part of
+    it), its source saying so and ending where a figure in the pool's unit follows ("... at most").
+    A real lmcache-server pins its pool (its role's preflight refuses one beyond MemTotal); the simulator
+    counts the configured bytes without allocating them, so its cells ran as if the host had them."""
+    scale = GIB if pool.unit == "GiB" else 1.0
+    if pool.value is None or memory is None or pool.value * scale <= memory.total_bytes:
+        return pool
+    configured = pool.value * scale / GIB
+    return Stated(
+        pool.name,
+        memory.total_bytes / scale,
+        pool.unit,
+        f"{pool.source} = {configured:g} GiB, more than the "
+        f"{memory.total_bytes / GIB:g} GiB of memory of {memory.host}, the lmcache-server host of cell "
+        f"{memory.cell_id} (cell.json hosts ram_gib): bounded by that memory (a real server could pin no "
+        f"more; the simulator counts the configured bytes without allocating them), {BOUNDED}",
+    )
+
+
+def _with_figure(source: str, gib: float) -> str:
+    """A pool's source with its figure: "... = 64 GiB", or "... at most 23.5 GiB" when it was bounded."""
+    return f"{source}{'' if source.endswith(BOUNDED) else ' ='} {gib:g} GiB"
+
+
+def l1_pool(rows: pd.DataFrame, profile_l1_gb: Mapping[str, Stated]) -> Stated:
+    """The L1 pool of a tier's cells in bytes: the server's own figure (usage bytes / usage ratio),
+    else the campaign's `lmcache_l1_size_gb`, else the lmcache profile's (GiB as LMCache counts them),
+    never more than the smallest memory of the cells' lmcache-server hosts (within_host_memory)."""
+    v, cid = _first(rows, "lmcache_l1_capacity_bytes")
+    gb, gb_cid = _first(rows, "lmcache_l1_size_gb")
+    prof = profile_l1_gb.get(str(rows["tier"].iloc[0]))
+    if v is not None:
+        pool = Stated("L1 pool", v, "B", f"lmcache /metrics: {L1_BYTES} / {L1_RATIO} (cell {cid})")
+        plain = pool.source
+    elif gb is not None:
+        pool = Stated("L1 pool", gb, "GiB", f"cell.json config.lmcache_l1_size_gb (cell {gb_cid})")
+        plain = f"cell.json config.lmcache_l1_size_gb = {gb:g} GiB (cell {gb_cid})"
+    elif prof is not None and prof.value is not None:
+        # the report's profile figure may come bounded already (report/build.py capacity_inputs)
+        pool, plain = prof, _with_figure(prof.source, prof.value)
+    else:
+        return Stated(
+            "L1 pool", None, "B", "unavailable: no L1 usage ratio sampled, no lmcache_l1_size_gb, no profile"
+        )
+    bounded = within_host_memory(pool, smallest_host_memory(rows))
+    assert bounded.value is not None
+    value = bounded.value * (GIB if bounded.unit == "GiB" else 1.0)
+    source = plain if bounded is pool else _with_figure(bounded.source, value / GIB)
+    return Stated("L1 pool", value, "B", source)
 
 
 def _l2_bytes(rows: pd.DataFrame, stated: Mapping[str, Stated]) -> Stated:
@@ -452,8 +523,9 @@ def predict(
 ) -> list[TierCapacity]:
     """One prediction per (model, num_rounds, isl, osl) and tier present in `summary`.
 
-    `summary` rows need the gpu_cache_figures / lmcache_capacity_figures columns and
-    `lmcache_l1_size_gb`. `kv_bytes` and `l2_bytes` are per cell id, `profile_l1_gb` per tier (value in GiB),
+    `summary` rows need the gpu_cache_figures / lmcache_capacity_figures / lmcache_host_memory columns
+    and `lmcache_l1_size_gb`. `kv_bytes` and `l2_bytes` are per cell id, `profile_l1_gb` per tier (value
+    in GiB),
     `watermarks` per tier: the eviction watermark of its capacity store (default: LMCache's).
     """
     kv_bytes, profile_l1_gb, l2_bytes = kv_bytes or {}, profile_l1_gb or {}, l2_bytes or {}
@@ -494,7 +566,7 @@ def predict(
             tokens = total
         else:
             kv = _kv_bytes(rows, kv_bytes)
-            store = _l1_bytes(rows, profile_l1_gb) if tier == "cpu" else _l2_bytes(rows, l2_bytes)
+            store = l1_pool(rows, profile_l1_gb) if tier == "cpu" else _l2_bytes(rows, l2_bytes)
             mark = watermarks.get(str(tier)) or default_watermark(str(tier))
             inputs += [store, mark, kv]
             if store.value is not None and mark.value is not None and kv.value:

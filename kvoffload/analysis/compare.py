@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis.lmcache import L1_OOM
 from kvoffload.analysis.nodes import (
     client_differences,
     client_warning_text,
@@ -113,6 +114,46 @@ def attribution_mismatch(row: pd.Series) -> str | None:
     return (
         "the per-request token sources disagree with the counters beyond the tolerance (per-request sum "
         f"less counter: {', '.join(parts)}): the turn-by-turn attribution of this cell is not trustworthy"
+    )
+
+
+def _sum_of(rows: pd.DataFrame, column: str) -> float | None:
+    """The sum of a column's known values; None when none is known (or the column is absent)."""
+    if column not in rows:
+        return None
+    known = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(known.sum()) if len(known) else None
+
+
+def _l1_pool_text(rows: pd.DataFrame) -> str:
+    """ "the 0.125 GiB L1 pool" of a tier's cells, from what they record: cell.json config (null: the
+    lmcache profile's size), else the server's own figure; "the L1 pool" when neither says."""
+    gb = _sum_of(rows.head(1), "lmcache_l1_size_gb")
+    if gb is not None:
+        return f"the {gb:g} GiB L1 pool"
+    server = _sum_of(rows.head(1), "lmcache_l1_capacity_bytes")
+    if server is not None:
+        return f"the {server / 2**30:.3g} GiB L1 pool (as lmcache-server reports it)"
+    return "the L1 pool"
+
+
+def l1_oom_warning(rows: pd.DataFrame) -> str | None:
+    """Why the offload of some cells of one tier fell short for lack of room in L1, summed over them:
+    L2 prefetches that failed with `reason="l1_oom"` (summary `lmcache_l2_prefetch_failed_l1_oom_chunks`)
+    of the L2 loads tried (loaded + failed), and the fix; None when none failed or nothing says."""
+    failed = _sum_of(rows, "lmcache_l2_prefetch_failed_l1_oom_chunks")
+    if not failed:
+        return None
+    tier = str(rows["tier"].iloc[0])
+    loaded = _sum_of(rows, "lmcache_l2_loaded_chunks")
+    any_reason = _sum_of(rows, "lmcache_l2_prefetch_failed_chunks")
+    tried = None if loaded is None or any_reason is None else loaded + any_reason
+    of = f" of {tried:.0f} ({100 * failed / tried:.0f} %)" if tried else ""
+    return (
+        f"{failed:.0f}{of} L2 chunk loads failed for lack of room in {_l1_pool_text(rows)} (LMCache's "
+        f'l2_prefetch_failure_chunks{{reason="{L1_OOM}"}}): they were not served from the cache, the '
+        f"engine prefilled them again, so the {tier} tier was measured with an L1 too small to stage its L2 "
+        f"loads; give it a larger L1 (the campaign's lmcache_l1_size_gb.{tier})"
     )
 
 
@@ -228,6 +269,9 @@ def cell_warnings(row: pd.Series) -> list[dict[str, Any]]:
                 ),
             )
         )
+    l1_oom = l1_oom_warning(pd.DataFrame([row]))
+    if l1_oom is not None:
+        out.append(_w("cell", cid, grp, "l2_prefetch_l1_oom", l1_oom))
     mismatch = attribution_mismatch(row)
     if mismatch is not None:
         out.append(_w("cell", cid, grp, "attribution_mismatch", mismatch))

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from kvoffload.analysis.capacity import GIB, Stated
-from kvoffload.analysis.client import run_seconds
 from kvoffload.analysis.compare import OFFLOAD_TIERS
 from kvoffload.analysis.crossing import Bound, Level, column
+from kvoffload.analysis.steady import Held
 from kvoffload.config.slo import HOURS_PER_MONTH, Prices, Slo
 
 # A cost needs one of these: the other prices are added to a node's or its GPUs' price.
@@ -52,7 +52,8 @@ def _first(rows: pd.DataFrame, column: str) -> float | None:
 class Goodput:
     """Requests that met the target on their own, at the operating level (GuideLLM's goodput)."""
 
-    sessions_at_once: int
+    # the sessions at once it was measured at: a level, or the interpolated crossing
+    sessions_at_once: float
     cells: list[str]
     requests_ok: int
     requests_good: int
@@ -90,6 +91,8 @@ class Cost:
     bound: Bound = "="
     missing_prices: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the 95 % interval of per_million_tokens, from the crossing's replicates (None: no interval)
+    per_million_tokens_ci: list[float] | None = None
 
 
 def gpus_of(row: pd.Series) -> int | None:
@@ -139,9 +142,10 @@ def resources(
 
 
 def goodput(
-    level: Level, rows: pd.DataFrame, requests: Mapping[str, pd.DataFrame], slo: Slo, bound: Bound
+    level: Level, rows: pd.DataFrame, held: Mapping[str, Held], slo: Slo, bound: Bound
 ) -> tuple[Goodput, float | None, float | None]:
-    """The level's goodput, and its GPU energy in kWh per million goodput tokens and mean GPU power (W),
+    """The level's goodput over its cells' steady windows (`held`: crossing.levels' windows and
+    in-window records), and its GPU energy in kWh per million goodput tokens and mean GPU power (W),
     each None when a cell lacks the figure."""
     mine = rows[rows["cell_id"].astype(str).isin(level.cells)]
     rates: dict[str, list[float | None]] = {"req": [], "tok": [], "out": []}
@@ -152,8 +156,9 @@ def goodput(
     good_tokens = 0.0
     notes: list[str] = []
     for _, row in mine.iterrows():
-        req = requests.get(str(row["cell_id"]), pd.DataFrame())
-        seconds = run_seconds(req) if not req.empty else None
+        cell = held.get(str(row["cell_id"]))
+        req = cell.records if cell is not None else pd.DataFrame()
+        seconds = cell.window.seconds if cell is not None and cell.window.seconds > 0 else None
         ok = req[req["status"] == "ok"] if not req.empty else req
         ttft = column(ok, "ttft_s")
         tpot = column(ok, "tpot_s")
@@ -196,7 +201,7 @@ def goodput(
     power = mean(powers)
     return (
         Goodput(
-            sessions_at_once=level.sessions_at_once,
+            sessions_at_once=float(level.sessions_at_once),
             cells=level.cells,
             requests_ok=ok_n,
             requests_good=good_n,
@@ -212,6 +217,46 @@ def goodput(
         energy,
         power,
     )
+
+
+def _between(a: float | None, b: float | None, share: float) -> float | None:
+    return None if a is None or b is None else a + share * (b - a)
+
+
+def at_crossing(low: Goodput, high: Goodput, x0: float, x1: float, x: float) -> Goodput:
+    """Goodput at the crossing x between two measured levels x0 < x1: each rate interpolated linearly
+    against the sessions, as the crossing itself is (docs/metrics.md "Decision": "Cost")."""
+    share = min(1.0, max(0.0, (x - x0) / (x1 - x0))) if x1 > x0 else 0.0
+    tok = _between(low.tokens_per_s, high.tokens_per_s, share)
+    req = _between(low.requests_per_s, high.requests_per_s, share)
+    gpus = low.gpus if low.gpus == high.gpus else None
+    return Goodput(
+        sessions_at_once=x,
+        cells=[*low.cells, *high.cells],
+        requests_ok=low.requests_ok + high.requests_ok,
+        requests_good=low.requests_good + high.requests_good,
+        requests_per_s=req,
+        tokens_per_s=tok,
+        completion_tokens_per_s=_between(low.completion_tokens_per_s, high.completion_tokens_per_s, share),
+        gpus=gpus,
+        tokens_per_s_per_gpu=None if tok is None or not gpus else tok / gpus,
+        requests_per_s_per_gpu=None if req is None or not gpus else req / gpus,
+        bound="=",
+        notes=list(dict.fromkeys([*low.notes, *high.notes])),
+    )
+
+
+def rate_draws(
+    low: float | None, high: float | None, x0: float, x1: float, xs: np.ndarray
+) -> np.ndarray | None:
+    """A rate at each crossing replicate `xs`, interpolated between its two levels' measured rates (a
+    replicate beyond the bracket taken at the bracket's end, like the crossing's interval)."""
+    if low is None or high is None or x1 <= x0:
+        return None
+    known = xs[~np.isnan(xs)]
+    share = (np.clip(known, x0, x1) - x0) / (x1 - x0)
+    out: np.ndarray = low + share * (high - low)
+    return out
 
 
 def cost(

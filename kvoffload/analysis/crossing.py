@@ -14,16 +14,18 @@ above it (+inf), and an interval end that falls among those is only a bound.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from kvoffload.analysis import bootstrap
+from kvoffload.analysis import bootstrap, steady
 from kvoffload.analysis.capacity import live_sessions
-from kvoffload.config.slo import Slo
+from kvoffload.config.slo import Limit, judge
 
 # crossing: bracketed by two measured levels; at_least: never missed; fewer_than: always missed.
 Status = Literal["crossing", "at_least", "fewer_than", "no_data"]
@@ -35,36 +37,9 @@ _TAIL = (100.0 - bootstrap.CONFIDENCE) / 2
 _BATCH = 200
 
 
-@dataclass(frozen=True)
-class Limit:
-    """One limit of the target: a later-round figure and its threshold."""
-
-    key: str  # ttft_p95 | ttft_p50 | tpot_p95 | hit_rate
-    threshold: float
-    upper: bool  # True: a figure above the threshold misses; False: one below it
-    words: str
-
-    def margin(self, figure: np.ndarray) -> np.ndarray:
-        """Above 0: missed; the distance to the threshold in the figure's own unit."""
-        out: np.ndarray = figure - self.threshold if self.upper else self.threshold - figure
-        return out
-
-    def text(self, value: float) -> str:
-        if self.key == "hit_rate":
-            return f"{self.words} {100 * value:.0f} % < {100 * self.threshold:g} %"
-        scale, unit = (1000.0, "ms") if self.key == "tpot_p95" else (1.0, "s")
-        return f"{self.words} {scale * value:.3g} {unit} > {scale * self.threshold:g} {unit}"
-
-
-def limits(slo: Slo) -> list[Limit]:
-    """The limits `slo` sets, p95 TTFT first."""
-    out = [Limit("ttft_p95", slo.ttft_p95_s, True, "p95 TTFT")]
-    if slo.ttft_p50_s is not None:
-        out.append(Limit("ttft_p50", slo.ttft_p50_s, True, "p50 TTFT"))
-    if slo.tpot_p95_s is not None:
-        out.append(Limit("tpot_p95", slo.tpot_p95_s, True, "p95 TPOT"))
-    if slo.min_later_hit_rate is not None:
-        out.append(Limit("hit_rate", slo.min_later_hit_rate, False, "hit rate"))
+def margin(lim: Limit, figure: np.ndarray) -> np.ndarray:
+    """Above 0: the figure missed the limit; the distance to the threshold in the figure's own unit."""
+    out: np.ndarray = figure - lim.threshold if lim.upper else lim.threshold - figure
     return out
 
 
@@ -180,11 +155,12 @@ def draws(s: Sample, keys: Sequence[str], replicates: int, rng: np.random.Genera
 
 @dataclass(frozen=True)
 class Level:
-    """One measured level of a tier's sweep: its later-round figures and whether they meet the target."""
+    """One measured level of a tier's sweep: its later-round figures over the steady windows of its
+    cells that held it, and whether they meet the target (config/slo.py `judge`)."""
 
     sessions_at_once: int
     concurrencies: list[int]
-    cells: list[str]
+    cells: list[str]  # the cells whose window held the level (its figures' cells)
     sessions: int
     ttft_p95_s: float | None
     ttft_p50_s: float | None
@@ -195,6 +171,15 @@ class Level:
     unknown: list[str] = field(default_factory=list)
     # the 95 % bootstrap interval of ttft_p95_s (bootstrap.later_percentile; None below its sessions)
     ttft_p95_ci_s: list[float] | None = None
+    # runs (repeats) pooled: the held cells
+    runs: int = 0
+    # the load actually held: the time-weighted mean of live sessions over the windows, and the mean
+    # window length (s), over the held cells
+    held_sessions: float | None = None
+    window_s: float | None = None
+    # per cell that did not hold the level: "cell <id>: <why>" (analysis/steady.py)
+    not_held: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -209,43 +194,58 @@ class Ramp:
 
 
 def levels(
-    rows: pd.DataFrame, requests: Mapping[str, pd.DataFrame], lims: Sequence[Limit]
-) -> tuple[list[Level], dict[int, Sample]]:
+    rows: pd.DataFrame,
+    requests: Mapping[str, pd.DataFrame],
+    lims: Sequence[Limit],
+    min_window_requests: int = steady.MIN_WINDOW_REQUESTS,
+) -> tuple[list[Level], dict[int, Sample], dict[str, steady.Held]]:
     """A tier's levels (its valid cells grouped by the sessions live at once), each judged against
-    `lims`, and their later-round samples by level."""
+    `lims` on the requests of its cells' steady windows (analysis/steady.py); their later-round samples
+    by level; and each held cell's window and in-window records by cell id (what goodput and the
+    level's interval use)."""
     live = live_sessions(rows)
-    levels: list[Level] = []
+    out: list[Level] = []
     samples: dict[int, Sample] = {}
+    inside: dict[str, steady.Held] = {}
     for x, g in rows.groupby(live.round().astype("Int64"), sort=True):
         level = int(x)
-        cells = sorted(g["cell_id"].astype(str))
-        s = sample([requests.get(c, pd.DataFrame()) for c in cells])
+        held, not_held, loads, seconds = [], [], [], []
+        for cell in sorted(g["cell_id"].astype(str)):
+            records = requests.get(cell, pd.DataFrame())
+            w = steady.window(records, level, min_window_requests) if not records.empty else None
+            if w is None or not w.held:
+                not_held.append(f"cell {cell}: {'no requests' if w is None else w.why}")
+                continue
+            held.append(cell)
+            inside[cell] = steady.Held(w, steady.in_window(records, w))
+            loads.append(w.held_sessions)
+            seconds.append(w.seconds)
+        s = sample([inside[c].records for c in held])
         est = estimates(s, ["ttft_p95", "ttft_p50", "tpot_p95", "hit_rate"])
-        missed, unknown = [], []
-        for lim in lims:
-            v = est[lim.key]
-            if v is None:
-                unknown.append(lim.words)
-            elif float(lim.margin(np.array([v]))[0]) > 0:
-                missed.append(lim.text(v))
-        meets = None if unknown else not missed
+        why = None if held else "; ".join(not_held)
+        verdict = judge(lims, est, not_held=why)
         samples[level] = s
-        levels.append(
+        out.append(
             Level(
                 sessions_at_once=level,
                 concurrencies=sorted({int(c) for c in g["concurrency"]}),
-                cells=cells,
+                cells=held,
                 sessions=s.sessions,
                 ttft_p95_s=est["ttft_p95"],
                 ttft_p50_s=est["ttft_p50"],
                 tpot_p95_s=est["tpot_p95"],
                 hit_rate=est["hit_rate"],
-                meets=meets,
-                missed=missed,
-                unknown=unknown,
+                meets=verdict.meets,
+                missed=verdict.missed,
+                unknown=verdict.unknown,
+                runs=len(held),
+                held_sessions=float(np.mean([v for v in loads if v is not None])) if loads else None,
+                window_s=float(np.mean(seconds)) if seconds else None,
+                not_held=not_held,
+                nodes=sorted({str(n) for n in g["node"].dropna()}) if "node" in g else [],
             )
         )
-    return levels, samples
+    return out, samples, inside
 
 
 def ramp(levels: Sequence[Level]) -> Ramp:
@@ -280,7 +280,7 @@ def cross(
     below = np.zeros(n, dtype=bool)
     unknown = np.zeros(n, dtype=bool)
     for i, lim in enumerate(lims):
-        g0, g1 = lim.margin(low[lim.key]), lim.margin(high[lim.key])
+        g0, g1 = margin(lim, low[lim.key]), margin(lim, high[lim.key])
         unknown |= np.isnan(g0) | np.isnan(g1)
         below |= g0 > 0
         crosses = (g0 <= 0) & (g1 > 0)
@@ -294,18 +294,52 @@ def cross(
     return best, which
 
 
-def interval(draws: np.ndarray, low: float, high: float) -> tuple[list[float], list[bool]] | None:
-    """The 95 % percentile interval of crossing replicates, a replicate below (above) the bracket
-    counted at its low (high) end; an end that falls among those is a bound. None when more than the
-    tails' share of the replicates is unknown."""
+def few_runs_widened(draws: np.ndarray, estimate: float, runs: int) -> np.ndarray:
+    """Crossing replicates spread about the estimate by sqrt(R / (R - 1)) for R runs (R >= 2): drawing R
+    runs with replacement gives their mean a variance of (R - 1) / R of what a new set of R runs would
+    (half of it with two runs), so the run-to-run part of the interval is too narrow by that much; the
+    factor restores it (and widens the session part with it, erring wide). Infinite and unknown
+    replicates, and R < 2 (no run-to-run noise to restore), are left as they are."""
+    if runs < 2:
+        return draws
+    scale = math.sqrt(runs / (runs - 1))
+    finite = np.isfinite(draws)
+    out = draws.copy()
+    out[finite] = estimate + scale * (draws[finite] - estimate)
+    return out
+
+
+def bias_corrected_tails(draws: np.ndarray, estimate: float) -> tuple[float, float]:
+    """The percentiles (0-100) of a 95 % bias-corrected (BC) bootstrap interval (Efron 1987): with z0 =
+    Phi^-1(the share of replicates below the estimate, ties counted half), the ends are at Phi(2 z0 -/+
+    z_0.975). A p95 resampled from few sessions lies below the p95 of the whole more often than above
+    it (a resample repeats sessions and leaves the slowest out a third of the time), so the plain
+    percentile interval of a crossing sits to one side of its estimate; BC moves it back. z0 = 0 gives
+    the plain 2.5-97.5 percentiles."""
+    n = len(draws)
+    share = (float(np.sum(draws < estimate)) + 0.5 * float(np.sum(draws == estimate))) / n
+    share = min(max(share, 1.0 / (n + 1)), n / (n + 1.0))
+    normal = NormalDist()
+    z0, z = normal.inv_cdf(share), normal.inv_cdf(1 - _TAIL / 100)
+    return 100 * normal.cdf(2 * z0 - z), 100 * normal.cdf(2 * z0 + z)
+
+
+def interval(
+    draws: np.ndarray, low: float, high: float, estimate: float | None = None
+) -> tuple[list[float], list[bool]] | None:
+    """The 95 % interval of crossing replicates: bias-corrected (`bias_corrected_tails`) around
+    `estimate` when it is given, else the percentile interval; a replicate below (above) the bracket
+    counts at its low (high) end, and an end that falls among those is a bound. None when more than
+    the tails' share of the replicates is unknown."""
     known = draws[~np.isnan(draws)]
-    if len(known) < len(draws) * (1 - 2 * _TAIL / 100):
+    if not len(known) or len(known) < len(draws) * (1 - 2 * _TAIL / 100):
         return None
+    q_lo, q_hi = (_TAIL, 100 - _TAIL) if estimate is None else bias_corrected_tails(known, estimate)
     clipped = np.clip(known, low, high)
-    lo, hi = np.percentile(clipped, _TAIL), np.percentile(clipped, 100 - _TAIL)
+    lo, hi = np.percentile(clipped, q_lo), np.percentile(clipped, q_hi)
     below = float(np.mean(known == -np.inf)) * 100
     above = float(np.mean(known == np.inf)) * 100
-    return [float(lo), float(hi)], [below > _TAIL, above > _TAIL]
+    return [float(lo), float(hi)], [below > q_lo, above > 100 - q_hi]
 
 
 _LEVEL_FIGURE = {

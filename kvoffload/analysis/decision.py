@@ -2,135 +2,61 @@
 
 Pure: summary rows, each cell's request records, the campaign's `slo` and `prices`
 (kvoffload/config/slo.py), the capacity predictions and the sizes of the offload stores in; frozen
-dataclasses out. No IO, no printing. Definitions, formulas and null rules: docs/metrics.md "Decision".
+dataclasses (kvoffload/analysis/decision_types.py) out, their words from
+kvoffload/analysis/decision_words.py. No IO, no printing. Definitions, formulas and null rules:
+docs/metrics.md "Decision".
 
 Per sweep (model, num_rounds, ISL, OSL) and tier, over its valid cells only (the validity rules of the
-findings, `compare.cell_invalid_reasons`, and status done):
-- a *level* is the sessions live at once (`capacity.live_sessions`: the requested concurrency, never
-  more than the users the cell could replay), its cells pooled (repeats, or two concurrencies that ran
-  the same load); its later-round (rounds >= 2) figures meet the target when every limit the `slo`
-  sets holds; a level missing a set limit's figure is not judged.
-- *sessions at the target*: between the largest level that meets the target below the smallest that
-  misses it and that smallest missing level, the crossing by linear interpolation of each missed
-  limit's figure against the level (the smallest such crossing); its 95 % interval from a bootstrap
-  over sessions (kvoffload/analysis/bootstrap.py: both levels' cells resampled independently, the
-  crossing recomputed per replicate; a replicate whose lower level misses too lies below the bracket,
-  one whose upper level meets lies above it, and an interval end that falls there is a bound).
-  Censored: never missed gives "at least" the highest level (the most the dataset can replay when it is
-  the sweep's load ceiling); always missed gives "fewer than" the smallest level.
-- *goodput* at the operating level (the largest measured level that meets the target, so a measured
-  cell, not the interpolated crossing): GuideLLM's definition, only requests whose own TTFT is within
-  the p95 limit (and TPOT within the TPOT limit, when set) count; requests/s and tokens/s over the
-  replay's wall time, mean over the level's cells, and per GPU.
-- *cost* per million tokens of goodput from the price list, each price counted only where the tier
-  uses that resource, and *energy* per million tokens from the measured GPU power.
-- the ratio of an offload tier's sessions to gpu's, its interval from the same replicates (tiers are
-  separate runs: replicate b of each is an independent draw, so their ratio is a draw of the joint
-  distribution), and one sentence per offload tier.
+findings, `compare.cell_invalid_reasons`, and status done), on one node's cells or on nodes shown alike
+(the same host facts and software; else the node with the most levels, the others left out):
+- a *level* is the sessions live at once (`capacity.live_sessions`), its cells' steady windows pooled
+  (kvoffload/analysis/steady.py: a cell whose window did not hold the level is left out of it; a level
+  no cell held is not judged); config/slo.py `judge` decides whether it meets the target.
+- *sessions at the target*: the crossing between the largest level that meets the target below the
+  smallest that misses it and that level, each missed limit's figure interpolated linearly against the
+  level (the smallest such crossing); its 95 % interval from a bootstrap over runs (repeats), then
+  sessions (kvoffload/analysis/bootstrap.py). Censored: never missed gives "at least" the highest held
+  level and says what capped it; always missed gives "fewer than" the smallest level.
+- *goodput* and *cost* at the crossing: each rate of the two levels (over their steady windows)
+  interpolated like the crossing, with the interval the crossing's replicates give; a tier that never
+  missed is priced at its highest level, as a bound.
+- the ratio of an offload tier's sessions to gpu's, its interval from the same replicates (a censored
+  side against the other side's interval end), the change of cost per million tokens with its
+  interval, and one sentence per offload tier. "pick" and "lowest cost" only where intervals separate
+  and the decisive levels rest on two runs or more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from kvoffload.analysis import bootstrap, costing, crossing
-from kvoffload.analysis.capacity import SWEEP_KEYS, Stated, TierCapacity, load_ceiling
+from kvoffload.analysis import bootstrap, costing, crossing, decision_words
+from kvoffload.analysis.capacity import (
+    SWEEP_KEYS,
+    Stated,
+    TierCapacity,
+    load_ceiling,
+    replayable_users,
+)
 from kvoffload.analysis.compare import cell_invalid_reasons
-from kvoffload.analysis.costing import BASE_PRICES, Cost, Goodput, Resources
-from kvoffload.analysis.crossing import Bound, Level, Limit, Status
+from kvoffload.analysis.costing import Goodput, Resources
+from kvoffload.analysis.crossing import Bound, Level, Sample
+from kvoffload.analysis.decision_types import SweepDecision, TierDecision
+from kvoffload.analysis.nodes import node_differences
 from kvoffload.analysis.software import version_splits
-from kvoffload.config.slo import Prices, Slo
+from kvoffload.analysis.steady import Held
+from kvoffload.config.slo import Limit, Prices, Slo
 from kvoffload.tiers import TIERS
 
+__all__ = ["CSV_COLUMNS", "SweepDecision", "TierDecision", "csv_rows", "decide"]
 
-@dataclass(frozen=True)
-class TierDecision:
-    """One tier of one sweep: sessions at the target, goodput, cost and the verdict."""
-
-    model: str
-    num_rounds: int
-    isl: int
-    osl: str
-    tier: str
-    status: Status
-    # crossing: the interpolated estimate; at_least / fewer_than: the bound (see `sessions_bound`)
-    sessions: float | None
-    sessions_bound: Literal["=", ">=", "<"] | None
-    sessions_ci: list[float] | None
-    # per end of the interval: True when it is a bound (the replicates reach beyond the bracket there)
-    sessions_ci_censored: list[bool] | None
-    interval_note: str | None
-    last_meeting: int | None
-    first_missing: int | None
-    binding_limit: str | None
-    ceiling: int | None
-    non_monotone: list[int]
-    levels: list[Level]
-    goodput: Goodput | None
-    resources: Resources
-    cost: Cost
-    history_tokens: float | None
-    history_sessions: float | None
-    ratio_vs_gpu: float | None = None
-    ratio_bound: Bound | None = None
-    ratio_ci: list[float | None] | None = None
-    # True: surely more sessions than gpu at the target (the ratio's interval or bound lies above 1);
-    # False: surely fewer; None: the data cannot tell
-    more_than_gpu: bool | None = None
-    extra_sessions_vs_gpu: float | None = None
-    dram_gb_per_extra_session: float | None = None
-    nvme_gb_per_extra_session: float | None = None
-    extra_bound: Bound | None = None
-    verdict: str = ""
-    sessions_text: str = ""
-    excluded: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class SweepDecision:
-    """The decision table of one sweep (model, num_rounds, ISL, OSL) and its sentences."""
-
-    model: str
-    num_rounds: int
-    isl: int
-    osl: str
-    target: str
-    tiers: list[TierDecision]
-    statements: list[str]
-    conditions: list[str]
-    pick: str | None
-    missing_prices: list[str]
-    currency: str | None
-    example_prices: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _sessions_text(d: TierDecision) -> str:
-    if d.status == "no_data":
-        return "–"
-    if d.status == "fewer_than":
-        return f"< {d.sessions:g} (missed at every level)"
-    if d.status == "at_least":
-        where = (
-            "the most this dataset can replay"
-            if d.ceiling is not None and d.sessions is not None and d.sessions >= d.ceiling
-            else "the highest level measured"
-        )
-        return f">= {d.sessions:g} ({where})"
-    assert d.sessions is not None
-    if d.sessions_ci is None or d.sessions_ci_censored is None:
-        return f"{d.sessions:.3g} (no interval)"
-    lo, hi = d.sessions_ci
-    lo_t = f"<{lo:.3g}" if d.sessions_ci_censored[0] else f"{lo:.3g}"
-    hi_t = f">{hi:.3g}" if d.sessions_ci_censored[1] else f"{hi:.3g}"
-    return f"{d.sessions:.3g} [{lo_t}-{hi_t}]"
+# The summary column flagging the cells whose L2 loads failed for lack of L1 room (analysis/lmcache.py).
+SHORT_OF_ROOM = "lmcache_l2_prefetch_l1_oom"
 
 
 @dataclass(frozen=True)
@@ -143,10 +69,15 @@ class _Inputs:
     l2: Mapping[str, Stated]
     replicates: int
     min_sessions: int
+    min_window_requests: int
 
 
-# The records of a cell without any (bootstrap reads these columns).
-_NO_REQUESTS = pd.DataFrame(columns=["user_id", "round", "status", "ttft_s"])
+@dataclass(frozen=True)
+class _Draws:
+    """A tier's crossing replicates and its cost per million tokens at each (None: no interval)."""
+
+    sessions: np.ndarray | None
+    cost: np.ndarray | None
 
 
 def _key(key: Any) -> tuple[Any, ...]:
@@ -168,6 +99,43 @@ def _prediction(key: tuple[Any, ...], tier: str, predictions: Sequence[TierCapac
     return None
 
 
+def _capped_by(top: Level, levels: Sequence[Level], rows: pd.DataFrame) -> str:
+    """What capped an "at least" bound at level `top`: a higher level whose load was not held (the users
+    ran out), the users a closed loop can hold (half those replayed, after max_sessions), or the levels
+    the campaign asked for."""
+    above = [lv for lv in levels if lv.sessions_at_once > top.sessions_at_once and lv.not_held]
+    if above:
+        lv = above[0]
+        return f"level {lv.sessions_at_once} was not held: {lv.not_held[0]}"
+    users = (
+        pd.to_numeric(rows["achieved_sessions"], errors="coerce").dropna()
+        if "achieved_sessions" in rows
+        else pd.Series(dtype=float)
+    )
+    replayable = replayable_users(rows).dropna()
+    if len(users):
+        n = int(users.max())
+        if top.sessions_at_once >= n // 2:
+            pool = int(replayable.min()) if len(replayable) else n
+            cut = (
+                f", max_sessions of the {pool} the dataset offers" if pool > n else ", all the dataset offers"
+            )
+            return (
+                f"the users cap it: {n} replayed{cut}; holding a level for a session takes about twice its "
+                "users"
+            )
+    return "the highest level the campaign asked for"
+
+
+def _percentiles(draws: np.ndarray) -> list[float] | None:
+    """The 95 % interval of finite replicates; None when more than the tails' share is not finite."""
+    finite = draws[np.isfinite(draws)]
+    tail = (100.0 - bootstrap.CONFIDENCE) / 2
+    if not len(finite) or len(finite) < len(draws) * (1 - 2 * tail / 100):
+        return None
+    return [float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))]
+
+
 def _tier(
     key: tuple[Any, ...],
     tier: str,
@@ -176,20 +144,23 @@ def _tier(
     requests: Mapping[str, pd.DataFrame],
     inp: _Inputs,
     rng: np.random.Generator,
-) -> tuple[TierDecision, np.ndarray | None]:
-    """One tier's decision and its crossing replicates (None without an interval)."""
+) -> tuple[TierDecision, _Draws]:
+    """One tier's decision and its replicates."""
     model, num_rounds, isl, osl = key
-    levels, samples = crossing.levels(rows, requests, inp.limits) if not rows.empty else ([], {})
-    # each level's p95 with its interval, for the plot and the JSON
+    levels: list[Level] = []
+    samples: dict[int, Sample] = {}
+    held: dict[str, Held] = {}
+    if not rows.empty:
+        levels, samples, held = crossing.levels(rows, requests, inp.limits, inp.min_window_requests)
+    # each level's p95 with its interval, over its steady windows, for the plot and the JSON
     levels = [
         replace(
             lv,
             ttft_p95_ci_s=bootstrap.later_percentile(
-                [requests.get(c, _NO_REQUESTS) for c in lv.cells],
-                95,
-                inp.replicates,
-                min_sessions=inp.min_sessions,
-            ).as_list(),
+                [held[c].records for c in lv.cells], 95, inp.replicates, min_sessions=inp.min_sessions
+            ).as_list()
+            if lv.cells
+            else None,
         )
         for lv in levels
     ]
@@ -203,6 +174,12 @@ def _tier(
     note: str | None = None
     binding: str | None = None
     draws: np.ndarray | None = None
+    first_miss = r.high.sessions_at_once if r.high is not None else None
+    unjudged = [
+        lv.sessions_at_once
+        for lv in levels
+        if lv.meets is None and (first_miss is None or lv.sessions_at_once < first_miss)
+    ]
     if r.status == "crossing":
         assert r.low is not None and r.high is not None
         x0, x1 = float(r.low.sessions_at_once), float(r.high.sessions_at_once)
@@ -222,7 +199,8 @@ def _tier(
             d0 = crossing.draws(s0, keys, inp.replicates, rng)
             d1 = crossing.draws(s1, keys, inp.replicates, rng)
             draws, _ = crossing.cross(inp.limits, d0, d1, x0, x1)
-            got = crossing.interval(draws, x0, x1)
+            draws = crossing.few_runs_widened(draws, sessions, min(len(s0.cell_sizes), len(s1.cell_sizes)))
+            got = crossing.interval(draws, x0, x1, sessions)
             if got is None:
                 note, draws = "no interval: a limit's figure is unknown in too many replicates", None
             else:
@@ -231,7 +209,6 @@ def _tier(
         binding = next(
             (lim.words for lim in inp.limits if any(m.startswith(lim.words) for m in r.high.missed)), None
         )
-    operating = r.low if r.status in ("crossing", "at_least") else None
     res = (
         costing.resources(rows, tier, inp.profile_l1, inp.l2)
         if not rows.empty
@@ -240,11 +217,36 @@ def _tier(
     goodput: Goodput | None = None
     energy: float | None = None
     power: float | None = None
-    if operating is not None:
-        goodput, energy, power = costing.goodput(
-            operating, rows, requests, inp.slo, ">=" if r.status == "at_least" else "="
-        )
+    tok_draws: np.ndarray | None = None
+    if r.status == "crossing" and sessions is not None:
+        assert r.low is not None and r.high is not None
+        x0, x1 = float(r.low.sessions_at_once), float(r.high.sessions_at_once)
+        g0, e0, p0 = costing.goodput(r.low, rows, held, inp.slo, "=")
+        g1, e1, p1 = costing.goodput(r.high, rows, held, inp.slo, "=")
+        goodput = costing.at_crossing(g0, g1, x0, x1, sessions)
+        share = (sessions - x0) / (x1 - x0)
+        energy = None if e0 is None or e1 is None else e0 + share * (e1 - e0)
+        power = None if p0 is None or p1 is None else p0 + share * (p1 - p0)
+        if draws is not None:
+            tok_draws = costing.rate_draws(g0.tokens_per_s, g1.tokens_per_s, x0, x1, draws)
+    elif r.status == "at_least" and r.low is not None:
+        goodput, energy, power = costing.goodput(r.low, rows, held, inp.slo, ">=")
     price = costing.cost(tier, res, inp.prices, goodput, energy, power)
+    cost_draws: np.ndarray | None = None
+    if tok_draws is not None and price.per_hour is not None and price.per_million_tokens is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cost_draws = np.where(tok_draws > 0, price.per_hour / (tok_draws * 3600.0) * 1e6, np.nan)
+        price = replace(price, per_million_tokens_ci=_percentiles(cost_draws))
+    runs = 0
+    if r.status == "crossing" and r.low is not None and r.high is not None:
+        runs = min(r.low.runs, r.high.runs)
+    elif r.status == "at_least" and r.low is not None:
+        runs = r.low.runs
+    elif r.status == "fewer_than" and r.high is not None:
+        runs = r.high.runs
+    short = (
+        sorted(rows.loc[rows[SHORT_OF_ROOM].eq(True), "cell_id"].astype(str)) if SHORT_OF_ROOM in rows else []
+    )
     pred = _prediction(key, tier, inp.predictions)
     d = TierDecision(
         model=str(model),
@@ -269,63 +271,54 @@ def _tier(
         cost=price,
         history_tokens=None if pred is None else pred.tokens,
         history_sessions=None if pred is None else pred.sessions,
+        runs=runs,
+        capped_by=_capped_by(r.low, levels, rows) if r.status == "at_least" and r.low is not None else None,
+        unjudged=unjudged,
+        offload_short_of_room=short,
         excluded=excluded,
     )
-    return d, draws
+    return d, _Draws(draws, cost_draws)
+
+
+def _ends(d: TierDecision) -> tuple[float | None, float | None]:
+    """What the data say a tier's crossing surely exceeds and surely stays under (None: no such end):
+    an "at least" bound is a low end, a "fewer than" bound a high end, a crossing its interval's ends
+    where they are not censored."""
+    if d.sessions is None:
+        return None, None
+    if d.status == "at_least":
+        return d.sessions, None
+    if d.status == "fewer_than":
+        return None, d.sessions
+    if d.status == "crossing" and d.sessions_ci is not None and d.sessions_ci_censored is not None:
+        lo = None if d.sessions_ci_censored[0] else d.sessions_ci[0]
+        hi = None if d.sessions_ci_censored[1] else d.sessions_ci[1]
+        return lo, hi
+    return None, None
 
 
 def _vs_gpu(
     t: TierDecision, g: TierDecision
 ) -> tuple[float | None, Bound | None, float | None, Bound | None]:
-    """(sessions ratio, its bound, extra sessions, their bound) of tier t against gpu g."""
-    ts, gs = t.sessions, g.sessions
-    if ts is None or gs is None or t.status == "no_data" or g.status == "no_data":
+    """(sessions ratio, its bound, extra sessions, their bound) of tier t against gpu g. Two crossings
+    give estimates; a censored side is compared with the other side's interval end: t >= a against
+    g's upper end gives "at least a / g_hi", t < b against g's lower end "at most b / g_lo"."""
+    if t.sessions is None or g.sessions is None or "no_data" in (t.status, g.status):
         return None, None, None, None
     pair = (t.status, g.status)
     if pair == ("crossing", "crossing"):
-        return ts / gs, "=", ts - gs, "="
-    if pair in (("at_least", "crossing"), ("at_least", "fewer_than"), ("crossing", "fewer_than")):
-        return (ts / gs if gs > 0 else None), ">=", ts - gs, ">="
-    if pair in (("fewer_than", "crossing"), ("fewer_than", "at_least"), ("crossing", "at_least")):
-        return ts / gs if gs > 0 else None, "<=", None, None
-    return None, None, None, None
-
-
-def _with_gpu(
-    t: TierDecision, g: TierDecision | None, t_draws: np.ndarray | None, g_draws: np.ndarray | None
-) -> TierDecision:
-    if g is None or t.tier == "gpu":
-        return t
-    ratio, rbound, extra, ebound = _vs_gpu(t, g)
-    ci = None
-    if rbound == "=" and t_draws is not None and g_draws is not None:
-        ci = crossing.ratio_interval(crossing.ratio_draws(t_draws, g_draws))
-    dram = nvme = None
-    if extra is not None and extra > 0:
-        tr, gr = t.resources, g.resources
-        if tr.dram_gb is not None and gr.dram_gb is not None and tr.dram_gb > gr.dram_gb:
-            dram = (tr.dram_gb - gr.dram_gb) / extra
-        if tr.nvme_tb is not None and gr.nvme_tb is not None and tr.nvme_tb > gr.nvme_tb:
-            nvme = 1000.0 * (tr.nvme_tb - gr.nvme_tb) / extra
-    else:
-        extra, ebound = None, None
-    # more extra sessions (a ">=" bound) means fewer GB per extra session
-    per: Bound | None = None if ebound is None else "<=" if ebound == ">=" else "="
-    done = _replace(
-        t,
-        ratio_vs_gpu=ratio,
-        ratio_bound=rbound,
-        ratio_ci=ci,
-        extra_sessions_vs_gpu=extra,
-        dram_gb_per_extra_session=dram,
-        nvme_gb_per_extra_session=nvme,
-        extra_bound=per,
-    )
-    return _replace(done, more_than_gpu=_more_than_gpu(done, g))
-
-
-def _replace(d: TierDecision, **changes: Any) -> TierDecision:
-    return replace(d, **changes)
+        return t.sessions / g.sessions, "=", t.sessions - g.sessions, "="
+    if pair in (("at_least", "at_least"), ("fewer_than", "fewer_than")):
+        return None, None, None, None
+    t_lo, t_hi = _ends(t)
+    g_lo, g_hi = _ends(g)
+    if t.status == "at_least" or g.status == "fewer_than":
+        if t_lo is None or g_hi is None or g_hi <= 0:
+            return None, None, None, None
+        return t_lo / g_hi, ">=", t_lo - g_hi, ">="
+    if t_hi is None or g_lo is None or g_lo <= 0:
+        return None, None, None, None
+    return t_hi / g_lo, "<=", None, None
 
 
 def _more_than_gpu(d: TierDecision, g: TierDecision) -> bool | None:
@@ -349,9 +342,85 @@ def _more_than_gpu(d: TierDecision, g: TierDecision) -> bool | None:
     return None
 
 
-def _pick(tiers: Sequence[TierDecision]) -> str | None:
-    """The simplest tier that surely sustains more sessions than gpu (cpu before nvme), unless a more
-    complex one's interval lies wholly above the simpler one's; else gpu (when it was measured)."""
+def _cost_change(
+    t: TierDecision, g: TierDecision, t_cost: np.ndarray | None, g_cost: np.ndarray | None
+) -> tuple[float | None, list[float] | None, Bound | None]:
+    """The change of t's cost per million tokens against gpu's (%), its 95 % interval from the paired
+    replicates, and its bound. A side priced at its highest level (it never missed) costs at most that:
+    against the other side's interval end it bounds the change, or, where no end is known, nothing."""
+    a, b = t.cost.per_million_tokens, g.cost.per_million_tokens
+    if a is None or b is None or b <= 0:
+        return None, None, None
+    if t.cost.bound == "=" and g.cost.bound == "=":
+        ci = None
+        if t_cost is not None and g_cost is not None and len(t_cost) == len(g_cost):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ci = _percentiles(100.0 * (t_cost / g_cost - 1.0))
+        return 100.0 * (a / b - 1.0), ci, "="
+    if t.cost.bound == "<=" and g.cost.bound == "<=":
+        return None, None, None
+    if t.cost.bound == "<=":  # t costs at most a; g at least its interval's low end
+        g_lo = g.cost.per_million_tokens_ci[0] if g.cost.per_million_tokens_ci else None
+        return (None, None, None) if g_lo is None else (100.0 * (a / g_lo - 1.0), None, "<=")
+    t_lo = t.cost.per_million_tokens_ci[0] if t.cost.per_million_tokens_ci else None
+    return (None, None, None) if t_lo is None else (100.0 * (t_lo / b - 1.0), None, ">=")
+
+
+def _with_gpu(t: TierDecision, g: TierDecision | None, t_draws: _Draws, g_draws: _Draws) -> TierDecision:
+    if g is None or t.tier == "gpu":
+        return t
+    ratio, rbound, extra, ebound = _vs_gpu(t, g)
+    ci = None
+    if rbound == "=" and t_draws.sessions is not None and g_draws.sessions is not None:
+        ci = crossing.ratio_interval(crossing.ratio_draws(t_draws.sessions, g_draws.sessions))
+    change, change_ci, change_bound = _cost_change(t, g, t_draws.cost, g_draws.cost)
+    done = replace(
+        t,
+        ratio_vs_gpu=ratio,
+        ratio_bound=rbound,
+        ratio_ci=ci,
+        cost_change_pct=change,
+        cost_change_ci_pct=change_ci,
+        cost_change_bound=change_bound,
+    )
+    more = _more_than_gpu(done, g)
+    dram = nvme = None
+    # GB per extra session only where the extra sessions are told apart from zero
+    if more is True and extra is not None and extra > 0:
+        tr, gr = t.resources, g.resources
+        if tr.dram_gb is not None and gr.dram_gb is not None and tr.dram_gb > gr.dram_gb:
+            dram = (tr.dram_gb - gr.dram_gb) / extra
+        if tr.nvme_tb is not None and gr.nvme_tb is not None and tr.nvme_tb > gr.nvme_tb:
+            nvme = 1000.0 * (tr.nvme_tb - gr.nvme_tb) / extra
+    else:
+        extra, ebound = None, None
+    # more extra sessions (a ">=" bound) means fewer GB per extra session
+    per: Bound | None = None if ebound is None else "<=" if ebound == ">=" else "="
+    return replace(
+        done,
+        more_than_gpu=more,
+        extra_sessions_vs_gpu=extra,
+        dram_gb_per_extra_session=dram,
+        nvme_gb_per_extra_session=nvme,
+        extra_bound=per,
+    )
+
+
+def _pick(tiers: Sequence[TierDecision]) -> tuple[str | None, str | None]:
+    """(pick, why there is none). The simplest tier that surely sustains more sessions than gpu (cpu
+    before nvme), unless a more complex one's interval lies wholly above the simpler one's; else gpu
+    when every offload tier is surely not better. No pick from decisive levels of one run, nor where
+    an offload tier cannot be told apart from gpu."""
+    gpu = next((d for d in tiers if d.tier == "gpu" and d.status != "no_data"), None)
+    if gpu is None:
+        return None, "gpu has no level judged against the target: nothing to compare with"
+    judged = [d for d in tiers if d.status != "no_data"]
+    thin = [d.tier for d in judged if d.runs < 2]
+    if thin:
+        return None, (
+            f"{', '.join(thin)} rest{'s' if len(thin) == 1 else ''} on one run: the run-to-run noise is not "
+            "measured, so no pick (set `repeats: 2` or more)"
+        )
     better = [d for d in tiers if d.tier != "gpu" and d.more_than_gpu]
     if better:
         pick = better[0]
@@ -359,159 +428,37 @@ def _pick(tiers: Sequence[TierDecision]) -> str | None:
             a, b = pick.ratio_ci, other.ratio_ci
             if a is not None and b is not None and a[1] is not None and b[0] is not None and b[0] > a[1]:
                 pick = other
-        return pick.tier
-    gpu = next((d for d in tiers if d.tier == "gpu" and d.status != "no_data"), None)
-    return None if gpu is None else "gpu"
-
-
-def _verdict(d: TierDecision, pick: str | None, cheapest: str | None) -> str:
-    if d.status == "no_data":
-        why = "; ".join(sorted({u for lv in d.levels for u in lv.unknown}))
-        base = "not judged: " + (f"no {why} measured" if why else "no valid cell")
-    elif d.tier == "gpu":
-        base = "baseline"
-    else:
-        more = d.more_than_gpu
-        if d.ratio_vs_gpu is None and d.ratio_bound is None:
-            base = "no comparison with gpu"
-        else:
-            base = (
-                "more sessions than gpu"
-                if more is True
-                else "fewer sessions than gpu"
-                if more is False
-                else "not distinguishable from gpu"
-            )
-    if d.status == "fewer_than":
-        base += "; missed the target at every level"
-    parts = [("pick: " if d.tier == pick else "") + base]
-    if d.tier == cheapest:
-        parts.append("lowest cost per 1M tokens")
-    return "; ".join(parts)
-
-
-def _x(v: float | None, digits: str = ".2g") -> str:
-    return "?" if v is None else f"{v:{digits}}x"
-
-
-def _sentence(d: TierDecision, g: TierDecision, target: str, prices: Prices | None) -> str:
-    """ "cpu sustains 2.1x gpu's sessions at p95 TTFT <= 0.5 s (95 % CI 1.7-2.6x) for 1.06x the node
-    cost: 49 % less per million tokens", or what the data allow instead."""
-    r, b = d.ratio_vs_gpu, d.ratio_bound
-    if d.status == "no_data":
-        return f"{d.tier}: no level could be judged against {target}"
-    if g.status == "no_data":
-        return f"{d.tier}: gpu has no level judged against {target}, so no ratio"
-    if d.status == "fewer_than" and g.status == "fewer_than":
-        return (
-            f"{d.tier} and gpu both missed {target} at every level measured (from {d.sessions:g} and "
-            f"{g.sessions:g} sessions)"
+        return pick.tier, None
+    unclear = [d.tier for d in tiers if d.tier != "gpu" and d.status != "no_data" and d.more_than_gpu is None]
+    if unclear:
+        return None, (
+            f"{', '.join(unclear)} cannot be told apart from gpu at the target: more repeats or levels "
+            "closer to the crossing would tell"
         )
-    if d.status == "at_least" and g.status == "at_least":
-        return (
-            f"{d.tier} and gpu both met {target} at every level measured (up to {d.sessions:g} and "
-            f"{g.sessions:g} sessions): the dataset cannot tell them apart at this target; raise the load "
-            "(max_sessions, a larger dataset) or tighten the target"
-        )
-    if r is None:
-        return f"{d.tier}: no ratio to gpu"
-    if b == "=":
-        ci = d.ratio_ci
-        if ci is None:
-            interval = d.interval_note or g.interval_note or "no interval"
-        elif ci[0] is None and ci[1] is None:
-            interval = "95 % CI unbounded"
-        elif ci[0] is None:
-            interval = f"95 % CI at most {_x(ci[1])}"
-        elif ci[1] is None:
-            interval = f"95 % CI {_x(ci[0])} or more"
-        else:
-            interval = f"95 % CI {ci[0]:.2g}-{_x(ci[1])}"
-        text = f"{d.tier} sustains {_x(r)} gpu's sessions at {target} ({interval})"
-    else:
-        word = "at least" if b == ">=" else "at most"
-        why = []
-        for side in (d, g):
-            if side.status == "at_least":
-                why.append(f"{side.tier} never missed it up to {side.sessions:g} sessions")
-            elif side.status == "fewer_than":
-                why.append(f"{side.tier} missed it at every level from {side.sessions:g} sessions")
-        text = f"{d.tier} sustains {word} {_x(r)} gpu's sessions at {target} ({'; '.join(why)})"
-    return text + _cost_words(d, g, prices)
+    return "gpu", None
 
 
-def _no_cost(side: TierDecision) -> str | None:
-    """Why a side has no cost per million tokens (None: it has one)."""
-    c = side.cost
-    if c.per_million_tokens is not None:
-        return None
-    if side.goodput is None:
-        return f"{side.tier} met the target at no level, so it has no operating point to price"
-    if c.missing_prices:
-        return f"set {', '.join(c.missing_prices)}"
-    return "; ".join(c.notes) or f"{side.tier}'s goodput tokens are unknown"
-
-
-def _cost_words(d: TierDecision, g: TierDecision, prices: Prices | None) -> str:
-    """ " for 1.06x the node cost: 49 % less per million tokens", or why there is no cost. A cost of a
-    tier that never missed is an upper bound (it could carry more), which turns the change into a
-    bound on the side it can tell."""
-    if prices is None:
-        return f"; not priced: set {BASE_PRICES} (campaign prices, or the inventory's kvoffload_prices)"
-    dc, gc = d.cost, g.cost
-    text = ""
-    if dc.per_hour is not None and gc.per_hour:
-        text = f" for {dc.per_hour / gc.per_hour:.3g}x the node cost"
-    why = [w for w in (_no_cost(d), _no_cost(g)) if w]
-    if why:
-        return text + f" (no cost per million tokens: {'; '.join(dict.fromkeys(why))})"
-    a, b = dc.per_million_tokens, gc.per_million_tokens
-    assert a is not None and b is not None
-    if dc.bound == "<=" and gc.bound == "<=":
-        return text + " (both costs per million tokens are upper bounds: neither tier missed the target)"
-    change = 100.0 * (a / b - 1.0)
-    if dc.bound == "<=":  # the true change is at most this
-        bound = "at least " if change < 0 else "at most "
-    elif gc.bound == "<=":  # the true change is at least this
-        bound = "at least " if change > 0 else "at most "
-    else:
-        bound = ""
-    direction = "less" if change < 0 else "more"
-    return text + f": {bound}{abs(change):.0f} % {direction} per million tokens"
-
-
-def _conditions(slo: Slo, prices: Prices | None, tiers: Sequence[TierDecision]) -> list[str]:
-    out = [
-        f"target: later rounds (>= 2), {slo.limits_text()}; a level is the sessions live at once (the "
-        "requested concurrency, never more than the users a cell could replay), its cells pooled",
-        "sessions at the target: the crossing interpolated linearly between the two measured levels "
-        "around it (the missed limit's figure against the level); [a-b] is its 95 % bootstrap interval "
-        "over sessions, < or > where the interval reaches beyond the bracket",
-        "goodput: requests whose own TTFT (and TPOT) met the limits, at the largest level that meets the "
-        "target (>=: the tier never missed it); energy: the GPUs' measured power only",
-    ]
-    if prices is None:
-        out.append(f"not priced: set {BASE_PRICES} (campaign `prices:`, or the inventory's kvoffload_prices)")
-    else:
-        given = [
-            f"{k} {getattr(prices, k):g}"
-            for k in ("node_hour", "gpu_hour", "dram_gb_month", "nvme_tb_month", "kwh")
-            if getattr(prices, k) is not None
-        ]
-        out.append(
-            f"prices ({prices.currency}{', EXAMPLE prices' if prices.example else ''}): {', '.join(given)}"
-        )
+def _cheapest(tiers: Sequence[TierDecision]) -> str | None:
+    """The tier whose cost per million tokens surely lies under every other's: its interval's upper end
+    (a "<=" bound's value) below each other tier's interval's lower end. None when no tier separates."""
+    spans: dict[str, tuple[float | None, float | None]] = {}
     for d in tiers:
-        if d.non_monotone:
-            out.append(
-                f"{d.tier} met the target again above its first miss (at "
-                f"{', '.join(map(str, d.non_monotone))} sessions): a noisy curve; its crossing is the "
-                "first one"
-            )
-        if d.interval_note:
-            out.append(f"{d.tier}: {d.interval_note}")
-        out += [f"left out: {e}" for e in d.excluded]
-    return out
+        c = d.cost
+        if c.per_million_tokens is None:
+            return None
+        if c.bound == "<=":
+            spans[d.tier] = (None, c.per_million_tokens)
+        elif c.per_million_tokens_ci is not None:
+            spans[d.tier] = (c.per_million_tokens_ci[0], c.per_million_tokens_ci[1])
+        else:
+            spans[d.tier] = (None, None)
+    if len(spans) < 2:
+        return None
+    for tier, (_, hi) in spans.items():
+        others = [lo for other, (lo, _) in spans.items() if other != tier]
+        if hi is not None and all(lo is not None and hi < lo for lo in others):
+            return tier
+    return None
 
 
 def _software(software: pd.DataFrame | None, rows: pd.DataFrame) -> list[str]:
@@ -528,6 +475,37 @@ def _software(software: pd.DataFrame | None, rows: pd.DataFrame) -> list[str]:
     return [f"caveat: the sweep's cells ran different software ({detail}): its levels compare versions too"]
 
 
+def one_curve(
+    mine: pd.DataFrame, cells: pd.DataFrame | None, software: pd.DataFrame | None
+) -> tuple[pd.DataFrame, list[str]]:
+    """A tier's rows on one curve: all of them when they ran on one node, or on nodes with the same
+    host facts (analysis/nodes.py) and software; else the node with the most levels (ties: the most
+    cells, then the name), the others' cells left out with the difference named."""
+    if "node" not in mine or mine["node"].nunique(dropna=True) < 2:
+        return mine, []
+    ids = mine["cell_id"].astype(str)
+    facts = [] if cells is None else node_differences(cells[cells["cell_id"].astype(str).isin(ids)])
+    splits = pd.DataFrame() if software is None else version_splits(software, ids)
+    if not facts and splits.empty:
+        return mine, []
+    by_node = {str(n): g for n, g in mine.groupby(mine["node"].astype(str), sort=True)}
+    keep = max(
+        by_node,
+        key=lambda n: (by_node[n]["concurrency"].nunique(), len(by_node[n]), -sorted(by_node).index(n)),
+    )
+    differ = "; ".join(
+        f"{f['fact']}: " + ", ".join(f"{h} {v}" for h, v in f["values"].items()) for f in facts
+    )
+    if not splits.empty:
+        differ = "; ".join(filter(None, [differ, "software versions differ"]))
+    left = [
+        f"{row['tier']} {row['cell_id']} (concurrency {row['concurrency']}) ran on node {row['node']}, not "
+        f"{keep}, and the nodes differ ({differ}): one curve does not mix machines"
+        for _, row in mine[mine["node"].astype(str) != keep].iterrows()
+    ]
+    return by_node[keep], left
+
+
 def decide(
     summary: pd.DataFrame,
     requests: Mapping[str, pd.DataFrame],
@@ -539,26 +517,38 @@ def decide(
     replicates: int = bootstrap.REPLICATES,
     min_sessions: int = bootstrap.MIN_SESSIONS,
     software: pd.DataFrame | None = None,
+    cells: pd.DataFrame | None = None,
+    min_window_requests: int | None = None,
 ) -> list[SweepDecision]:
     """One decision table per sweep (model, num_rounds, ISL, OSL) of `summary`, tiers gpu, cpu, nvme.
     `requests`: each cell's request records by cell id; `profile_l1` (per tier, GiB) and `l2` (per
     cell, bytes): the capacity inputs of the L1 pool and the L2 store (report/build.py
-    `capacity_inputs`); `software` (analysis/software.py `software_frame`): a sweep whose cells ran
-    other versions says so among its conditions."""
+    `capacity_inputs`); `software` (analysis/software.py `software_frame`) and `cells` (the ingest
+    cells table, with each cell.json's host facts): whether a tier's nodes are alike enough to pool
+    into one curve, and a sweep whose cells ran other versions says so among its conditions;
+    `min_window_requests`: the later-round requests a steady window needs (default: the slo's)."""
     out: list[SweepDecision] = []
     if summary.empty:
         return out
     inp = _Inputs(
-        slo, crossing.limits(slo), prices, predictions, profile_l1 or {}, l2 or {}, replicates, min_sessions
+        slo,
+        slo.limits(),
+        prices,
+        predictions,
+        profile_l1 or {},
+        l2 or {},
+        replicates,
+        min_sessions,
+        slo.min_window_requests if min_window_requests is None else min_window_requests,
     )
     target = slo.limits_text()
     for key, rows in summary.groupby(SWEEP_KEYS, sort=False, dropna=False):
         rng = np.random.default_rng(bootstrap.SEED)
         decisions: list[TierDecision] = []
-        draws: dict[str, np.ndarray | None] = {}
+        draws: dict[str, _Draws] = {}
         for tier in [t for t in TIERS if (rows["tier"] == t).any()]:
-            mine = rows[rows["tier"] == tier]
-            keep, excluded = [], []
+            mine, elsewhere = one_curve(rows[rows["tier"] == tier], cells, software)
+            keep, excluded = [], list(elsewhere)
             for i, row in mine.iterrows():
                 why = cell_invalid_reasons(row)
                 if row.get("status") != "done":
@@ -571,24 +561,26 @@ def decide(
             decisions.append(d)
             draws[tier] = dr
         gpu = next((d for d in decisions if d.tier == "gpu"), None)
-        decisions = [_with_gpu(d, gpu, draws.get(d.tier), draws.get("gpu")) for d in decisions]
-        pick = _pick(decisions)
-        costs = [(d.cost.per_million_tokens, d.tier) for d in decisions]
-        cheapest = (
-            min(costs)[1]
-            if len(costs) > 1
-            and all(c is not None for c, _ in costs)
-            and all(d.cost.bound == "=" for d in decisions)
-            else None
-        )
+        none = _Draws(None, None)
+        decisions = [_with_gpu(d, gpu, draws.get(d.tier, none), draws.get("gpu", none)) for d in decisions]
+        pick, no_pick = _pick(decisions)
+        cheapest = _cheapest(decisions) if no_pick is None or "one run" not in no_pick else None
         decisions = [
-            _replace(d, verdict=_verdict(d, pick, cheapest), sessions_text=_sessions_text(d))
+            replace(
+                d,
+                verdict=decision_words.verdict(d, pick, cheapest),
+                sessions_text=decision_words.sessions_text(d),
+            )
             for d in decisions
         ]
+        gpu = next((d for d in decisions if d.tier == "gpu"), None)
         statements = (
-            [] if gpu is None else [_sentence(d, gpu, target, prices) for d in decisions if d.tier != "gpu"]
+            []
+            if gpu is None
+            else [decision_words.sentence(d, gpu, target, prices) for d in decisions if d.tier != "gpu"]
         )
         missing = sorted({m for d in decisions for m in d.cost.missing_prices})
+        judged = [d.runs for d in decisions if d.status != "no_data"]
         model, num_rounds, isl, osl = _key(key)
         out.append(
             SweepDecision(
@@ -599,11 +591,13 @@ def decide(
                 target=target,
                 tiers=decisions,
                 statements=statements,
-                conditions=_conditions(slo, prices, decisions) + _software(software, rows),
+                conditions=decision_words.conditions(slo, prices, decisions) + _software(software, rows),
                 pick=pick,
                 missing_prices=missing,
                 currency=None if prices is None else prices.currency,
                 example_prices=bool(prices is not None and prices.example),
+                no_pick=no_pick,
+                runs=min(judged) if judged else 0,
             )
         )
     return out

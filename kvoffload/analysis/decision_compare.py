@@ -5,7 +5,10 @@ num_rounds and tier) is matched across campaigns on MATCH; a match compares only
 asked the same question of the same data: the same model, dataset (by its digest, campaign.json
 `dataset.digest`), num_rounds, ISL, OSL and latency target. Hardware, and prices, may differ: that is
 what the comparison is for. A match that breaks a rule is kept, marked not comparable with its
-reasons. Pure: DataFrames and mappings in, a DataFrame out.
+reasons. Costs compare only in one currency and only real against real (or example against example):
+`price_conflicts` says why a set of campaigns fails that, and the CLI refuses such a set whole (issue
+53), since every cost of it would mislead. Pure: DataFrames and mappings in, a DataFrame or reasons
+out; no IO, no printing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ SHOWN = (
     "sessions",
     "cost_per_million_tokens",
     "cost_bound",
+    "currency",
+    "example_prices",
     "goodput_tokens_per_s_per_gpu",
     "verdict",
 )
@@ -35,6 +40,40 @@ class CampaignDecision:
     label: str
     rows: pd.DataFrame  # decision.csv_rows (its `target`: the slo as text)
     dataset_digest: str | None
+
+
+def _price_lists(c: CampaignDecision) -> list[tuple[str, bool]]:
+    """The (currency, example) pairs of `c`'s priced rows, first seen first. A row without a currency is
+    of a sweep without prices (decision.py records None) and counts for nothing."""
+    out: list[tuple[str, bool]] = []
+    for row in c.rows.to_dict("records"):
+        currency = row.get("currency")
+        if currency is None or pd.isna(currency):
+            continue
+        pair = (str(currency), bool(row.get("example_prices", False)))
+        if pair not in out:
+            out.append(pair)
+    return out
+
+
+def price_conflicts(campaigns: Sequence[CampaignDecision]) -> list[str]:
+    """Why the campaigns' costs cannot be set side by side (empty: they can): the priced ones use more
+    than one currency, or some price with examples (`example_prices`) and others with real prices. A
+    campaign without prices does not count. Each reason names every priced campaign with what it uses."""
+    priced = [(c.label, lists) for c in campaigns if (lists := _price_lists(c))]
+    out = []
+    if len({currency for _, lists in priced for currency, _ in lists}) > 1:
+        shown = " / ".join(
+            f"{label}: {', '.join(dict.fromkeys(cur for cur, _ in lists))}" for label, lists in priced
+        )
+        out.append(f"their prices are in different currencies ({shown})")
+    if len({example for _, lists in priced for _, example in lists}) > 1:
+        kinds = {True: "example prices", False: "real prices"}
+        shown = " / ".join(
+            f"{label}: {', '.join(dict.fromkeys(kinds[ex] for _, ex in lists))}" for label, lists in priced
+        )
+        out.append(f"some campaigns' prices are examples and others' are real ({shown})")
+    return out
 
 
 def _reasons(present: Sequence[CampaignDecision], rows: Mapping[str, Mapping[str, Any]]) -> list[str]:

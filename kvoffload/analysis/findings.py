@@ -26,6 +26,7 @@ from kvoffload.analysis.compare import (
     NEAR_FULL_PCT,
     OFFLOAD_TIERS,
     group_label,
+    l1_oom_warning,
     offload_exercised,
     replicas,
     routing_check_text,
@@ -56,6 +57,7 @@ CAVEATS = (
     "no_virtual_users",
     "routing_unchecked",
     "attribution_mismatch",
+    "l2_prefetch_l1_oom",
 )
 ROUTING = {
     "header X-User-Id": "sticky by X-User-Id",
@@ -117,6 +119,10 @@ class Finding:
     gpu_repeats: int | None = None
     one_repeat: bool | None = None
     cpu_spread: list[dict[str, Any]] = field(default_factory=list)
+    # Whether L2 loads of the tier's cells failed for lack of room in L1 (summary
+    # `lmcache_l2_prefetch_l1_oom`; None: unknown, or the gpu tier) and how many chunks.
+    l2_prefetch_l1_oom: bool | None = None
+    l2_prefetch_failed_l1_oom_chunks: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -284,6 +290,11 @@ def _cell_exceeded(r: pd.Series) -> tuple[bool | None, str]:
     if kv is None:
         return None, ""
     return False, f"KV usage peaked at {kv:.0f} %, below {NEAR_FULL_PCT:.0f} %"
+
+
+def _flag(v: Any) -> bool | None:
+    """A summary flag as True/False; None where it is null."""
+    return None if v is None or pd.isna(v) else bool(v)
 
 
 def _num(v: Any) -> float | None:
@@ -469,6 +480,9 @@ def group_findings(
                 )
         elif sources:
             text += f"; {sources}"
+        l1_oom = l1_oom_warning(mine_rows) if tier in OFFLOAD_TIERS else None
+        if l1_oom is not None:
+            text += f"; warning: {l1_oom}"
         if routing:
             text += f"; routing {routing}"
         if build == "cpu":
@@ -522,6 +536,12 @@ def group_findings(
                 gpu_repeats=base_repeats if vs_gpu else None,
                 one_repeat=noise.one_repeat(len(mine_rows), base_repeats if vs_gpu else None),
                 cpu_spread=[s.as_dict() for s in spreads],
+                l2_prefetch_l1_oom=_any_of(
+                    [_flag(v) for v in mine_rows.get("lmcache_l2_prefetch_l1_oom", [])]
+                )
+                if tier in OFFLOAD_TIERS
+                else None,
+                l2_prefetch_failed_l1_oom_chunks=_sum(mine_rows, "lmcache_l2_prefetch_failed_l1_oom_chunks"),
             )
         )
     return out

@@ -11,10 +11,12 @@ The exception is the counter only LMCache's GPU transfer path emits (chunks load
 `N.LMC_GPU_PATH_ONLY`), which a CPU-mode server never shows whatever it moved: None there, and 0 only
 where the GPU path is proven present (the server shows another of its families, the L0-L1 store
 throughput that every store through it records). Total evictions (L1 + L2) are None when either part
-is. Usage: L1 + L2 bytes at the last sample (what the server retains at the end) and L1 usage ratio
-mean/max over the replay window. Throughputs: mean GB/s per transfer from the histograms (increase of
-_sum / increase of _count). Every figure is None when its metric is absent (gpu tier: no
-lmcache-server). Pure: DataFrame in, dict out, no IO.
+is. Failed L2 prefetches for lack of room in L1: the failures labelled `reason="l1_oom"`, their share
+of the L2 loads tried (loaded + failed for any reason), and whether there were any (the flag the
+findings and the decision read). Usage: L1 + L2 bytes at the last sample (what the server retains at
+the end) and L1 usage ratio mean/max over the replay window. Throughputs: mean GB/s per transfer from
+the histograms (increase of _sum / increase of _count). Every figure is None when its metric is absent
+(gpu tier: no lmcache-server). Pure: DataFrame in, dict out, no IO.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ import pandas as pd
 
 from kvoffload.analysis import names as N
 from kvoffload.analysis.engine import gauge_stats, histogram_mean, increase, rate_ratio
-from kvoffload.analysis.series import AFTER, RUN, note
+from kvoffload.analysis.series import AFTER, RUN, label_filter, note
+
+# The `reason` LMCache 0.5.6 gives a failed L2 prefetch that found no room in L1 for the chunks it was
+# to load (its others: l1_contended, not_found); the real capture and the simulator show it.
+L1_OOM = "l1_oom"
 
 
 def _last_total(samples: pd.DataFrame, candidates: tuple[str, ...]) -> float | None:
@@ -77,6 +83,27 @@ def _events(
     return 0.0
 
 
+def l1_oom_figures(
+    samples: pd.DataFrame, loaded: float | None, failed: float | None, scraped: bool, unknown: list[str]
+) -> dict[str, Any]:
+    """L2 prefetches that failed for lack of room in L1: chunks (the `reason="l1_oom"` series of the
+    failure counter, 0 on a scraped server that never created it), their share of the L2 loads tried
+    (`loaded` + `failed`, every reason; None when either is unknown or none was tried) and whether
+    there were any (None: unknown)."""
+    # the other reasons' series dropped, the rest kept: a counter's start depends on the snapshots
+    # its target has (series.delta)
+    failures = samples[samples["name"].isin(N.LMC_L2_PREFETCH_FAILED)]
+    if len(failures):
+        samples = samples.drop(index=failures.index.difference(label_filter(failures, reason=L1_OOM).index))
+    chunks = _events(samples, N.LMC_L2_PREFETCH_FAILED, scraped, unknown, [])
+    tried = None if loaded is None or failed is None else loaded + failed
+    return {
+        "lmcache_l2_prefetch_failed_l1_oom_chunks": chunks,
+        "lmcache_l2_prefetch_failed_l1_oom_share": chunks / tried if chunks is not None and tried else None,
+        "lmcache_l2_prefetch_l1_oom": None if chunks is None else chunks > 0,
+    }
+
+
 def lmcache_figures(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> dict[str, Any]:
     """All LMCache figures as a flat dict (None where absent); the hit rate and L1 usage over the
     replay `window` (start, end) when given, as the vLLM figures (analysis/engine.py)."""
@@ -95,6 +122,7 @@ def lmcache_figures(samples: pd.DataFrame, window: tuple[float, float] | None = 
     ratio = gauge_stats(samples, N.LMC_L1_USAGE_RATIO, scale=100.0, window=window)
     evicted = None if l1_evicted is None or l2_evicted is None else l1_evicted + l2_evicted
     used = None if l1_bytes is None and l2_bytes is None else (l1_bytes or 0.0) + (l2_bytes or 0.0)
+    loaded, failed = events(N.LMC_L2_LOADED), events(N.LMC_L2_PREFETCH_FAILED)
     out = {
         "lmcache_hit_rate": hit.value,
         "lmcache_hit_rate_source": hit.source,
@@ -103,8 +131,9 @@ def lmcache_figures(samples: pd.DataFrame, window: tuple[float, float] | None = 
         "lmcache_l1_hit_tokens": events(N.LMC_LOOKUP_HIT_L1),
         "lmcache_l2_hit_tokens": events(N.LMC_LOOKUP_HIT_L2),
         "lmcache_l2_stored_chunks": events(N.LMC_L2_STORED),
-        "lmcache_l2_loaded_chunks": events(N.LMC_L2_LOADED),
-        "lmcache_l2_prefetch_failed_chunks": events(N.LMC_L2_PREFETCH_FAILED),
+        "lmcache_l2_loaded_chunks": loaded,
+        "lmcache_l2_prefetch_failed_chunks": failed,
+        **l1_oom_figures(samples, loaded, failed, scraped, unknown),
         "lmcache_l1_allocation_failed_chunks": events(N.LMC_L1_ALLOCATION_FAILED),
         "lmcache_l1_evicted_chunks": l1_evicted,
         "lmcache_l2_evicted_chunks": l2_evicted,

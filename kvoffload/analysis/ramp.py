@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from kvoffload.config.slo import LIMIT_WORDS, Judgement, Limit, judge
+
 Action = Literal["try", "bracketed", "not_reached", "below_minimum", "blocked"]
 
 
@@ -38,6 +40,18 @@ class RampPoint:
     # judged only when the campaign's slo sets their limits
     later_p50_ttft_s: float | None = None
     later_p95_tpot_s: float | None = None
+    # why the cell's steady window did not hold its load (analysis/steady.py); None: it held
+    not_held: str | None = None
+
+    def judged(self, policy: RampPolicy) -> Judgement:
+        """This point against the policy's limits, by the one judge (config/slo.py `judge`)."""
+        figures = {
+            "ttft_p95": self.later_p95_ttft_s,
+            "ttft_p50": self.later_p50_ttft_s,
+            "tpot_p95": self.later_p95_tpot_s,
+            "hit_rate": self.later_hit_rate,
+        }
+        return judge(policy.limits(), figures, self.not_held)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,19 @@ class RampPolicy:
     # the slo's optional limits (kvoffload/config/slo.py): later-round p50 TTFT and p95 TPOT, seconds
     slo_p50_s: float | None = None
     tpot_p95_s: float | None = None
+
+    def limits(self) -> list[Limit]:
+        """The limits set, as the one judge (config/slo.py `judge`) takes them."""
+        out = []
+        for key, value, upper in (
+            ("ttft_p95", self.slo_p95_s, True),
+            ("ttft_p50", self.slo_p50_s, True),
+            ("tpot_p95", self.tpot_p95_s, True),
+            ("hit_rate", self.min_hit_rate, False),
+        ):
+            if value is not None:
+                out.append(Limit(key, value, upper, LIMIT_WORDS[key]))
+        return out
 
     def __post_init__(self) -> None:
         if self.slo_p95_s is None and self.min_hit_rate is None:
@@ -80,18 +107,11 @@ class RampDecision:
 
 
 def breaches(point: RampPoint, policy: RampPolicy) -> bool | None:
-    """True when the point crosses a limit, False when it stays within every set limit whose figure is
-    known, None when no set limit's figure was measured."""
-    judged = []
-    if policy.slo_p95_s is not None and point.later_p95_ttft_s is not None:
-        judged.append(point.later_p95_ttft_s > policy.slo_p95_s)
-    if policy.min_hit_rate is not None and point.later_hit_rate is not None:
-        judged.append(point.later_hit_rate < policy.min_hit_rate)
-    if policy.slo_p50_s is not None and point.later_p50_ttft_s is not None:
-        judged.append(point.later_p50_ttft_s > policy.slo_p50_s)
-    if policy.tpot_p95_s is not None and point.later_p95_tpot_s is not None:
-        judged.append(point.later_p95_tpot_s > policy.tpot_p95_s)
-    return any(judged) if judged else None
+    """True when the point misses a limit, False when it meets every set limit, None when it cannot be
+    judged (no limit missed, but a set limit's figure is unknown or the load was not held): the one
+    judge's answer (config/slo.py `judge`), the decision table's too."""
+    meets = point.judged(policy).meets
+    return None if meets is None else not meets
 
 
 def _limits(policy: RampPolicy) -> str:
@@ -114,11 +134,12 @@ def next_step(points: Sequence[RampPoint], policy: RampPolicy) -> RampDecision:
     for p in points:
         b = breaches(p, policy)
         if b is None:
+            why = "; ".join(p.judged(policy).unknown)
             return RampDecision(
                 "blocked",
                 None,
                 None,
-                f"concurrency {p.concurrency}: none of the limits' figures ({_limits(policy)}) was measured",
+                f"concurrency {p.concurrency} cannot be judged against {_limits(policy)}: missing {why}",
             )
         verdict[p.concurrency] = verdict.get(p.concurrency, False) or b
     if not verdict:

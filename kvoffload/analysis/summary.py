@@ -18,7 +18,13 @@ from typing import Any
 import pandas as pd
 
 from kvoffload.analysis.attribution import cell_attribution
-from kvoffload.analysis.capacity import configured_l1_gb, gpu_cache_figures, lmcache_capacity_figures
+from kvoffload.analysis.capacity import (
+    configured_l1_gb,
+    gpu_cache_figures,
+    live_sessions,
+    lmcache_capacity_figures,
+    lmcache_host_memory,
+)
 from kvoffload.analysis.client import replay_window, request_figures, reuse_from_records, ttft_by_round
 from kvoffload.analysis.engine import engine_figures
 from kvoffload.analysis.health import caddy_flaps, unit_restarts
@@ -26,6 +32,7 @@ from kvoffload.analysis.hosts import cpu_utilization, disk_figures, gpu_figures,
 from kvoffload.analysis.lmcache import lmcache_figures
 from kvoffload.analysis.routing import routing_figures
 from kvoffload.analysis.series import collect_notes, grid_step, note, sampler_interval
+from kvoffload.analysis.steady import steady_figures
 from kvoffload.tiers import TIERS
 
 TIER_ORDER: dict[str, int] = {tier: i for i, tier in enumerate(TIERS)}
@@ -237,7 +244,11 @@ def _cell_figures(
     row.update(gpu_cache_figures(samples, targets))
     row.update(lmcache_capacity_figures(samples))
     row["lmcache_l1_size_gb"] = configured_l1_gb(cell.get("config"))
+    hosts = cell.get("hosts")
+    row.update(lmcache_host_memory(json.loads(hosts) if isinstance(hosts, str) and hosts else {}, targets))
     row.update(cell_attribution(str(cell["tier"]), requests, samples))
+    # the steady window at the sessions this cell could hold at once (analysis/steady.py)
+    row.update(steady_figures(requests, live_sessions(pd.DataFrame([row])).iloc[0]))
     return row
 
 

@@ -67,11 +67,13 @@ def _printed(table: Any, fmt: str) -> bool:
 
 
 def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
-    """`compare --decision`: the decision tables side by side (kvoffload/analysis/decision_compare.py)."""
+    """`compare --decision`: the decision tables side by side (kvoffload/analysis/decision_compare.py),
+    each cost with its currency. Campaigns whose prices are in different currencies, or examples beside
+    real ones, are refused (UserError, exit status 2) before anything is printed (issue 53)."""
     from rich.console import Console
     from rich.table import Table
 
-    from kvoffload.analysis.decision_compare import MATCH, CampaignDecision, side_by_side
+    from kvoffload.analysis.decision_compare import MATCH, CampaignDecision, price_conflicts, side_by_side
     from kvoffload.report.build import analyse, conclude
     from kvoffload.report.decision_view import csv_frame, empty_section
 
@@ -82,6 +84,16 @@ def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
         digest = dataset.get("digest") if isinstance(dataset, dict) else None
         rows = csv_frame(conclude(analysis).decision or empty_section())
         campaigns.append(CampaignDecision(label, rows, digest))
+    conflicts = price_conflicts(campaigns)
+    if conflicts:
+        files = ", ".join(str(d / "campaign.json") for d in args.results_dirs)
+        raise UserError(
+            f"compare --decision: the campaigns' costs cannot be compared: {'; '.join(conflicts)}. Fix: "
+            "give every campaign one price list in one currency, all real or all examples: the "
+            "campaign's `prices:` or the inventory's `kvoffload_prices` before a run; for a finished "
+            f"campaign, `prices` in its campaign.json ({files}), which the report reads; then run compare "
+            "again (a campaign without prices may stay as it is)"
+        )
     table = side_by_side(campaigns)
     if _printed(table, args.format):
         return 0
@@ -103,10 +115,16 @@ def _decisions(args: argparse.Namespace, labels: list[str]) -> int:
             prefix = "" if bound in ("=", None) else f"{bound} "
             cost = row[f"cost_per_million_tokens@{c.label}"]
             cost_bound = row[f"cost_bound@{c.label}"]
-            priced = "" if cost is None or cost != cost else f", {cost_bound} {float(cost):.3g}/1M"
+            currency = row[f"currency@{c.label}"]
+            unit = "" if currency is None or currency != currency else f" {currency}"
+            flag = row[f"example_prices@{c.label}"]
+            example = " (example prices)" if flag == flag and flag else ""
+            priced = (
+                "" if cost is None or cost != cost else f", {cost_bound} {float(cost):.3g}{unit}/1M{example}"
+            )
             cells.append(f"{prefix}{float(sessions):.3g} sessions{priced}; {row[f'verdict@{c.label}']}")
         out.add_row(" ".join(str(row[k]) for k in MATCH), *cells, "yes" if row["comparable"] else "NO")
-    Console(width=max(120, 40 + 44 * len(campaigns))).print(out)
+    Console(width=max(120, 40 + 64 * len(campaigns))).print(out)
     for _, row in table[~table["comparable"]].iterrows():
         print(f"not comparable: {' '.join(str(row[k]) for k in MATCH)}: {row['not_comparable_reasons']}")
     return 0

@@ -4,8 +4,10 @@ With `--emit-extravars CELL_ID` it writes that cell's extravars instead, and wit
 CELL_ID` it completes the results of that cell's plain Ansible run (kvoffload/cli/cellvars.py).
 
 Prints the resolved cells with the engine / lmcache / Caddy profile each uses, the dataset's
-virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), and
-which cells are already DONE in the results folder and would be skipped. Bad input exits 2, a
+virtual-user ceiling per num_rounds (with a warning for every cell whose concurrency exceeds it), a
+warning for every offload tier whose L1 pool exceeds the memory of an lmcache-server host (as the last
+doctor record in the results folder gives it), and which cells are already DONE in the results folder
+and would be skipped. Bad input exits 2, a
 dataset that is not on this machine or does not load included, a host without an address (one this
 machine resolves) too, and so does an engine set whose pins need two torches
 (kvoffload/engines/pins.py).
@@ -55,6 +57,32 @@ def register(subparsers: Any) -> None:
     cellvars.add_arguments(parser)
 
 
+def held_level_warnings(campaign: Any, ceilings: dict[int, int] | None) -> list[str]:
+    """One warning per concurrency and num_rounds above the level its users can hold: a closed loop
+    holds a level for a session only while a user waits to replace each that finishes (docs/metrics.md
+    "Steady window"), so with U users (the dataset's at that num_rounds, at most max_sessions; the isl
+    filter can only lower it) a level above U // 2 is measured during its start and drain only. With an
+    `slo` such a level is not judged."""
+    from kvoffload.orchestrate.campaign.knee import held_level
+
+    out = []
+    for rounds in campaign.num_rounds:
+        bounds = [b for b in ((ceilings or {}).get(rounds), campaign.max_sessions) if b is not None]
+        if not bounds:
+            continue
+        users = min(bounds)
+        held = held_level(users)
+        for c in sorted(c for c in campaign.concurrency if held < c <= users):
+            decision = " and the decision will not judge it" if campaign.slo is not None else ""
+            out.append(
+                f"concurrency {c} (num_rounds {rounds}): at most {users} users replay it, and a closed loop "
+                f'holds at most {held} sessions at once for a session (docs/metrics.md "Steady window"): '
+                f"its load would not be held{decision}; raise max_sessions (or use a larger dataset) to at "
+                f"least {2 * c}, or lower the concurrency to {held}"
+            )
+    return out
+
+
 def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
     """Virtual users per num_rounds of the campaign; a dataset that is not on this machine (`run` ships
     it from here) or does not load exits 2. Also the sessions, for the token table."""
@@ -67,7 +95,9 @@ def _ceilings(lab: Any) -> tuple[dict[int, int] | None, str | None, list[Any]]:
 def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bool) -> list[str]:
     """`knee_search.max_concurrency` beyond the load the campaign can produce: the virtual users a cell
     replays (the dataset's at this num_rounds, less those the isl filter drops, cut at max_sessions).
-    The ramp stops there (kvoffload/orchestrate/campaign/knee.py); plan says so before the campaign runs."""
+    The ramp stops at the level those users hold (half of them: kvoffload/orchestrate/campaign/knee.py
+    `held_level`); plan says so before the campaign runs."""
+    from kvoffload.orchestrate.campaign.knee import held_level
     from kvoffload.replay.users import select_users
 
     campaign = lab.campaign
@@ -75,11 +105,12 @@ def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bo
     assert knee is not None
     out = []
     if not known:
-        if campaign.max_sessions is not None and knee.max_concurrency > campaign.max_sessions:
+        held = None if campaign.max_sessions is None else held_level(campaign.max_sessions)
+        if held is not None and knee.max_concurrency > held:
             out.append(
-                f"knee_search.max_concurrency {knee.max_concurrency} exceeds max_sessions "
-                f"{campaign.max_sessions}: the ramp stops at {campaign.max_sessions}, beyond it no load is "
-                "added"
+                f"knee_search.max_concurrency {knee.max_concurrency} exceeds the {held} sessions "
+                f"max_sessions {campaign.max_sessions} can hold: the ramp stops at {held}, beyond it no load "
+                "is held"
             )
         return out
     for rounds in campaign.num_rounds:
@@ -87,13 +118,14 @@ def _knee_load_warnings(lab: Any, sessions: list[Any], tokenizer: Any, known: bo
             pool = select_users(sessions, campaign.dataset.code, rounds, isl=isl, tokenizer=tokenizer,
                                 max_sessions=campaign.max_sessions)  # fmt: skip
             users = len(pool.users)
-            if knee.max_concurrency > users:
+            held = held_level(users)
+            if knee.max_concurrency > held:
                 cut = f", max_sessions {campaign.max_sessions}" if campaign.max_sessions is not None else ""
                 out.append(
-                    f"knee_search.max_concurrency {knee.max_concurrency} exceeds the {users} virtual users "
-                    f"a cell replays at num_rounds {rounds}, isl {isl} ({pool.available} in the dataset, "
-                    f"{pool.dropped_by_isl} dropped by the isl filter{cut}): the ramp stops at {users}, "
-                    "beyond it no load is added"
+                    f"knee_search.max_concurrency {knee.max_concurrency} exceeds the {held} sessions the "
+                    f"{users} virtual users a cell replays at num_rounds {rounds}, isl {isl} hold "
+                    f"({pool.available} in the dataset, {pool.dropped_by_isl} dropped by the isl "
+                    f"filter{cut}): the ramp stops at {held}, beyond it no load is held"
                 )
     return out
 
@@ -177,6 +209,24 @@ def _gpu_room_warnings(lab: Any) -> list[str]:
         if warning is not None:
             found.append(warning)
     return found
+
+
+def _l1_memory_warnings(lab: Any, root: Path, console: Any) -> list[str]:
+    """Per offload tier: whether its L1 pool fits the memory of the lmcache-server hosts, as the newest
+    doctor record under the campaign's results folder gives it (the inventory does not say; the
+    report bounds capacity and cost by cell.json's hosts after the run). Hosts no record sizes are
+    named, with how to record them."""
+    from kvoffload.orchestrate.checks.doctor import l1_memory_warnings, recorded_memory
+
+    warnings, unknown = l1_memory_warnings(lab, recorded_memory(root))
+    if unknown:
+        console.print(
+            f"L1 pools against host memory: not checked on {', '.join(unknown)} (no doctor record under "
+            f"{root}: `kvoffload-lab doctor` records each host's memory, as `run` does before its first "
+            "cell)",
+            highlight=False,
+        )
+    return warnings
 
 
 def _engine_set_lines(lab: Any) -> list[str]:
@@ -318,6 +368,7 @@ def _plan(args: argparse.Namespace) -> int:
                 f"cell {cell.id} ({cell.tier}, concurrency {cell.concurrency}): concurrency exceeds "
                 f"max_sessions {campaign.max_sessions}; the extra slots add no load"
             )
+    warnings += held_level_warnings(campaign, ceilings)
     console.print(cells)
     from kvoffload.orchestrate.installs.client_plan import client_plan
 
@@ -344,6 +395,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
         warnings += _knee_load_warnings(lab, sessions, tokenizer, ceilings is not None)
     warnings += _gpu_room_warnings(lab)
+    warnings += _l1_memory_warnings(lab, results.root, console)
     if campaign.slo is not None:
         from kvoffload.config.slo import missing_prices
 

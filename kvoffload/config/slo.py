@@ -13,6 +13,7 @@ it is, a rule that ties two keys names both. No file IO.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -23,12 +24,73 @@ from kvoffload.config.errors import KeyedError
 PRICES_VAR = "kvoffload_prices"
 # Hours in a month, for the per-month prices of DRAM and NVMe: 365 x 24 / 12.
 HOURS_PER_MONTH = 730.0
+# Fewest later-round ok requests a level's steady window needs to be judged (kvoffload/analysis/steady.py):
+# a p95 of fewer rests on one or two requests.
+MIN_WINDOW_REQUESTS = 40
 # The priced resources of `Prices`, in the order the report lists them.
 PRICE_KEYS = ("node_hour", "gpu_hour", "dram_gb_month", "nvme_tb_month", "kwh")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit of a latency target: a later-round figure (`key`: ttft_p95 | ttft_p50 | tpot_p95 |
+    hit_rate) and its threshold; `upper`: a figure above the threshold misses (else one below it)."""
+
+    key: str
+    threshold: float
+    upper: bool
+    words: str
+
+    def missed(self, value: float) -> bool:
+        return value > self.threshold if self.upper else value < self.threshold
+
+    def text(self, value: float) -> str:
+        """ "p95 TTFT 0.61 s > 0.5 s": how a figure missed this limit."""
+        if self.key == "hit_rate":
+            return f"{self.words} {100 * value:.0f} % < {100 * self.threshold:g} %"
+        scale, unit = (1000.0, "ms") if self.key == "tpot_p95" else (1.0, "s")
+        return f"{self.words} {scale * value:.3g} {unit} > {scale * self.threshold:g} {unit}"
+
+
+# The words of each limit's figure, as judgements and the report name them.
+LIMIT_WORDS = {"ttft_p95": "p95 TTFT", "ttft_p50": "p50 TTFT", "tpot_p95": "p95 TPOT", "hit_rate": "hit rate"}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Whether a level meets a target: True, False (a limit missed), or None (not judged: no limit
+    missed, but a figure is unknown or the load was not held). `missed` and `unknown` name why."""
+
+    meets: bool | None
+    missed: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+
+def judge(
+    limits: Sequence[Limit], figures: Mapping[str, float | None], not_held: str | None = None
+) -> Judgement:
+    """The one judge of a level against a target (docs/metrics.md "Decision": "Meeting the target"),
+    used by the knee search, the decision table, goodput's operating point and the plot. `figures`: the
+    level's later-round figures by limit key (None: unknown), from its steady window; `not_held`: why
+    the level's load was not held (analysis/steady.py), if it was not. A missed limit decides (whatever
+    else is unknown); otherwise a level whose load was not held, or whose figure of a set limit is
+    unknown, is not judged, and the judgement names what was missing."""
+    missed, unknown = [], []
+    for lim in limits:
+        value = figures.get(lim.key)
+        if value is None:
+            unknown.append(lim.words)
+        elif lim.missed(value):
+            missed.append(lim.text(value))
+    if not_held is not None:
+        unknown.insert(0, f"a held load ({not_held})")
+    if missed:
+        return Judgement(False, missed, unknown)
+    return Judgement(None if unknown else True, missed, unknown)
 
 
 class Slo(_Strict):
@@ -62,6 +124,13 @@ class Slo(_Strict):
         description="later-round prefix hit rate (0-1, cached / prompt tokens of rounds >= 2) a "
         "concurrency may not fall below (optional)",
     )
+    min_window_requests: int = Field(
+        default=MIN_WINDOW_REQUESTS,
+        ge=1,
+        examples=[40],
+        description="fewest later-round requests in a cell's steady window (the span that held its load) "
+        "for its level to be judged",
+    )
 
     @model_validator(mode="after")
     def _p50_within_p95(self) -> Slo:
@@ -73,6 +142,17 @@ class Slo(_Strict):
                 "ttft_p95_s",
             )
         return self
+
+    def limits(self) -> list[Limit]:
+        """The limits this target sets, p95 TTFT first."""
+        out = [Limit("ttft_p95", self.ttft_p95_s, True, LIMIT_WORDS["ttft_p95"])]
+        if self.ttft_p50_s is not None:
+            out.append(Limit("ttft_p50", self.ttft_p50_s, True, LIMIT_WORDS["ttft_p50"]))
+        if self.tpot_p95_s is not None:
+            out.append(Limit("tpot_p95", self.tpot_p95_s, True, LIMIT_WORDS["tpot_p95"]))
+        if self.min_later_hit_rate is not None:
+            out.append(Limit("hit_rate", self.min_later_hit_rate, False, LIMIT_WORDS["hit_rate"]))
+        return out
 
     def limits_text(self) -> str:
         """ "p95 TTFT <= 0.5 s, p50 TTFT <= 0.2 s, hit rate >= 50 %" (later rounds)."""

@@ -47,8 +47,11 @@ from kvoffload.report.views import (
     LATENCY_COLUMNS,
     OFFLOAD_COLUMNS,
     SESSION_COLUMNS,
+    FindingsView,
     Table,
     attribution_tables,
+    findings_markdown,
+    findings_view,
     fmt,
     frame_table,
     gpu_memory_note,
@@ -101,6 +104,8 @@ class FindingGroup:
     comparable: bool
     statements: list[str]
     plot: str | None
+    # issue 53: the findings as a table with warning tags, each tag explained once (report/views.py)
+    view: FindingsView | None = None
 
 
 @dataclass(frozen=True)
@@ -209,15 +214,12 @@ def capacity_inputs(
     t: Tables,
 ) -> tuple[dict[str, Stated], dict[str, Stated], dict[str, Stated]]:
     """The file-backed inputs of the capacity prediction: KV bytes per token and L2 capacity per cell,
-    and the lmcache profiles' L1 size per tier."""
-    profile_l1: dict[str, Stated] = {}
-    offload: tuple[Tier, ...] = ("cpu", "nvme")
-    for tier in offload:
-        lm = _lmcache(tier)
-        if lm is not None:
-            profile_l1[tier] = Stated(
-                "L1 pool", lm.l1_size_gb, "GiB", f"kvoffload/profiles/lmcache/{tier}.yaml l1_size_gb"
-            )
+    and the lmcache profiles' L1 size per tier (GiB), never more than the memory of the smallest
+    lmcache-server host among the tier's cells (cell.json hosts: capacity.within_host_memory), so that
+    neither the capacity nor the DRAM priced for it counts memory no host of the campaign has."""
+    kv: dict[str, Stated] = {}
+    l2: dict[str, Stated] = {}
+    memory: list[dict[str, Any]] = []
     nvme = _lmcache("nvme")
     adapter = nvme.l2_adapter if nvme is not None else None
     fraction = Stated(
@@ -226,17 +228,27 @@ def capacity_inputs(
         "",
         "kvoffload/profiles/lmcache/nvme.yaml l2_adapter.capacity_fraction",
     )
-    kv: dict[str, Stated] = {}
-    l2: dict[str, Stated] = {}
     for _, cell in t.cells.iterrows():
         cid = str(cell["cell_id"])
         config = json.loads(cell["config"]) if isinstance(cell.get("config"), str) else {}
         targets = parse_targets(cell.get("targets") if isinstance(cell.get("targets"), str) else None)
+        hosts = json.loads(cell["hosts"]) if isinstance(cell.get("hosts"), str) else {}
+        memory.append({"cell_id": cid, "tier": cell["tier"], **cap.lmcache_host_memory(hosts, targets)})
         kv[cid] = _kv_bytes_input(config, sorted(set(cap.replica_tensor_parallel_sizes(targets).values())))
         if cell["tier"] == "nvme":
-            hosts = json.loads(cell["hosts"]) if isinstance(cell.get("hosts"), str) else {}
             device = cell.get("l2_device")
             l2[cid] = cap.l2_from_hosts(hosts, str(device) if isinstance(device, str) else None, fraction)
+    memories = pd.DataFrame(memory, columns=["cell_id", "tier", "lmcache_host", "lmcache_host_memory_bytes"])
+    profile_l1: dict[str, Stated] = {}
+    offload: tuple[Tier, ...] = ("cpu", "nvme")
+    for tier in offload:
+        lm = _lmcache(tier)
+        if lm is not None:
+            configured = Stated(
+                "L1 pool", lm.l1_size_gb, "GiB", f"kvoffload/profiles/lmcache/{tier}.yaml l1_size_gb"
+            )
+            host = cap.smallest_host_memory(memories[memories["tier"] == tier])
+            profile_l1[tier] = cap.within_host_memory(configured, host)
     return kv, profile_l1, l2
 
 
@@ -286,6 +298,7 @@ def _finding_groups(c: Conclusions) -> list[FindingGroup]:
                 comparable=all(f.comparable for f in items),
                 statements=[f.statement for f in items],
                 plot=plots.later_ttft_ci(rows),
+                view=findings_view(items),
             )
         )
     return out
@@ -554,7 +567,8 @@ def render_markdown(ctx: dict[str, Any]) -> str:
     out += [] if ctx.get("decision") is None else decision_view.markdown(ctx["decision"])
     out += ["## Findings", ""]
     for g in ctx["finding_groups"]:
-        out += [f"### {g.title}", ""] + [f"- {s}" for s in g.statements] + [""]
+        out += [f"### {g.title}", ""]
+        out += findings_markdown(g.view) if g.view else [f"- {s}" for s in g.statements] + [""]
     if not ctx["finding_groups"]:
         out += ["No comparison group has a measured cell.", ""]
     out += [ctx["routing_note"], ""]

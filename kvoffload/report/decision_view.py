@@ -2,17 +2,19 @@
 
 Reads the campaign's latency target and prices from campaign.json (the run's resolved prices when it
 recorded them, `prices` / `prices_source`, else the campaign's own `prices`), runs the decision
-analysis (kvoffload/analysis/decision.py) and renders it: per sweep one table (tier | sessions at the
-target [95 % CI] | goodput per GPU | cost per 1M tokens | energy per 1M tokens | history retained |
-verdict), the sentences against gpu, the conditions and the plot (report/decision_plot.py), as HTML
-context, Markdown lines, terminal lines, the JSON `decision` section and the decision CSV. Only
-formatting here; every figure and rule is the analysis's (docs/metrics.md "Decision").
+analysis (kvoffload/analysis/decision.py) and renders it: per sweep a headline that names the pick (or
+says why there is none), one table (tier | sessions at the target [95 % CI] | goodput per GPU | cost per
+1M tokens | energy per 1M tokens | history retained | verdict; the HTML first screen shows tier, verdict,
+sessions and cost so that it fits a 1400 px window, and the rest in a block below), the sentences
+against gpu, the conditions and the plot (report/decision_plot.py), as HTML context, Markdown lines,
+terminal lines, the JSON `decision` section and the decision CSV. Only formatting here; every figure
+and rule is the analysis's (docs/metrics.md "Decision").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -24,7 +26,7 @@ from kvoffload.analysis.decision import SweepDecision, TierDecision, csv_rows, d
 from kvoffload.analysis.findings import served_name
 from kvoffload.config.slo import Prices, Slo
 from kvoffload.report import decision_plot
-from kvoffload.report.views import MISSING, Table
+from kvoffload.report.views import MISSING, Table, markdown_rows
 
 TITLE = "Which tier, at what scale, at what cost"
 HEADERS = [
@@ -53,12 +55,22 @@ class DecisionSection:
     sweeps: list[SweepDecision] = field(default_factory=list)
     hint: str | None = None
 
+    @property
+    def headline(self) -> str | None:
+        """Why there is no pick at all (section_headline); the sweeps' own headlines say theirs."""
+        return section_headline(self)
+
 
 @dataclass(frozen=True)
 class DecisionView:
-    """One sweep as the HTML first screen shows it."""
+    """One sweep as the HTML first screen shows it: the headline that names the pick, the narrow table
+    (`table`, FIRST_SCREEN), the other columns (`details`, DETAILS) in a block that opens on a click."""
 
+    title: str
+    headline: str
+    caveat: str
     table: Table
+    details: Table
     statements: list[str]
     conditions: list[str]
     plot: str | None
@@ -146,24 +158,105 @@ def title(s: SweepDecision) -> str:
     return f"{served_name(s.model)} rounds={s.num_rounds} isl={s.isl} osl={s.osl}: sessions at {s.target}"
 
 
-def table(s: SweepDecision) -> Table:
-    """The sweep's decision table, its cells already text."""
-    priced = s.currency is not None
-    rows = [
-        [
-            d.tier,
-            d.sessions_text,
-            _goodput(d),
-            _cost(d, priced),
-            _energy(d),
-            _history(d),
-            d.verdict,
-        ]
-        for d in s.tiers
-    ]
+# Every column of the decision table by its header: the full table (Markdown, terminal) shows HEADERS,
+# the HTML first screen FIRST_SCREEN (narrow enough for a 1400 px window, the verdict beside the tier)
+# and the rest in DETAILS below it. A new figure is one entry here and a place in those lists.
+Cell = Callable[[SweepDecision, TierDecision], str]
+COLUMNS: dict[str, Cell] = {
+    "tier": lambda s, d: d.tier,
+    "sessions at the target [95 % CI]": lambda s, d: d.sessions_text,
+    "goodput per GPU": lambda s, d: _goodput(d),
+    "cost per 1M tokens": lambda s, d: _cost(d, s.currency is not None),
+    "energy per 1M tokens": lambda s, d: _energy(d),
+    "history retained": lambda s, d: _history(d),
+    "verdict": lambda s, d: d.verdict,
+}
+FIRST_SCREEN = ["tier", "verdict", "sessions at the target [95 % CI]", "cost per 1M tokens"]
+DETAILS = ["tier", "goodput per GPU", "energy per 1M tokens", "history retained"]
+
+
+def table(s: SweepDecision, headers: Sequence[str] = HEADERS, name: str | None = None) -> Table:
+    """The sweep's decision table, its cells already text: the columns `headers` (COLUMNS' keys)."""
+    rows = [[COLUMNS[h](s, d) for h in headers] for d in s.tiers]
     note = "EXAMPLE prices, not a quote." if s.example_prices else ""
-    headers = [f"{h} ({s.currency})" if h == "cost per 1M tokens" and s.currency else h for h in HEADERS]
-    return Table(title(s), headers, rows, note)
+    shown = [f"{h} ({s.currency})" if h == "cost per 1M tokens" and s.currency else h for h in headers]
+    return Table(title(s) if name is None else name, shown, rows, note)
+
+
+def _one_run(s: SweepDecision) -> bool:
+    """The decision rests on one run: the sweep's `runs` where the analysis counts them, else every
+    measured level of every tier has a single cell (one repeat, one concurrency)."""
+    runs = getattr(s, "runs", 0)  # the fewest runs behind a tier's decisive levels, where counted
+    if runs:
+        return bool(runs == 1)
+    sizes = [len(lv.cells) for d in s.tiers for lv in d.levels]
+    return bool(sizes) and max(sizes) == 1
+
+
+ONE_RUN = "each level rests on one run, so run-to-run noise is not in its interval"
+
+
+def _bare(sessions_text: str) -> str:
+    """ ">= 32" of ">= 32 (the most this dataset can replay)", "17.9" of "17.9 [<17-19.5]": the figure
+    without its words and interval (the table beside the headline has them)."""
+    return sessions_text.split(" (", 1)[0].split(" [", 1)[0]
+
+
+def _cost_against(d: TierDecision, gpu: TierDecision, currency: str | None) -> str:
+    """ ", cost per 1M tokens <= 0.0144 against 0.0182 USD", or "" when a side has no cost."""
+    a, b = d.cost.per_million_tokens, gpu.cost.per_million_tokens
+    if a is None or b is None:
+        return ""
+    at = {"<=": "<= ", ">=": ">= "}
+    return (
+        f", cost per 1M tokens {at.get(d.cost.bound, '')}{money(a)} against "
+        f"{at.get(gpu.cost.bound, '')}{money(b)}{f' {currency}' if currency else ''}"
+    )
+
+
+def headline(s: SweepDecision) -> str:
+    """One line that names the sweep's pick and what it rests on, or why there is none."""
+    said, caveat = headline_parts(s)
+    return f"{said}; {caveat}" if caveat else said
+
+
+def headline_parts(s: SweepDecision) -> tuple[str, str]:
+    """The headline ("pick: cpu — ...", "no pick — ...") and its caveat ("" when none). The pick, why
+    there is none and the verdicts are the analysis's (analysis/decision.py `_pick`)."""
+    why_not = getattr(s, "no_pick", None)  # the analysis's own reason, where it gives one
+    if s.pick is None and why_not:
+        return f"no pick — {why_not}", ""
+    return _said(s), ONE_RUN if _one_run(s) else ""
+
+
+def _said(s: SweepDecision) -> str:
+    """The headline without its caveat (headline_parts)."""
+    gpu = next((d for d in s.tiers if d.tier == "gpu"), None)
+    offload = [d for d in s.tiers if d.tier != "gpu"]
+    picked = next((d for d in offload if d.tier == s.pick), None)
+    if picked is not None and gpu is None:
+        return f"pick: {s.pick} — {picked.verdict.removeprefix('pick: ')}"
+    if picked is not None and gpu is not None:
+        sessions = f"{_bare(picked.sessions_text)} against {_bare(gpu.sessions_text)}"
+        cost = _cost_against(picked, gpu, s.currency)
+        return f"pick: {s.pick} — more sessions than gpu at {s.target} ({sessions}){cost}"
+    apart = "; ".join(f"{d.tier}: {d.verdict}" for d in offload)
+    none_apart = f"no offload tier separates from gpu at {s.target}" + (f" ({apart})" if apart else "")
+    if s.pick == "gpu":
+        return f"pick: gpu — {none_apart if offload else 'the only tier measured'}"
+    reasons = ["no gpu cell to compare against" if gpu is None else f"gpu: {gpu.verdict}"]
+    if not any(d.more_than_gpu for d in offload):
+        reasons.append(none_apart)
+    return "no pick — " + "; ".join(reasons)
+
+
+def section_headline(sec: DecisionSection) -> str | None:
+    """Why the section has no pick at all (no target, nothing measured), or None when it has sweeps."""
+    if sec.sweeps:
+        return None
+    if sec.slo is None and sec.hint == NO_TARGET:
+        return "no pick — the campaign sets no latency target (`slo`), so no tier can be judged at one"
+    return f"no pick — {sec.hint}" if sec.hint else None
 
 
 def _conditions(s: SweepDecision) -> list[str]:
@@ -180,22 +273,24 @@ def views(sec: DecisionSection) -> list[DecisionView]:
     out = []
     for s in sec.sweeps:
         plot = None if target is None else decision_plot.sessions_at_target(s, target)
-        out.append(DecisionView(table(s), s.statements, _conditions(s), plot))
+        # the details carry no cost, so not the note on the prices either
+        first, more = table(s, FIRST_SCREEN, name=""), replace(table(s, DETAILS, name=""), note="")
+        said, caveat = headline_parts(s)
+        out.append(DecisionView(title(s), said, caveat, first, more, s.statements, _conditions(s), plot))
     return out
 
 
 def markdown(sec: DecisionSection) -> list[str]:
     """The section as Markdown lines (report.md puts it above the findings)."""
     out = [f"## {TITLE}", ""]
+    top = section_headline(sec)
+    out += [f"**{top}**", ""] if top else []
     if sec.hint:
         out += [sec.hint, ""]
     for s in sec.sweeps:
         t = table(s)
-        out += [f"### {t.title}", ""] + ([t.note, ""] if t.note else [])
-        out.append("| " + " | ".join(t.headers) + " |")
-        out.append("|" + "|".join("---" for _ in t.headers) + "|")
-        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t.rows]
-        out.append("")
+        out += [f"### {t.title}", "", f"**{headline(s)}**", ""] + ([t.note, ""] if t.note else [])
+        out += [*markdown_rows(t), ""]
         out += [f"- {line}" for line in s.statements] + ([""] if s.statements else [])
         out += ["Conditions:", ""] + [f"- {c}" for c in _conditions(s)] + [""]
         out += ["Plot (p95 TTFT against sessions at once, the target, the crossings): see index.html.", ""]
@@ -210,7 +305,7 @@ def terminal_lines(sec: DecisionSection) -> list[str]:
     for s in sec.sweeps:
         t = table(s)
         widths = [max(len(h), *(len(r[i]) for r in t.rows)) for i, h in enumerate(t.headers)]
-        lines += ["", f"  {t.title}" + (f" ({t.note})" if t.note else "")]
+        lines += ["", f"  {t.title}" + (f" ({t.note})" if t.note else ""), f"  {headline(s)}"]
         for row in [t.headers, *t.rows]:
             lines.append(("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip())
         lines += [f"  - {line}" for line in s.statements]

@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis import bootstrap, noise
 from kvoffload.analysis.attribution import Cost, TierAttribution, Verdict
 from kvoffload.analysis.capacity import Knee, TierCapacity, as_number, tokens_text
+from kvoffload.analysis.compare import NEAR_FULL_PCT, OFFLOAD_TIERS
+from kvoffload.analysis.findings import CPU_BUILD_NOTE, Finding
 from kvoffload.analysis.software import engine_set_source
 from kvoffload.tiers import LMCACHE_SERVER_GPU_OVERHEAD_GIB
 
@@ -511,3 +514,212 @@ def left_out_text(view: TierAttribution) -> str:
     if not view.excluded:
         return ""
     return "Left out: " + "; ".join(f"{e['cell_id']} ({e['reason']})" for e in view.excluded) + "."
+
+
+def markdown_rows(t: Table) -> list[str]:
+    """A table's header, rule and rows as GitHub-flavoured Markdown lines (no title, no note)."""
+    out = ["| " + " | ".join(t.headers) + " |", "|" + "|".join("---" for _ in t.headers) + "|"]
+    return out + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t.rows]
+
+
+# --- the findings as a table (issue 53) -------------------------------------------------------------
+# Each group's findings as rows a person scans: the change against gpu with its interval, the verdict
+# and short tags; every tag's full text once per group under the table (the sentences, which repeat a
+# group's warnings in each of its findings, stay in a details block and in report.md).
+FINDINGS_HEADERS = [
+    "tier",
+    "later-round TTFT p50 / p95 (s)",
+    "p50 vs gpu [95 % CI]",
+    "p95 vs gpu [95 % CI]",
+    "verdict (p50)",
+    "warnings",
+]
+VERDICT_TEXT = {
+    "faster": "faster than gpu",
+    "slower": "slower than gpu",
+    "indistinguishable": "not distinguishable from gpu",
+}
+
+
+@dataclass(frozen=True)
+class FindingsView:
+    """One comparison group's findings: the table, each tag's explanation (once) and the sentences."""
+
+    table: Table  # its last column: the row's tags, ", "-joined (`tags` has them as lists)
+    tags: list[list[str]]
+    notes: list[tuple[str, str]]
+    statements: list[str]
+
+
+def _change(estimate: float | None, ci: Sequence[float] | None) -> str:
+    """ "-8 % [-34, +28]"; "+5 % (no interval)"; "–"."""
+    if estimate is None:
+        return MISSING
+    if ci is None:
+        return f"{estimate:+.0f} % (no interval)"
+    return f"{estimate:+.0f} % [{ci[0]:+.0f}, {ci[1]:+.0f}]"
+
+
+def _vs_gpu(f: Finding) -> bool:
+    """The finding compares an offload tier with a gpu cell of its group."""
+    return f.tier != "gpu" and f.gpu_repeats is not None
+
+
+def _finding_verdict(f: Finding) -> str:
+    """The finding's verdict on its p50 change against gpu (analysis/findings.py `p50_verdict`)."""
+    if f.tier == "gpu":
+        return "baseline"
+    if not f.comparable:
+        return "NOT VALID: no verdict"
+    if not _vs_gpu(f):
+        return "no gpu cell to compare against"
+    if f.p50_verdict is None:
+        return "no verdict (no interval)"
+    return VERDICT_TEXT.get(f.p50_verdict, f.p50_verdict)
+
+
+def _spread_text(roles: Sequence[str], s: Mapping[str, Any]) -> str:
+    """One CPU spread, the roles that showed the very same figures named together (virtual hosts on one
+    machine share its CPUs, so each reports the same spread)."""
+    who = f"the {roles[0]} host's" if len(roles) == 1 else f"the {' and '.join(roles)} hosts'"
+    who = f"{roles[0]}'s" if len(roles) == 1 and roles[0].startswith("host ") else who
+    same = " (the same figures on each)" if len(roles) > 1 else ""
+    return (
+        f"{who} CPU utilization{same} ranged {s['low_pct']:.0f}-{s['high_pct']:.0f} % between this group's "
+        f"cells ({s['low_cell']} {s['low_pct']:.0f} %, {s['high_cell']} {s['high_pct']:.0f} %; "
+        f"{noise.WIDE_CPU_SPREAD_PCT:.0f} points or more is wide): a TTFT difference between them may be "
+        "the host's load, not the tier's"
+    )
+
+
+def _spreads(items: Sequence[Finding]) -> tuple[list[str], set[str]]:
+    """The group's wide CPU spreads, one text per (low-high range, cells) whatever the roles that showed
+    it, and the findings' own texts of them (which the caveats repeat)."""
+    merged: dict[tuple[int, int, str, str], tuple[list[str], Mapping[str, Any]]] = {}
+    own: set[str] = set()
+    names = {f.name for f in fields(noise.CpuSpread)}
+    for f in items:
+        for s in f.cpu_spread:
+            if not s.get("wide"):
+                continue
+            own.add(noise.CpuSpread(**{k: v for k, v in s.items() if k in names}).text())
+            key = (round(s["low_pct"]), round(s["high_pct"]), str(s["low_cell"]), str(s["high_cell"]))
+            roles, _ = merged.setdefault(key, ([], s))
+            if s["role"] not in roles:
+                roles.append(str(s["role"]))
+    return [_spread_text(roles, s) for roles, s in merged.values()], own
+
+
+def _caveats(items: Sequence[Finding], own: set[str]) -> tuple[list[str], set[str]]:
+    """The group's cell caveats ("<cell>: <message>"), each message once with every cell it was said
+    of, without those that repeat a CPU spread (`own`), and the cells that have one."""
+    cells = {c for f in items for c in f.cells}
+    by_message: dict[str, list[str]] = {}
+    for text in dict.fromkeys(c for f in items for c in f.caveats if c not in own):
+        cell, _, message = text.partition(": ")
+        if cell not in cells or not message:
+            cell, message = "", text
+        said = by_message.setdefault(message, [])
+        if cell and cell not in said:
+            said.append(cell)
+    texts = [f"{', '.join(c)}: {m}" if c else m for m, c in by_message.items()]
+    return texts, {c for said in by_message.values() for c in said}
+
+
+def _tags(f: Finding, spread: bool, cpu_build: bool, caveat_cells: set[str]) -> list[str]:
+    """The short warning tags of one finding (`_notes` says what each means)."""
+    tags = [] if f.comparable else ["not-valid"]
+    if _vs_gpu(f):
+        if f.p50_within_noise:
+            tags.append("within-noise")
+        if f.p50_change_vs_gpu_pct is not None and f.p50_change_ci_pct is None:
+            tags.append("no-interval")
+        if f.one_repeat:
+            tags.append("one-repeat")
+        if spread:
+            tags.append("cpu-spread")
+    if f.tier in OFFLOAD_TIERS and f.offload_exercised is False:
+        tags.append("offload-unused")
+    elif f.tier in OFFLOAD_TIERS and f.offload_exercised is None:
+        tags.append("offload-unknown")
+    if caveat_cells.intersection(f.cells):
+        tags.append("caveat")
+    if cpu_build:
+        tags.append("cpu-build")
+    return tags
+
+
+def _noise_note(items: Sequence[Finding]) -> str:
+    """What "within-noise" means, with the repeats per cell that would separate each tier's change."""
+    said = []
+    for f in items:
+        n0 = min(f.repeats, f.gpu_repeats or f.repeats)
+        text = noise.noise_text(f.p50_change_vs_gpu_pct, f.p50_change_ci_pct, n0)
+        said.append(f"{f.tier}: {text.removeprefix('within noise: ')}")
+    return (
+        "the 95 % interval of the p50 change includes 0, so the data do not tell the tier from gpu; "
+        + "; ".join(said)
+    )
+
+
+def _notes(
+    items: Sequence[Finding], tags: Sequence[Sequence[str]], spreads: Sequence[str], caveats: Sequence[str]
+) -> list[tuple[str, str]]:
+    """Each tag the group's rows carry with its full text, once for the group."""
+    used = {t for row in tags for t in row}
+    with_tag = {t: [f for f, row in zip(items, tags, strict=True) if t in row] for t in used}
+    reasons = list(dict.fromkeys(r for f in items for r in f.not_comparable_reasons))
+    texts = {
+        "not-valid": "not a valid comparison: " + ("; ".join(reasons) or "see the validity warnings"),
+        "within-noise": _noise_note(with_tag.get("within-noise", [])),
+        "no-interval": (
+            f"too few sessions for a 95 % interval (at least {bootstrap.MIN_SESSIONS} a side): the change "
+            "is stated without a verdict"
+        ),
+        "one-repeat": noise.one_repeat_text(
+            any(f.p50_change_ci_pct is not None for f in with_tag.get("one-repeat", [])),
+            any(f.repeats_to_separate is not None for f in with_tag.get("one-repeat", [])),
+        ),
+        "cpu-spread": "; ".join(spreads),
+        "offload-unused": (
+            f"offload was never exercised: KV usage stayed below {NEAR_FULL_PCT:.0f} %, with no LMCache "
+            "evictions and no external prefix-cache hits, so the comparison does not measure offloading "
+            "(the full statements give the figures)"
+        ),
+        "offload-unknown": (
+            "whether offload was exercised is unknown (no KV usage, eviction or external-hit data)"
+        ),
+        "caveat": "; ".join(caveats),
+        "cpu-build": CPU_BUILD_NOTE,
+    }
+    return [(t, texts[t]) for t in texts if t in used]
+
+
+def findings_view(items: Sequence[Finding]) -> FindingsView:
+    """One comparison group's findings (analysis/findings.py, one per tier) as a table with tags."""
+    spreads, own = _spreads(items)
+    caveats, caveat_cells = _caveats(items, own)
+    cpu_build = any(CPU_BUILD_NOTE in f.statement for f in items)
+    tags = [_tags(f, bool(spreads), cpu_build, caveat_cells) for f in items]
+    rows = [
+        [
+            f.tier,
+            f"{fmt(f.later_p50_s)} / {fmt(f.later_p95_s)}",
+            _change(f.p50_change_vs_gpu_pct, f.p50_change_ci_pct) if _vs_gpu(f) else MISSING,
+            _change(f.p95_change_vs_gpu_pct, f.p95_change_ci_pct) if _vs_gpu(f) else MISSING,
+            _finding_verdict(f),
+            ", ".join(row),
+        ]
+        for f, row in zip(items, tags, strict=True)
+    ]
+    table = Table("", FINDINGS_HEADERS, rows)
+    return FindingsView(table, tags, _notes(items, tags, spreads, caveats), [f.statement for f in items])
+
+
+def findings_markdown(view: FindingsView) -> list[str]:
+    """The group's table, its tags explained, then the full sentences, as Markdown lines."""
+    out = [*markdown_rows(view.table), ""]
+    if view.notes:
+        notes = Table("", ["warning", "what it means"], [[f"**{t}**", text] for t, text in view.notes])
+        out += [*markdown_rows(notes), ""]
+    return out + ["In full:", ""] + [f"- {s}" for s in view.statements] + [""]

@@ -15,30 +15,40 @@ had failed requests or was marked invalid (faults) stops the ramp with its reaso
 point of the curve.
 
 A ramp stays on one node: the node that ran its seed's campaign cells (the largest concurrency of
-them when a sweep was spread over nodes), and it judges only the points measured there, so a bracket
-never compares two machines. The steps are ordinary cells (their own folders, DONE, resume), run one
-after the other on that node, with the engines reset between them. What each ramp decided goes to
-campaign.json `knee_search` and to the report.
+them when a sweep was spread over nodes). It judges only the points measured there, so a bracket
+never compares two machines, unless the nodes are alike (the same host facts, analysis/nodes.py, as
+the decision table pools them): then a level another node measured counts and is not measured again.
+The steps are ordinary cells (their own folders, DONE, resume), run one after the other on that node,
+with the engines reset between them; a step runs as many repeats as the campaign's cells. What each
+ramp decided goes to campaign.json `knee_search` and to the report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from kvoffload.analysis import steady
 from kvoffload.analysis.capacity import replayable_users
+from kvoffload.analysis.nodes import node_differences
 from kvoffload.analysis.ramp import RampDecision, RampPoint, RampPolicy, next_step
 from kvoffload.config import Cell
 from kvoffload.config.campaign import Campaign, KneeSearch
 from kvoffload.config.cells import make_cell
+from kvoffload.config.slo import MIN_WINDOW_REQUESTS
 
-# Summary columns the ramp judges (kvoffload/analysis: client.py and engine.py).
-P95 = "ttft_later_p95_s"
-HIT = "later_round_cached_share"
+# Summary columns the ramp judges: each cell's figures over its steady window (kvoffload/analysis/
+# steady.py), the requests the decision table judges too.
+P95 = "steady_ttft_later_p95_s"
+P50 = "steady_ttft_later_p50_s"
+TPOT = "steady_tpot_later_p95_s"
+HIT = "steady_later_cached_share"
+NOT_HELD = "steady_not_held"
 
 
 def policy(spec: KneeSearch, campaign: Campaign) -> RampPolicy:
@@ -132,10 +142,11 @@ def trouble(
 
 
 def load_ceiling(summary: pd.DataFrame, seed: Cell, campaign: Campaign) -> tuple[int | None, str]:
-    """The most concurrent sessions the campaign can produce on this ramp, and where that comes from:
-    `max_sessions` and the virtual users the ramp's cells could replay (sessions.json
-    `virtual_users_available`, the dataset's users at this num_rounds, less `dropped_by_isl`). None
-    when neither is known."""
+    """The most concurrent sessions the campaign can hold on this ramp, and where that comes from: half
+    the users a cell replays (`max_sessions`, and the virtual users the ramp's cells could replay:
+    sessions.json `virtual_users_available`, the dataset's users at this num_rounds, less
+    `dropped_by_isl`), since a closed loop holds a level for a session only while a user waits to
+    replace each one that finishes (analysis/steady.py; `held_level`). None when neither is known."""
     bounds: list[tuple[int, str]] = []
     if campaign.max_sessions is not None:
         bounds.append((campaign.max_sessions, f"max_sessions {campaign.max_sessions}"))
@@ -154,11 +165,25 @@ def load_ceiling(summary: pd.DataFrame, seed: Cell, campaign: Campaign) -> tuple
     if not bounds:
         return None, ""
     n = min(b for b, _ in bounds)
-    return n, "; ".join(why for _, why in bounds)
+    held = held_level(n)
+    return held, (
+        f"{'; '.join(why for _, why in bounds)}: a closed loop holds at most {held} of {n} users at once for "
+        "a session"
+    )
 
 
-def points(summary: pd.DataFrame, seed: Cell, node: str | None = None) -> list[RampPoint]:
-    """The measured concurrencies of the seed's ramp (done cells only; on `node` when given)."""
+def held_level(users: int) -> int:
+    """The highest level `users` virtual users hold in a closed loop for at least one session: each slot
+    needs a waiting user to replace the one that finishes (docs/metrics.md "Steady window")."""
+    return max(1, users // 2)
+
+
+def points(
+    summary: pd.DataFrame, seed: Cell, node: str | None = None, min_requests: int = MIN_WINDOW_REQUESTS
+) -> list[RampPoint]:
+    """The measured concurrencies of the seed's ramp (done cells only; on `node` when given), each with
+    why its steady window did not hold its level (`min_requests`: the later-round requests a window
+    needs, the campaign slo's `min_window_requests`)."""
     rows = _sweep(summary, seed, node)
     if rows.empty:
         return []
@@ -168,13 +193,27 @@ def points(summary: pd.DataFrame, seed: Cell, node: str | None = None) -> list[R
         value = row.get(column)
         return None if value is None or pd.isna(value) else float(value)
 
+    def not_held(row: pd.Series) -> str | None:
+        figures = [
+            figure(row, k) for k in ("steady_level", "steady_s", "steady_held_sessions", "steady_session_s")
+        ]
+        later = figure(row, "steady_later_requests")
+        if all(f is not None for f in figures) and later is not None:
+            level, seconds, held, session = (float(f) for f in figures if f is not None)
+            return steady.not_held(int(level), seconds, held, session, int(later), min_requests)
+        why = row.get(NOT_HELD)
+        if isinstance(why, str) and why:
+            return why
+        return None if row.get("steady_held") is True else "no steady window was measured"
+
     return [
         RampPoint(
             int(row["concurrency"]),
             figure(row, P95),
             figure(row, HIT),
-            figure(row, "ttft_later_p50_s"),
-            figure(row, "tpot_later_p95_s"),
+            figure(row, P50),
+            figure(row, TPOT),
+            not_held(row),
         )
         for _, row in rows.iterrows()
     ]
@@ -222,6 +261,17 @@ class RampLog:
         }
 
 
+def nodes_alike(facts: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]) -> bool:
+    """Whether the nodes' host facts (runner.host_facts) agree on every compared fact (analysis/nodes.py
+    COMPARED_FACTS), so one curve may pool their levels. Nodes without facts are not shown alike."""
+    if len(nodes) < 2:
+        return True
+    if any(n not in facts for n in nodes):
+        return False
+    cells = pd.DataFrame({"node": list(nodes), "hosts": [json.dumps(dict(facts), default=str)] * len(nodes)})
+    return not node_differences(cells)
+
+
 def walk(
     campaign: Campaign,
     seed: Cell,
@@ -229,11 +279,14 @@ def walk(
     log: RampLog,
     max_steps: int = 64,
     node: str | None = None,
+    pooled: bool = False,
 ) -> Iterator[Cell]:
     """The ramp's cells, one at a time: each is yielded to be run (or found DONE), then the measured
     points are read again for the next decision. Stops at a decision other than "try", at a step that
     failed or is invalid, and at the load the campaign can produce. With `node`, only the points
-    measured on that node count."""
+    measured on that node count, unless `pooled` (the nodes are alike: `nodes_alike`), when every
+    node's points count and the ramp runs its new steps on `node`."""
+    judged_on = None if pooled else node
     spec = campaign.knee_spec()
     assert spec is not None
     rule = policy(spec, campaign)
@@ -243,11 +296,11 @@ def walk(
         table = summary()
         # Only the campaign's own points and this walk's: a resumed run then takes the same steps
         # (finding their cells DONE) and logs the whole ramp again.
-        why_not = trouble(table, seed, known | tried, node)
+        why_not = trouble(table, seed, known | tried, judged_on)
         if why_not is not None:
             log.add(RampDecision("blocked", None, None, why_not), None)
             return
-        decision = _decide(table, seed, campaign, rule, known | tried, node)
+        decision = _decide(table, seed, campaign, rule, known | tried, judged_on)
         if decision.action != "try" or decision.next_concurrency is None:
             log.add(decision, None)
             return
@@ -256,7 +309,7 @@ def walk(
             log.add(RampDecision("blocked", None, None, f"concurrency {decision.next_concurrency} "
                                  "was run but gave no figures to judge"), None)  # fmt: skip
             return
-        why = _measured_elsewhere(table, seed, decision.next_concurrency, node)
+        why = _measured_elsewhere(table, seed, decision.next_concurrency, judged_on)
         if why is not None:
             log.add(RampDecision("blocked", None, None, why), None)
             return
@@ -265,6 +318,11 @@ def walk(
                          seed.osl, 1)  # fmt: skip
         log.add(decision, cell)
         yield cell
+        # the decision pools a level's repeats: a step runs as many as the campaign's cells (the walk
+        # judges the first, as it judges the campaign's own)
+        for repeat in range(2, campaign.repeats + 1):
+            yield make_cell(campaign, seed.tier, decision.next_concurrency, seed.num_rounds, seed.isl,
+                            seed.osl, repeat)  # fmt: skip
     log.add(RampDecision("blocked", None, None, f"stopped after {max_steps} steps"), None)
 
 
@@ -281,7 +339,8 @@ def _decide(
     if ceiling is not None and capped:
         top = max(1, ceiling)
         step_rule = replace(rule, max_concurrency=top, start=min(rule.start, top))
-    seen = [p for p in points(table, seed, node) if p.concurrency in allowed]
+    need = campaign.slo.min_window_requests if campaign.slo is not None else MIN_WINDOW_REQUESTS
+    seen = [p for p in points(table, seed, node, need) if p.concurrency in allowed]
     decision = next_step(seen, step_rule)
     if not capped:
         return decision

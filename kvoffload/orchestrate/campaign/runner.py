@@ -477,7 +477,8 @@ class CampaignRunner:
             for seed in seeds:
                 ramp = knee.RampLog(seed.tier, seed.num_rounds, seed.isl, str(seed.osl), node=node)
                 self._knee.append(ramp)
-                for cell in knee.walk(self.lab.campaign, seed, self._summary, ramp, node=node):
+                pooled = knee.nodes_alike(self.facts, [n.name for n in self.lab.nodes])
+                for cell in knee.walk(self.lab.campaign, seed, self._summary, ramp, node=node, pooled=pooled):
                     if self.results.is_done(cell):
                         outcome.skipped.append(cell.id)
                         continue

@@ -3,9 +3,12 @@
 A run is node-local, and a tier comparison never mixes hardware: every cell of a comparison group
 (the cells that differ only in tier), and of its repeats, runs on one node. Groups are spread over the
 nodes so that their expected work is balanced (longest first, onto the least loaded node; ties go to
-the earlier node, so the plan is the same every time). On a node, cells run tier by tier (gpu, cpu,
-nvme), so that cells sharing an engine configuration follow each other and the engines restart only
-when the tier changes; within a tier the campaign's order is kept. Pure: no IO.
+the earlier node, so the plan is the same every time). On a node, cells run repeat by repeat, and
+within a repeat tier by tier, so that cells sharing an engine configuration follow each other and the
+engines restart only when the tier changes; within a tier the campaign's order is kept. The tier order
+turns round between repeats (gpu, cpu, nvme; then nvme, cpu, gpu; ...): a tier is not always the first
+on fresh engines or the last after the node has run for a while, and the repeat boundary keeps its tier
+(the engines are reset there, not redeployed). Pure: no IO.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ GROUP_KEYS = ("concurrency", "num_rounds", "isl", "osl")
 
 def group_key(cell: Cell) -> tuple[object, ...]:
     return tuple(cell.config[k] for k in GROUP_KEYS)
+
+
+def tier_turn(tier: str, repeat: int) -> int:
+    """A tier's place in its repeat: TIER_ORDER on odd repeats, reversed on even ones."""
+    place = TIER_ORDER.index(tier)
+    return place if repeat % 2 else len(TIER_ORDER) - 1 - place
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ def schedule(
         mine = sorted(assigned[node], key=order.__getitem__)
         ordered = sorted(
             (cell for key in mine for cell in groups[key]),
-            key=lambda c: (TIER_ORDER.index(c.tier), mine.index(group_key(c))),
+            key=lambda c: (c.repeat, tier_turn(c.tier, c.repeat), mine.index(group_key(c))),
         )
         plans.append(NodePlan(node, tuple(ordered)))
     return plans

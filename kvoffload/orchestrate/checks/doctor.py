@@ -32,6 +32,7 @@ from kvoffload.parallelism import tensor_parallel_size
 
 if TYPE_CHECKING:
     from kvoffload.config import LabConfig
+    from kvoffload.config.cells import Cell
 
 PLAYBOOK = DOCTOR  # playbooks_api names it
 # In a campaign's results folder: `doctor`'s record and the probes' answers; `run`'s cheap checks
@@ -70,7 +71,7 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
     """Per inventory host: the largest L1 a cell pins there (real engines only) and the L2 folder of its
     nvme cells."""
     from kvoffload.orchestrate.cell.deployment import deployment
-    from kvoffload.profiles.resolve import engine_profile, l2_path, lmcache_profile
+    from kvoffload.profiles.resolve import engine_profile, l2_path
 
     l1: dict[str, float] = {}
     sampler: dict[str, dict[str, str | None]] = {}
@@ -91,7 +92,7 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
                 continue
             lmcache_hosts.add(host.name)
             dep = deployment(lab, cell, node)
-            size = dep.l1_size_gb if dep.l1_size_gb is not None else lmcache_profile(cell.tier).l1_size_gb
+            size, _ = cell_l1(cell)
             if lab.campaign.engine == "vllm":  # the simulator's L1 is a byte count, never allocated
                 l1[host.name] = max(l1.get(host.name, 0.0), size)
             path = l2_path(dep) if cell.tier == "nvme" else None
@@ -112,6 +113,74 @@ def host_asks(lab: LabConfig) -> dict[str, HostAsk]:
         )
         for h in lab.inventory.hosts
     }
+
+
+def cell_l1(cell: Cell) -> tuple[float, str]:
+    """The L1 pool (GiB, as LMCache counts them) an offload cell's lmcache-server is given, and where
+    that size comes from: the campaign's `lmcache_l1_size_gb` for its tier, else the tier's profile."""
+    if cell.lmcache_l1_size_gb is not None:
+        return cell.lmcache_l1_size_gb, f"the campaign's lmcache_l1_size_gb.{cell.tier}"
+    from kvoffload.profiles.resolve import lmcache_profile
+
+    return lmcache_profile(cell.tier).l1_size_gb, f"kvoffload/profiles/lmcache/{cell.tier}.yaml l1_size_gb"
+
+
+def recorded_memory(root: Path) -> dict[str, tuple[int, Path]]:
+    """Per host: the MemTotal (bytes) of the newest doctor record under a campaign's results folder
+    `root` that has one for it (`doctor`'s doctor.json, `run`'s cheap checks' doctor-run/doctor.json:
+    the probe's memory check), and that file; an unreadable record is passed over."""
+    files = [f for f in (root / DOCTOR_JSON, root / RUN_DOCTOR_DIR / DOCTOR_JSON) if f.is_file()]
+    out: dict[str, tuple[int, Path]] = {}
+    for path in sorted(files, key=lambda f: f.stat().st_mtime, reverse=True):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        hosts = record.get("hosts") if isinstance(record, dict) else None
+        for report in hosts if isinstance(hosts, list) else []:
+            if not isinstance(report, dict) or report.get("host") in out:
+                continue
+            for c in report.get("checks") or []:
+                total = (c.get("facts") or {}).get("mem_total") if isinstance(c, dict) else None
+                if c.get("name") == "memory" and isinstance(total, int) and total > 0:
+                    out[str(report["host"])] = (total, path)
+    return out
+
+
+def l1_memory_warnings(lab: LabConfig, memory: Mapping[str, tuple[int, Path]]) -> tuple[list[str], list[str]]:
+    """(warnings, hosts not checked): each offload tier whose L1 pool (cell_l1) exceeds the memory
+    (MemTotal, `recorded_memory`) of an lmcache-server host its cells run on, and the lmcache-server
+    hosts whose memory no doctor record gives. A real lmcache-server pins its pool, and its role's
+    preflight refuses a host without room for it; the simulator counts the pool without allocating it,
+    so a campaign runs on, and the report bounds capacity and DRAM cost by the host's memory."""
+    sizes: dict[tuple[str, str], tuple[float, str]] = {}
+    for node in lab.nodes:
+        server = lab.node_lmcache(node)
+        for cell in lab.cells:
+            if server is not None and cell.tier != "gpu":
+                sizes[(server.name, cell.tier)] = cell_l1(cell)
+    warnings: list[str] = []
+    unknown: list[str] = []
+    for (host, tier), (gb, source) in sorted(sizes.items()):
+        if host not in memory:
+            unknown += [] if host in unknown else [host]
+            continue
+        total, path = memory[host]
+        if gb * 2**30 <= total:
+            continue
+        head = (
+            f"tier {tier}: its L1 pool of {gb:g} GiB ({source}) exceeds the {total / 2**30:.1f} GiB of "
+            f"memory of {host} (MemTotal, its doctor record {path})"
+        )
+        if lab.campaign.engine == "vllm":
+            tail = "lmcache-server pins its L1, so its preflight will refuse the host"
+        else:
+            tail = (
+                "the simulator counts the pool without allocating it, so its cells run as if the host had "
+                "it, and the report bounds the tier's capacity and DRAM cost by the host's memory"
+            )
+        warnings.append(f"{head}: {tail}; give the campaign a smaller lmcache_l1_size_gb.{tier}")
+    return warnings, unknown
 
 
 def probe_args(ask: HostAsk, venv: str, *, cheap: bool) -> list[str]:

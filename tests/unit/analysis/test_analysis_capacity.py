@@ -9,13 +9,16 @@ import pytest
 
 from kvoffload.analysis.capacity import (
     GIB,
+    HostMemory,
     Stated,
     gpu_cache_figures,
     knees,
     kv_bytes_from_model_config,
     l2_from_hosts,
     lmcache_capacity_figures,
+    lmcache_host_memory,
     predict,
+    within_host_memory,
 )
 from kvoffload.analysis.findings import Finding
 from kvoffload.analysis.recommend import recommend
@@ -421,3 +424,64 @@ def test_an_offload_lead_inside_its_interval_or_without_offload_recommends_the_s
     # without findings the table's p50 alone decides, as before
     (plain,) = recommend(summary, predict(summary), knees(summary))
     assert [s.tier for s in plain.segments] == ["cpu"] and plain.simpler == []
+
+
+def test_the_lmcache_hosts_memory_comes_from_cell_json() -> None:
+    """The lmcache target's host in `targets`, its `ram_gib` in `hosts`: 23.5 GiB = 25232932864 B."""
+    hosts = {"kvlab1": {"ram_gib": 64}, "kvlab3": {"ram_gib": 23.5}}
+    targets = {
+        "vllm-kvlab1-0": {"kind": "vllm", "host": "kvlab1"},
+        "lmcache": {"kind": "lmcache", "host": "kvlab3"},
+    }
+    assert lmcache_host_memory(hosts, targets) == {
+        "lmcache_host": "kvlab3",
+        "lmcache_host_memory_bytes": 25232932864.0,
+    }
+    # a gpu cell (no lmcache target) and a host the file does not size: unknown
+    assert (
+        lmcache_host_memory(hosts, {"vllm-0": {"kind": "vllm", "host": "kvlab1"}})[
+            "lmcache_host_memory_bytes"
+        ]
+        is None
+    )
+    assert lmcache_host_memory({}, targets) == {"lmcache_host": "kvlab3", "lmcache_host_memory_bytes": None}
+
+
+def test_an_l1_pool_beyond_the_hosts_memory_is_bounded_by_it() -> None:
+    """Issue 53: the cpu profile's 64 GiB L1 on a 23.5 GiB host predicted 64 GiB x 0.8 / 4096 B =
+    13.4 M tokens. Bounded by the host: 23.5 GiB x 0.8 / 4096 B = 4,928,307 tokens (492.8 sessions of
+    10000 tokens); a campaign's 100 GiB is bounded the same way, a 16 GiB pool is not."""
+    kv = {"c": Stated("KV bytes per token", 4096.0, "B", "profile")}
+    profile = {"cpu": Stated("L1 pool", 64.0, "GiB", "kvoffload/profiles/lmcache/cpu.yaml l1_size_gb")}
+    host = {"lmcache_host": "kvlab3", "lmcache_host_memory_bytes": 23.5 * GIB}
+
+    def cpu(**over: Any) -> Any:
+        summary = pd.DataFrame([_cell("c", "cpu", 8, **{**host, **over})])
+        return next(p for p in predict(summary, kv, profile) if p.tier == "cpu")
+
+    bounded = cpu()
+    assert bounded.tokens == pytest.approx(4928307.2)
+    assert bounded.sessions == pytest.approx(492.83072)
+    pool = bounded.inputs[0]
+    assert pool.name == "L1 pool" and pool.value == 23.5 * GIB
+    assert pool.source == (
+        "kvoffload/profiles/lmcache/cpu.yaml l1_size_gb = 64 GiB, more than the 23.5 GiB of memory of "
+        "kvlab3, the lmcache-server host of cell c (cell.json hosts ram_gib): bounded by that memory (a "
+        "real server could pin no more; the simulator counts the configured bytes without allocating "
+        "them), at most 23.5 GiB"
+    )
+    # the report hands the profile's figure in bounded already (report/build.py capacity_inputs): the same
+    already = within_host_memory(profile["cpu"], HostMemory(23.5 * GIB, "kvlab3", "c"))
+    summary = pd.DataFrame([_cell("c", "cpu", 8, **host)])
+    again = next(p for p in predict(summary, kv, {"cpu": already}) if p.tier == "cpu")
+    assert again.tokens == bounded.tokens and again.inputs[0] == pool
+    campaign = cpu(lmcache_l1_size_gb=100.0)
+    assert campaign.tokens == pytest.approx(4928307.2)
+    assert campaign.inputs[0].source.startswith(
+        "cell.json config.lmcache_l1_size_gb (cell c) = 100 GiB, more than the 23.5 GiB of memory of kvlab3"
+    )
+    fits = cpu(lmcache_l1_size_gb=16.0)
+    assert fits.tokens == pytest.approx(16 * GIB * 0.8 / 4096)
+    assert fits.inputs[0].source == "cell.json config.lmcache_l1_size_gb = 16 GiB (cell c)"
+    # a host of unknown memory bounds nothing
+    assert cpu(lmcache_host_memory_bytes=None).tokens == pytest.approx(64 * GIB * 0.8 / 4096)

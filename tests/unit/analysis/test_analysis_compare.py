@@ -313,3 +313,26 @@ def test_the_snapshot_fallback_says_what_the_replay_measured() -> None:
     )
     (w,) = [w for w in cell_warnings_of(one_round) if w["kind"] == "fallback_before_after"]
     assert w["message"].endswith("snapshots: fewer than two sampler rounds over the 0.8 s replay")
+
+
+def test_l2_loads_that_failed_for_lack_of_l1_room_are_warned_with_the_fix() -> None:
+    """Issue 53: nvme at concurrency 32 loaded 68 chunks back from L2 and failed 68 for lack of room
+    in its 0.125 GiB L1: 68 of 136 loads tried, 50 %."""
+    oom = {
+        "lmcache_l1_size_gb": 0.125,
+        "lmcache_l2_loaded_chunks": 68.0,
+        "lmcache_l2_prefetch_failed_chunks": 68.0,
+        "lmcache_l2_prefetch_failed_l1_oom_chunks": 68.0,
+    }
+    s = pd.DataFrame([_row("g", "gpu"), _row("n", "nvme", **oom), _row("c", "cpu")])
+    w = warnings_table(s)
+    assert _kinds(w) == [("l2_prefetch_l1_oom", "n")]
+    assert w["message"].iloc[0] == (
+        "68 of 136 (50 %) L2 chunk loads failed for lack of room in the 0.125 GiB L1 pool (LMCache's "
+        'l2_prefetch_failure_chunks{reason="l1_oom"}): they were not served from the cache, the engine '
+        "prefilled them again, so the nvme tier was measured with an L1 too small to stage its L2 loads; "
+        "give it a larger L1 (the campaign's lmcache_l1_size_gb.nvme)"
+    )
+    # none failed for lack of room (or nothing says): no warning
+    fine = pd.DataFrame([_row("n", "nvme", **{**oom, "lmcache_l2_prefetch_failed_l1_oom_chunks": 0.0})])
+    assert warnings_table(fine).empty

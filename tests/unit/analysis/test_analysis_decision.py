@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvoffload.analysis import costing, crossing
+from kvoffload.analysis import costing, crossing, steady
 from kvoffload.analysis.capacity import GIB
 from kvoffload.analysis.decision import csv_rows, decide
 from kvoffload.config.slo import Prices, Slo
@@ -16,12 +16,16 @@ from kvoffload.config.slo import Prices, Slo
 SLO = Slo(ttft_p95_s=0.5)
 
 
-def _cell(later: dict[str, list[float]], spacing: float = 1.0, **extra: Any) -> pd.DataFrame:
-    """Request records: per user one round-1 request (TTFT 9 s, never judged) and the later rounds'
-    TTFTs given; `spacing` s apart, each lasting 1 s, 100 prompt and 10 completion tokens, 50 cached."""
-    rows, t = [], 0.0
+def _cell(later: dict[str, list[float]], seconds: float = 10.0, **extra: Any) -> pd.DataFrame:
+    """Request records of sessions that run at once: per user one round-1 request (TTFT 9 s, never
+    judged) and the later rounds' TTFTs given, back to back over 0..`seconds` (every user starts at 0
+    and ends at `seconds`, so the steady window is the whole run); 100 prompt and 10 completion tokens,
+    50 cached."""
+    rows = []
     for user, ttfts in later.items():
-        for k, ttft in enumerate([9.0, *ttfts], start=1):
+        rounds = [9.0, *ttfts]
+        step = seconds / len(rounds)
+        for k, ttft in enumerate(rounds, start=1):
             rows.append(
                 {
                     "user_id": user,
@@ -32,13 +36,39 @@ def _cell(later: dict[str, list[float]], spacing: float = 1.0, **extra: Any) -> 
                     "prompt_tokens": 100,
                     "completion_tokens": 10,
                     "cached_tokens": 50,
-                    "t_start": t,
-                    "latency_s": 1.0,
+                    "t_start": (k - 1) * step,
+                    "latency_s": step,
                     **extra,
                 }
             )
-            t += spacing
     return pd.DataFrame(rows)
+
+
+def _filled(rows: list[dict[str, Any]], cells: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each cell padded to its level with users of one round-1 request over its whole run (they hold
+    the level, and have no later round to judge): the sessions live at once are then the level."""
+    out = dict(cells)
+    for row in rows:
+        req = cells.get(row["cell_id"])
+        if req is None or req.empty:
+            continue
+        short = min(row["concurrency"], row["achieved_sessions"]) - req["user_id"].nunique()
+        end = float((req["t_start"] + req["latency_s"]).max())
+        pad = [
+            {**req.iloc[0].to_dict(), "user_id": f"fill{i}", "round": 1, "ttft_s": 9.0, "t_start": 0.0,
+             "latency_s": end}
+            for i in range(max(0, short))
+        ]  # fmt: skip
+        out[row["cell_id"]] = pd.concat([req, pd.DataFrame(pad)], ignore_index=True) if pad else req
+    return out
+
+
+def _twice(
+    rows: list[dict[str, Any]], cells: dict[str, pd.DataFrame]
+) -> tuple[list[dict[str, Any]], dict[str, pd.DataFrame]]:
+    """Every cell run twice (repeat 2 under its id + "r2", the same records): two runs per level."""
+    again = [{**r, "cell_id": r["cell_id"] + "r2", "repeat": 2} for r in rows]
+    return rows + again, cells | {k + "r2": v for k, v in cells.items()}
 
 
 def _row(cell_id: str, tier: str, concurrency: int, users: int = 20, **extra: Any) -> dict[str, Any]:
@@ -76,7 +106,15 @@ def _same(n: int, ttft: float) -> dict[str, list[float]]:
 def _decide(
     rows: list[dict[str, Any]], cells: dict[str, pd.DataFrame], slo: Slo = SLO, **kw: Any
 ) -> dict[str, Any]:
-    (sweep,) = decide(pd.DataFrame(rows), cells, slo, replicates=2000, min_sessions=1, **kw)
+    (sweep,) = decide(
+        pd.DataFrame(rows),
+        _filled(rows, cells),
+        slo,
+        replicates=2000,
+        min_sessions=1,
+        min_window_requests=1,
+        **kw,
+    )
     return {d.tier: d for d in sweep.tiers} | {"sweep": sweep}
 
 
@@ -92,7 +130,7 @@ def test_the_crossing_is_the_linear_interpolation_between_the_levels_around_it()
     assert got.sessions_ci == [pytest.approx(3.0), pytest.approx(3.0)]
     assert got.sessions_ci_censored == [False, False]
     assert got.binding_limit == "p95 TTFT"
-    assert got.sessions_text == "3 [3-3]"
+    assert got.sessions_text == "3 [3-3] (one run)"
 
 
 def test_the_crossings_interval_by_hand() -> None:
@@ -120,19 +158,16 @@ def test_an_interval_end_beyond_the_bracket_is_a_bound() -> None:
     assert got.sessions == pytest.approx(3.0)
     assert got.sessions_ci == [pytest.approx(2.0), pytest.approx(3.0)]
     assert got.sessions_ci_censored == [True, False]
-    assert got.sessions_text == "3 [<2-3]"
+    assert got.sessions_text == "3 [<2-3] (one run)"
 
 
 def test_too_few_sessions_give_no_interval() -> None:
-    (sweep,) = decide(
-        pd.DataFrame([_row("g2", "gpu", 2), _row("g4", "gpu", 4)]),
-        {"g2": _cell(_same(3, 0.3)), "g4": _cell(_same(3, 0.7))},
-        SLO,
-        replicates=200,
-    )
+    rows = [_row("g2", "gpu", 2), _row("g4", "gpu", 4)]
+    cells = _filled(rows, {"g2": _cell(_same(3, 0.3)), "g4": _cell(_same(3, 0.7))})
+    (sweep,) = decide(pd.DataFrame(rows), cells, SLO, replicates=200, min_window_requests=1)
     (gpu,) = sweep.tiers
     assert gpu.sessions == pytest.approx(3.0) and gpu.sessions_ci is None
-    assert gpu.sessions_text == "3 (no interval)"
+    assert gpu.sessions_text == "3 (no interval; one run)"
     assert "gpu: too few sessions for an interval: 3 and 3 at the two levels, at least 10 each" in (
         sweep.conditions
     )
@@ -145,11 +180,14 @@ def test_a_tier_that_never_misses_is_censored_at_what_the_dataset_can_replay() -
     assert got.status == "at_least"
     assert (got.sessions, got.sessions_bound, got.sessions_ci) == (4.0, ">=", None)
     assert [lv.sessions_at_once for lv in got.levels] == [2, 4]
-    assert got.sessions_text == ">= 4 (the most this dataset can replay)"
+    assert got.sessions_text == (
+        ">= 4 (the users cap it: 4 replayed, all the dataset offers; holding a level for a session takes "
+        "about twice its users; one run)"
+    )
     assert got.goodput is not None and got.goodput.bound == ">=" and got.goodput.sessions_at_once == 4
     # with users to spare, the bound is only the highest level measured
     more = _decide([_row("c2", "cpu", 2), _row("c8", "cpu", 8)], cells)["cpu"]
-    assert more.sessions_text == ">= 8 (the highest level measured)"
+    assert more.sessions_text == ">= 8 (the highest level the campaign asked for; one run)"
 
 
 def test_a_tier_that_always_misses_is_fewer_than_its_smallest_level() -> None:
@@ -157,7 +195,7 @@ def test_a_tier_that_always_misses_is_fewer_than_its_smallest_level() -> None:
     got = _decide([_row("n2", "nvme", 2), _row("n4", "nvme", 4)], cells)["nvme"]
     assert got.status == "fewer_than"
     assert (got.sessions, got.sessions_bound) == (2.0, "<")
-    assert got.sessions_text == "< 2 (missed at every level)"
+    assert got.sessions_text == "< 2 (missed at every level; one run)"
     assert got.goodput is None and got.cost.per_million_tokens is None
 
 
@@ -199,18 +237,46 @@ def test_offload_against_gpu_gives_a_bounded_ratio_and_a_sentence() -> None:
     assert cpu.extra_sessions_vs_gpu == pytest.approx(1.0) and cpu.extra_bound == "<="
     # 10 GiB of L1 against none on gpu, over at least one extra session: at most 10.74 GB each
     assert cpu.dram_gb_per_extra_session == pytest.approx(10 * GIB / 1e9)
-    assert sweep.pick == "cpu"
-    assert cpu.verdict == "pick: more sessions than gpu"
-    assert got["gpu"].verdict == "baseline"
+    # one run per level: the run-to-run noise is not measured, so no pick
+    assert sweep.pick is None and sweep.no_pick is not None and "one run" in sweep.no_pick
+    assert cpu.verdict == "more sessions than gpu; one run: no pick from it"
+    assert got["gpu"].verdict == "baseline; one run: no pick from it"
     assert sweep.statements == [
         "cpu sustains at least 1.3x gpu's sessions at p95 TTFT <= 0.5 s (cpu never missed it up to 4 "
-        "sessions); not priced: set prices.node_hour or prices.gpu_hour (campaign prices, or the "
-        "inventory's kvoffload_prices)"
+        "sessions; gpu's crossing at its interval's upper end) [one run: run-to-run noise not measured]; "
+        "not priced: set prices.node_hour or prices.gpu_hour (campaign prices, or the inventory's "
+        "kvoffload_prices)"
     ]
     assert sweep.missing_prices == ["prices.dram_gb_month", "prices.node_hour or prices.gpu_hour"]
     table = csv_rows([sweep])
     assert list(table["tier"]) == ["gpu", "cpu"]
     assert table.loc[1, "sessions_bound"] == ">=" and table.loc[0, "sessions"] == pytest.approx(3.0)
+    # two runs of every level: the same figures, and now a pick
+    twice = _decide(*_twice(rows, cells))
+    assert twice["sweep"].pick == "cpu" and twice["sweep"].no_pick is None
+    assert twice["cpu"].verdict == "pick: more sessions than gpu"
+    assert twice["cpu"].runs == 2 and twice["sweep"].runs == 2
+
+
+def test_a_level_whose_load_was_not_held_is_named_and_never_a_crossings_end() -> None:
+    """Issue 53: a level is judged where its load was held. At 4 the four users start together and end
+    at 2.5, 5, 7.5 and 10 s: 4 live only until 2.5 s, shorter than the median session (6.25 s). Its
+    p95 (0.7 s) would have missed 0.5 s; instead the level is not judged, and gpu is at least 2,
+    capped by that level."""
+    staggered = pd.concat(
+        [_cell({f"u{i}": [0.7, 0.7]}, seconds=2.5 * (i + 1)).assign(user_id=f"u{i}") for i in range(4)],
+        ignore_index=True,
+    )
+    got = _decide([_row("g2", "gpu", 2), _row("g4", "gpu", 4)], {"g2": _cell(_same(3, 0.3)), "g4": staggered})
+    gpu = got["gpu"]
+    four = gpu.levels[1]
+    assert four.meets is None and four.cells == [] and four.runs == 0
+    assert four.not_held == ["cell g4: held 2.5 s, shorter than the median session (6.25 s)"]
+    assert gpu.status == "at_least" and gpu.sessions == 2.0
+    assert (
+        gpu.capped_by == "level 4 was not held: cell g4: held 2.5 s, shorter than the median session (6.25 s)"
+    )
+    assert gpu.levels[0].held_sessions == pytest.approx(3.0) and gpu.levels[0].window_s == pytest.approx(10.0)
 
 
 def test_the_ratio_interval_pairs_the_tiers_replicates() -> None:
@@ -226,8 +292,8 @@ def test_the_ratio_interval_pairs_the_tiers_replicates() -> None:
 
 
 def test_goodput_counts_only_requests_that_met_the_target_themselves() -> None:
-    """Four requests over 0..4 s: TTFTs 0.2, 0.6, 0.4 and 0.5 s against 0.5 s: three count (0.5 s
-    meets it), 0.75 requests/s; their tokens (110 + 320 + 120) / 4 s = 137.5 per s, completion
+    """Four requests in a steady window of 4 s: TTFTs 0.2, 0.6, 0.4 and 0.5 s against 0.5 s: three
+    count (0.5 s meets it), 0.75 requests/s; their tokens (110 + 320 + 120) / 4 s = 137.5 per s, completion
     (10 + 20 + 20) / 4 = 12.5; two GPUs (2 replicas x TP 1): 68.75 tokens/s per GPU."""
     req = pd.DataFrame(
         {
@@ -244,7 +310,8 @@ def test_goodput_counts_only_requests_that_met_the_target_themselves() -> None:
     )
     level = crossing.Level(2, [2], ["x"], 2, 0.5, 0.4, 0.01, None, True)
     rows = pd.DataFrame([_row("x", "cpu", 2, replicas_configured=2, gpu_power_w=1000.0)])
-    good, energy, power = costing.goodput(level, rows, {"x": req}, SLO, "=")
+    held = {"x": steady.Held(steady.Window(2, 0.0, 4.0, 2.0, 2.0, 2, True, None), req)}
+    good, energy, power = costing.goodput(level, rows, held, SLO, "=")
     assert (good.requests_ok, good.requests_good) == (4, 3)
     assert good.requests_per_s == pytest.approx(0.75)
     assert good.tokens_per_s == pytest.approx(137.5)
@@ -256,7 +323,8 @@ def test_goodput_counts_only_requests_that_met_the_target_themselves() -> None:
     # a TPOT limit of 15 ms drops the request whose TPOT is 20 ms
     slow = req.assign(tpot_s=[0.01, 0.01, 0.02, 0.01])
     tight = Slo(ttft_p95_s=0.5, tpot_p95_s=0.015)
-    assert costing.goodput(level, rows, {"x": slow}, tight, "=")[0].requests_good == 2
+    slow_held = {"x": steady.Held(held["x"].window, slow)}
+    assert costing.goodput(level, rows, slow_held, tight, "=")[0].requests_good == 2
 
 
 def test_cost_adds_each_price_the_tier_uses() -> None:
@@ -305,22 +373,29 @@ def test_cost_says_which_prices_would_complete_it() -> None:
 
 
 def test_a_censored_tier_s_cost_is_an_upper_bound_in_the_sentence() -> None:
-    """gpu operates at 2 sessions (its last level within the target): 6 of 9 requests count (round 1
-    takes 9 s), over 0..9 s. cpu never missed, so it operates at 4: its requests 0.5 s apart, 6 over
-    0..5 s. Same node price, goodput 6/5 against 6/9 per s: a million tokens costs 5/9 of gpu's,
-    44 % less, and at least that, since cpu could carry more than 4."""
+    """gpu crosses at 3.0 (p95 0.3 s at 2, 0.7 s at 4) and is priced there: at 2 its 6 later requests
+    (of 3 users, over a 10 s window) met 0.5 s, 6 x 110 / 10 = 66 goodput tokens/s; at 4 none did (0.7
+    s): 0. Halfway, 33 tokens/s. cpu never missed, so it is priced at its highest level, 4: 6 good
+    requests in a 5 s window, 132 tokens/s, and at most that cost (it could carry more). Same node
+    price: 33 / 132 = 0.25 of gpu's cost, 75 % less, and at least that."""
     cells = {
         "g2": _cell(_same(3, 0.3)),
         "g4": _cell(_same(3, 0.7)),
         "c2": _cell(_same(3, 0.1)),
-        "c4": _cell(_same(3, 0.2), spacing=0.5),
+        "c4": _cell(_same(3, 0.2), seconds=5.0),
     }
     rows = [_row("g2", "gpu", 2, users=4), _row("g4", "gpu", 4, users=4)]
     rows += [_row("c2", "cpu", 2, users=4), _row("c4", "cpu", 4, users=4)]
     got = _decide(rows, cells, prices=Prices(node_hour=10.0))
     assert got["cpu"].cost.bound == "<="
     assert got["cpu"].cost.per_million_tokens == pytest.approx(10.0 / (6 * 110 / 5 * 3600) * 1e6)
-    assert got["sweep"].statements[0].endswith("for 1x the node cost: at least 44 % less per million tokens")
+    gpu = got["gpu"]
+    assert gpu.goodput is not None and gpu.goodput.sessions_at_once == pytest.approx(3.0)
+    assert gpu.goodput.tokens_per_s == pytest.approx(33.0)
+    assert gpu.cost.per_million_tokens == pytest.approx(10.0 / (33 * 3600) * 1e6)
+    assert gpu.cost.per_million_tokens_ci == [pytest.approx(10.0 / (33 * 3600) * 1e6)] * 2
+    assert got["cpu"].cost_change_pct == pytest.approx(-75.0) and got["cpu"].cost_change_bound == "<="
+    assert got["sweep"].statements[0].endswith("for 1x the node cost: at least 75 % less per million tokens")
 
 
 def test_two_crossings_give_a_ratio_with_its_joint_interval() -> None:
@@ -338,9 +413,12 @@ def test_two_crossings_give_a_ratio_with_its_joint_interval() -> None:
     cpu = got["cpu"]
     assert cpu.ratio_vs_gpu == pytest.approx(6 / (2 + 0.2 / 0.68 * 2)) and cpu.ratio_bound == "="
     assert cpu.ratio_ci == [pytest.approx(1.8), pytest.approx(6 / (2 + 0.2 / 0.7 * 2))]
-    assert got["sweep"].pick == "cpu"
+    assert got["sweep"].pick is None  # one run
     assert (
         got["sweep"]
         .statements[0]
-        .startswith("cpu sustains 2.3x gpu's sessions at p95 TTFT <= 0.5 s (95 % CI 1.8-2.3x); not priced")
+        .startswith(
+            "cpu sustains 2.3x gpu's sessions at p95 TTFT <= 0.5 s (95 % CI 1.8-2.3x) [one run: run-to-run "
+            "noise not measured]; not priced"
+        )
     )

@@ -269,3 +269,33 @@ def test_too_few_sessions_give_no_interval() -> None:
     )
     assert "(p95: -41 %, no interval)" in cpu.statement
     assert "p50 TTFT 1 s (too few sessions for an interval: 2, at least 10 per side)" in f["gpu"].statement
+
+
+def test_a_tier_whose_l2_loads_failed_for_lack_of_l1_room_says_so_in_its_finding() -> None:
+    """Issue 53: the nvme finding names the 68 of 136 L2 loads (50 %) that found no room in its
+    0.125 GiB L1, and the fix; its flag is set, cpu's (no failure) is not, gpu's is unknown."""
+    oom = {
+        "lmcache_l1_size_gb": 0.125,
+        "lmcache_l2_loaded_chunks": 68.0,
+        "lmcache_l2_prefetch_failed_chunks": 68.0,
+        "lmcache_l2_prefetch_failed_l1_oom_chunks": 68.0,
+        "lmcache_l2_prefetch_l1_oom": True,
+    }
+    fine = {"lmcache_l2_prefetch_failed_l1_oom_chunks": 0.0, "lmcache_l2_prefetch_l1_oom": False}
+    same = {"a": 0.5, "b": 0.5}
+    f = _findings(
+        [_row("g", "gpu"), _row("c", "cpu", **fine), _row("n", "nvme", **oom)],
+        {"g": _requests(same), "c": _requests(same), "n": _requests(same)},
+    )
+    nvme = f["nvme"]
+    assert nvme.l2_prefetch_l1_oom is True and nvme.l2_prefetch_failed_l1_oom_chunks == 68.0
+    assert (
+        "; warning: 68 of 136 (50 %) L2 chunk loads failed for lack of room in the 0.125 GiB L1 pool"
+        in nvme.statement
+    )
+    assert (
+        "give it a larger L1 (the campaign's lmcache_l1_size_gb.nvme); routing least_conn." in nvme.statement
+    )
+    assert f["cpu"].l2_prefetch_l1_oom is False and "lack of room" not in f["cpu"].statement
+    assert f["gpu"].l2_prefetch_l1_oom is None
+    assert any("lack of room" in c for c in nvme.caveats)

@@ -240,3 +240,44 @@ def test_a_cuda_path_server_reads_absent_counters_as_0_without_a_rename_note() -
     assert f["lmcache_l0_l1_load_gbps"] == pytest.approx(12.0)
     # L1 evicted chunks: the offload tier was exercised (no vLLM figure in this row to tell otherwise)
     assert offload_exercised(pd.Series(f)) is True
+
+
+def test_l2_loads_that_failed_for_lack_of_l1_room_are_counted_with_their_share() -> None:
+    """Issue 53: over the run 64 chunks loaded back from L2, 68 failed with reason l1_oom and 4 with
+    not_found: 68 of the 136 loads tried (50 %) had no room in L1."""
+    rows: list[Row] = []
+    rows += counter("lmcache_mp_l1_memory_usage_bytes", lambda t: 1e6, TIMES, "lmcache")
+    rows += counter(
+        "lmcache_mp_l2_prefetch_load_completed_chunks_total", lambda t: 64 * t / 60, TIMES, "lmcache"
+    )
+    for reason, total in (("l1_oom", 68), ("not_found", 4)):
+        rows += counter(
+            "lmcache_mp_l2_prefetch_failure_chunks_total",
+            lambda t, n=total: n * t / 60,
+            TIMES,
+            "lmcache",
+            model_name="m",
+            reason=reason,
+        )
+    f = lmcache_figures(samples_frame(rows))
+    assert f["lmcache_l2_prefetch_failed_chunks"] == pytest.approx(72.0)
+    assert f["lmcache_l2_prefetch_failed_l1_oom_chunks"] == pytest.approx(68.0)
+    assert f["lmcache_l2_prefetch_failed_l1_oom_share"] == pytest.approx(0.5)
+    assert f["lmcache_l2_prefetch_l1_oom"] is True
+
+
+def test_l1_oom_figures_on_the_real_captures() -> None:
+    up = up_sample("lmcache", 100.0, None)
+    before = [("before", up.ts, up.target, up.name, up.labels, up.value)]
+    # the capture's 17 failures are all reason="l1_oom", beside 131 chunks loaded: 17 of 148 tried
+    f = _real(before, "metrics-fs_native-after-l2-loads.txt")
+    assert f["lmcache_l2_prefetch_failed_l1_oom_chunks"] == 17.0
+    assert f["lmcache_l2_prefetch_failed_l1_oom_share"] == pytest.approx(17 / 148)
+    assert f["lmcache_l2_prefetch_l1_oom"] is True
+    # a server that never created the failure counter failed none; with nothing tried there is no share
+    g = lmcache_figures(relevant(samples_frame([*before, *_scrape(CUDA_PATH, "lmcache", 200.0, "after")])))
+    assert g["lmcache_l2_prefetch_failed_l1_oom_chunks"] == 0.0
+    assert g["lmcache_l2_prefetch_failed_l1_oom_share"] is None
+    assert g["lmcache_l2_prefetch_l1_oom"] is False
+    # no lmcache-server (the gpu tier): unknown, never False
+    assert lmcache_figures(samples_frame([]))["lmcache_l2_prefetch_l1_oom"] is None

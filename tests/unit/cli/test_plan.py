@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -126,11 +127,38 @@ def test_a_knee_search_beyond_the_producible_load_is_warned(
     rc = main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")])
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 0
-    # 4 virtual users at num_rounds 5, none dropped at isl 4096, cut at max_sessions 3
+    # 4 virtual users at num_rounds 5, none dropped at isl 4096, cut at max_sessions 3: they hold 1
     assert (
-        "warning: knee_search.max_concurrency 64 exceeds the 3 virtual users a cell replays at num_rounds 5, "
-        "isl 4096 (4 in the dataset, 0 dropped by the isl filter, max_sessions 3): the ramp stops at 3"
+        "warning: knee_search.max_concurrency 64 exceeds the 1 sessions the 3 virtual users a cell replays "
+        "at num_rounds 5, isl 4096 hold (4 in the dataset, 0 dropped by the isl filter, max_sessions 3): the "
+        "ramp stops at 1"
     ) in out
+    # and the campaign's own concurrency 2 is above what 3 users hold (issue 53)
+    assert (
+        "warning: concurrency 2 (num_rounds 5): at most 3 users replay it, and a closed loop holds at most 1 "
+        "sessions at once for a session"
+    ) in out
+
+
+def test_a_level_above_what_the_users_hold_is_warned_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53: the demo asked for 32 sessions of 32 users, a synchronized start and a drain. 4 users
+    hold 2 at once for a session: concurrency 3 is warned once (not per tier), 2 is not."""
+    inv, camp = _lab(tmp_path)
+    doc = yaml.safe_load(camp.read_text())
+    doc.update(concurrency=[2, 3], slo={"ttft_p95_s": 0.5}, knee_search={"enabled": False})
+    camp.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    said = (
+        "warning: concurrency 3 (num_rounds 5): at most 4 users replay it, and a closed loop holds at most 2 "
+        'sessions at once for a session (docs/metrics.md "Steady window"): its load would not be held '
+        "and the decision will not judge it; raise max_sessions (or use a larger dataset) to at least 6, or "
+        "lower the concurrency to 2"
+    )
+    assert out.count(said) == 1
+    assert "warning: concurrency 2 (" not in out
 
 
 def test_a_hub_model_counts_with_the_hf_cache_tokenizer(
@@ -242,3 +270,26 @@ def test_plan_warns_when_the_utilization_leaves_no_room_for_lmcache_server(
         camp.write_text(yaml.safe_dump(campaign))
         main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")])
         assert "lmcache-server holds about" not in capsys.readouterr().out
+
+
+def test_plan_warns_when_an_l1_pool_exceeds_a_hosts_recorded_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53: a campaign asking for a 100 GiB cpu L1 on a lab whose doctor record gives gpu01 24 GiB
+    is warned before it runs; gpu02, which no record sizes, is named as not checked."""
+    inv, camp = _lab(tmp_path)
+    campaign = yaml.safe_load(camp.read_text())
+    campaign.update(concurrency=[2], tiers=["gpu", "cpu"], lmcache_l1_size_gb={"cpu": 100})
+    camp.write_text(yaml.safe_dump(campaign))
+    record = tmp_path / "results" / "plantest" / "doctor-run" / "doctor.json"
+    record.parent.mkdir(parents=True)
+    memory = {"name": "memory", "status": "ok", "detail": "x", "facts": {"mem_total": 24 * 2**30}}
+    record.write_text(json.dumps({"hosts": [{"host": "gpu01.lab.example", "checks": [memory]}]}))
+    assert main(["plan", str(inv), "--campaign", str(camp), "--results", str(tmp_path / "results")]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert (
+        "warning: tier cpu: its L1 pool of 100 GiB (the campaign's lmcache_l1_size_gb.cpu) exceeds the 24.0 "
+        "GiB of memory of gpu01.lab.example (MemTotal, its doctor record "
+    ) in out
+    assert "give the campaign a smaller lmcache_l1_size_gb.cpu" in out
+    assert "L1 pools against host memory: not checked on gpu02.lab.example (no doctor record under" in out

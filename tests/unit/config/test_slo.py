@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kvoffload.config import ConfigError, load_lab
+from kvoffload.config.campaign import SLO_REPEATS
 from kvoffload.config.cells import resolve_cells
 from kvoffload.config.errors import KeyedError
 from kvoffload.config.slo import Prices, lab_prices
@@ -93,8 +94,15 @@ def test_the_target_and_prices_keep_the_cell_ids(write_yaml: Writer, inventory: 
     campaign["slo"] = {"ttft_p95_s": 0.5}
     campaign["prices"] = {"node_hour": 12.0, "example": True}
     lab = load_lab(write_yaml("h.yml", inventory), write_yaml("c.yml", campaign))
-    assert [c.id for c in resolve_cells(lab.campaign)] == before
+    cells = resolve_cells(lab.campaign)
+    # the first repeat's cells keep their ids; a decision adds two repeats of each (issue 53)
+    assert [c.id for c in cells if c.repeat == 1] == before
+    assert lab.campaign.repeats == SLO_REPEATS == 3 and len(cells) == 3 * len(before)
     assert lab.campaign.prices == Prices(node_hour=12.0, example=True)
+    # a campaign that names its repeats keeps them, slo or not
+    campaign["repeats"] = 1
+    lab = load_lab(write_yaml("h.yml", inventory), write_yaml("c.yml", campaign))
+    assert [c.id for c in resolve_cells(lab.campaign)] == before
 
 
 def test_a_lab_s_prices_come_from_the_campaign_or_its_nodes() -> None:

@@ -406,8 +406,9 @@ def test_the_knee_search_ramps_on_one_set_of_engines_and_records_its_decisions(
         rows = []
         for done in (root / "cells").glob("*/DONE"):
             config = json.loads((done.parent / "cell.json").read_text())["config"]
-            rows.append({**config, "status": "done", "ttft_later_p95_s": config["concurrency"] / 10,
-                         "later_round_cached_share": None})  # fmt: skip
+            rows.append({**config, "status": "done", "steady_held": True,
+                         "steady_ttft_later_p95_s": config["concurrency"] / 10,
+                         "steady_later_cached_share": None})  # fmt: skip
         return pd.DataFrame(rows)
 
     monkeypatch.setattr("kvoffload.orchestrate.campaign.knee.campaign_summary", measured)

@@ -54,8 +54,8 @@ def _measured(root: Path) -> pd.DataFrame:
     for done in (root / "cells").glob("*/DONE"):
         record = json.loads((done.parent / "cell.json").read_text())
         rows.append({**record["config"], "node": record["node"], "status": "done",
-                     "ttft_later_p95_s": record["config"]["concurrency"] / 10,
-                     "later_round_cached_share": None})  # fmt: skip
+                     "steady_held": True, "steady_ttft_later_p95_s": record["config"]["concurrency"] / 10,
+                     "steady_later_cached_share": None})  # fmt: skip
     return pd.DataFrame(rows)
 
 

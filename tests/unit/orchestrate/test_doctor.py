@@ -5,6 +5,7 @@ shaped as the probe writes them (kvoffload/doctor/probe.py `check`)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +386,57 @@ def test_the_real_h200s_probe_judges_a_tp2_all_reduce_by_its_fabric() -> None:
     next(c for c in hgx["checks"] if c["name"] == "fabric")["facts"]["nvswitches"] = 4
     assert verdict((("cpu", None),), hgx).status == dc.Status.FAIL
     assert verdict((("cpu", "0"),), hgx).status == dc.Status.OK
+
+
+def _memory_record(path: Path, hosts: dict[str, int]) -> Path:
+    """A doctor.json whose hosts' memory checks record `hosts` (name -> MemTotal bytes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    reports = [
+        {"host": h, "status": "ok", "checks": [check("memory", "ok", "x", mem_total=m, mem_available=m)]}
+        for h, m in hosts.items()
+    ]
+    path.write_text(json.dumps({"schema": 1, "campaign": "doc", "status": "ok", "hosts": reports}))
+    return path
+
+
+def test_the_doctor_asks_for_the_campaigns_l1_override(tmp_path: Path) -> None:
+    """Issue 53: a campaign's lmcache_l1_size_gb is the L1 the memory check is asked about (cpu 100 GiB
+    over the profile's 64), on a real engine; the simulator allocates none, so it asks for none."""
+    inv = write_yaml(tmp_path / "hosts.yml", example_inventory(clients=1))
+    write_dataset(tmp_path, sessions=4)
+    big = {"lmcache_l1_size_gb": {"cpu": 100}}
+    camp = write_yaml(tmp_path / "campaign.yml", sim_campaign("doc", engine="vllm", isl=100000, **big))
+    assert doctor.host_asks(load_lab(inv, camp))[GPU1].l1_gb == 100.0
+    sim = write_yaml(tmp_path / "sim.yml", sim_campaign("doc", isl=100000, **big))
+    assert doctor.host_asks(load_lab(inv, sim))[GPU1].l1_gb is None
+
+
+def test_l1_pools_beyond_a_hosts_recorded_memory_are_warned(tmp_path: Path) -> None:
+    """Issue 53: gpu01's doctor record gives it 24 GiB (25769803776 B): the cpu profile's 64 GiB L1
+    exceeds it, nvme's 8 GiB does not; a campaign's 100 GiB for cpu is named as the campaign's. gpu02
+    has no record: not checked. The newest record wins for a host both records name."""
+    inv = write_yaml(tmp_path / "hosts.yml", example_inventory(clients=1))
+    write_dataset(tmp_path, sessions=4)
+    camp = write_yaml(tmp_path / "campaign.yml", sim_campaign("doc", isl=100000))
+    root = tmp_path / "results" / "doc"
+    old = _memory_record(root / doctor.DOCTOR_JSON, {GPU1: 512 * 2**30})
+    new = _memory_record(root / doctor.RUN_DOCTOR_DIR / doctor.DOCTOR_JSON, {GPU1: 24 * 2**30})
+    os.utime(old, (1, 1))
+    memory = doctor.recorded_memory(root)
+    assert memory == {GPU1: (24 * 2**30, new)}
+    warnings, unknown = doctor.l1_memory_warnings(load_lab(inv, camp), memory)
+    assert unknown == [GPU2]
+    assert warnings == [
+        f"tier cpu: its L1 pool of 64 GiB (kvoffload/profiles/lmcache/cpu.yaml l1_size_gb) exceeds the 24.0 "
+        f"GiB of memory of {GPU1} (MemTotal, its doctor record {new}): the simulator counts the pool without "
+        "allocating it, so its cells run as if the host had it, and the report bounds the tier's capacity "
+        "and DRAM cost by the host's memory; give the campaign a smaller lmcache_l1_size_gb.cpu"
+    ]
+    vllm = write_yaml(
+        tmp_path / "vllm.yml", sim_campaign("doc", engine="vllm", isl=100000, lmcache_l1_size_gb={"cpu": 100})
+    )
+    (warning,), _ = doctor.l1_memory_warnings(load_lab(inv, vllm), memory)
+    assert warning.startswith("tier cpu: its L1 pool of 100 GiB (the campaign's lmcache_l1_size_gb.cpu)")
+    assert "lmcache-server pins its L1, so its preflight will refuse the host" in warning
+    # no record at all: nothing warned, both lmcache hosts named as not checked
+    assert doctor.l1_memory_warnings(load_lab(inv, camp), {}) == ([], [GPU1, GPU2])

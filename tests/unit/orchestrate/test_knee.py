@@ -24,8 +24,9 @@ def _campaign(**knee_search: Any) -> Campaign:
 
 def _row(cell_tier: str, concurrency: int, p95: float | None, hit: float | None = None) -> dict[str, Any]:
     return {"tier": cell_tier, "concurrency": concurrency, "num_rounds": 5, "isl": 1000,
-            "osl": "recorded", "repeat": 1, "status": "done", "ttft_later_p95_s": p95,
-            "later_round_cached_share": hit}  # fmt: skip
+            "osl": "recorded", "repeat": 1, "status": "done", "steady_held": True,
+            "steady_ttft_later_p95_s": p95,
+            "steady_later_cached_share": hit}  # fmt: skip
 
 
 def test_the_walk_grows_until_the_slo_breaks_then_bisects_to_a_bracket() -> None:
@@ -98,9 +99,10 @@ def test_knee_search_needs_a_limit_and_room_above_the_campaign() -> None:
 
 
 def test_the_ramp_stops_at_the_load_the_campaign_can_produce_and_says_so() -> None:
-    # issue 34: max_sessions 32, max_concurrency 64; every cell replays 32 users, so 36..64 add no load
+    # issue 34: max_sessions 64, max_concurrency 64; every cell replays 64 users, and a closed loop
+    # holds at most half of them for a session (issue 53), so 33..64 add no held load
     campaign = Campaign.model_validate(
-        {**BASE, "max_sessions": 32, "knee_search": {"min_later_hit_rate": 0.5, "max_concurrency": 64}}
+        {**BASE, "max_sessions": 64, "knee_search": {"min_later_hit_rate": 0.5, "max_concurrency": 64}}
     )
     seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
     measured = [{**_row("cpu", c, None, 0.9), "virtual_users_available": 216} for c in (4, 8)]
@@ -111,14 +113,16 @@ def test_the_ramp_stops_at_the_load_the_campaign_can_produce_and_says_so() -> No
         measured.append({**_row("cpu", cell.concurrency, None, 0.9), "virtual_users_available": 216})
     assert ran == [16, 32] and log.outcome == "not_reached"
     reason = log.steps[-1]["reason"]
-    assert "no more load than 32 concurrent sessions" in reason and "max_sessions 32" in reason
+    assert "no more load than 32 concurrent sessions" in reason and "max_sessions 64" in reason
+    assert "a closed loop holds at most 32 of 64 users at once for a session" in reason
     assert "max_concurrency 64 is out of reach" in reason
 
 
 def test_the_ceiling_is_the_dataset_users_left_after_the_isl_filter() -> None:
     campaign = _campaign(min_later_hit_rate=0.5, max_concurrency=64)
     seed = knee.ramps(tuple(resolve_cells(campaign)))[1]
-    users = {"virtual_users_available": 216, "sessions_dropped_by_isl": 196}  # 20 left after the isl filter
+    # 40 left after the isl filter: a closed loop holds 20 of them
+    users = {"virtual_users_available": 216, "sessions_dropped_by_isl": 176}
     measured = [{**_row("cpu", c, None, 0.9), **users} for c in (4, 8)]
     log = knee.RampLog("cpu", 5, 1000, "recorded")
     ran = [c.concurrency for c in knee.walk(campaign, seed, lambda: pd.DataFrame(measured), log)]
@@ -132,7 +136,7 @@ def test_the_ceiling_is_the_dataset_users_left_after_the_isl_filter() -> None:
         measured.append({**_row("cpu", cell.concurrency, None, 0.9), **users})
     assert ran == [16, 20] and log.outcome == "not_reached"
     assert (
-        "the 20 virtual users a cell replays at num_rounds=5 after the isl filter" in log.steps[-1]["reason"]
+        "the 40 virtual users a cell replays at num_rounds=5 after the isl filter" in log.steps[-1]["reason"]
     )
 
 
@@ -174,13 +178,14 @@ def test_a_ramp_judges_only_the_points_of_its_own_node() -> None:
 
 
 def _walk_beyond_the_users(p95_of: Any) -> tuple[list[int], knee.RampLog]:
-    """Issue 43, defect 2: a campaign of concurrency 16 and 64 over a dataset of 32 users (so 64 runs the
-    same 32 sessions), knee search up to 128; `p95_of(concurrency)` is the measured later-round p95."""
+    """Issue 43, defect 2: a campaign of concurrency 16 and 64 over a dataset of 64 users, of which a
+    closed loop holds 32 at once (issue 53), knee search up to 128; `p95_of(concurrency)` is the
+    measured later-round p95."""
     campaign = Campaign.model_validate(
         {**BASE, "concurrency": [16, 64], "knee_search": {"slo_p95_ttft_s": 1.0, "max_concurrency": 128}}
     )
     seed = knee.ramps(tuple(resolve_cells(campaign)))[0]
-    users = {"virtual_users_available": 32, "sessions_dropped_by_isl": 0}
+    users = {"virtual_users_available": 64, "sessions_dropped_by_isl": 0}
     measured = [{**_row("gpu", c, p95_of(c)), **users} for c in (16, 64)]
     log = knee.RampLog("gpu", 5, 1000, "recorded")
     ran = []
@@ -200,7 +205,7 @@ def test_a_breach_beyond_the_users_is_censored_when_the_ceiling_passes() -> None
     assert (
         "no knee within what the dataset can produce, the knee is at least 32 concurrent sessions" in reason
     )
-    assert "the 32 virtual users a cell replays" in reason
+    assert "the 64 virtual users a cell replays" in reason
     assert log.to_json()["at_least"] == 32
 
 
@@ -226,7 +231,11 @@ def test_a_campaign_slo_turns_the_knee_search_on_and_its_p50_and_tpot_limits_bin
     gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
 
     def row(c: int) -> dict[str, Any]:
-        return {**_row("gpu", c, c / 100), "ttft_later_p50_s": c / 400, "tpot_later_p95_s": 0.01}
+        return {
+            **_row("gpu", c, c / 100),
+            "steady_ttft_later_p50_s": c / 400,
+            "steady_tpot_later_p95_s": 0.01,
+        }
 
     measured = [row(4), row(8)]
     log = knee.RampLog("gpu", 5, 1000, "recorded")
@@ -235,3 +244,49 @@ def test_a_campaign_slo_turns_the_knee_search_on_and_its_p50_and_tpot_limits_bin
     assert log.outcome == "bracketed" and log.bracket == (80, 81)
     off = Campaign.model_validate({**BASE, "slo": {"ttft_p95_s": 1.0}, "knee_search": {"enabled": False}})
     assert off.knee_spec() is None
+
+
+def test_on_alike_nodes_a_level_the_other_node_measured_counts() -> None:
+    """Issue 53: the knee search ignored gpu's 16 measured on the other node and spent a cell on 17.
+    Nodes with the same host facts pool: 4 passed on n1, 8 broke on n2, so [4, 8] is a bracket (with
+    resolution 4) and nothing more is run; with different facts the ramp still refuses the bracket."""
+    campaign = _campaign(slo_p95_ttft_s=1.0, max_concurrency=256, resolution=4)
+    gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    frame = pd.DataFrame([{**_row("gpu", 4, 0.04), "node": "n1"}, {**_row("gpu", 8, 2.0), "node": "n2"}])
+    same = {
+        "cpu": "Xeon",
+        "vcpus": 16,
+        "ram_gib": 128.0,
+        "os": "Debian 12",
+        "kernel": "6.1",
+        "gpus": [],
+        "nvme": [],
+    }
+    facts = {"n1": same, "n2": same}
+    assert knee.nodes_alike(facts, ["n1", "n2"])
+    log = knee.RampLog("gpu", 5, 1000, "recorded", node="n2")
+    ran = [c.concurrency for c in knee.walk(campaign, gpu, lambda: frame, log, node="n2", pooled=True)]
+    assert ran == [] and (log.outcome, log.bracket) == ("bracketed", (4, 8))
+    other = {**facts, "n2": {**same, "ram_gib": 64.0}}
+    assert not knee.nodes_alike(other, ["n1", "n2"])
+    assert not knee.nodes_alike({"n1": same}, ["n1", "n2"])  # facts unknown: not shown alike
+
+
+def test_a_level_whose_load_was_not_held_or_whose_limit_is_unknown_is_not_judged() -> None:
+    """Issue 53, one judge: the knee search counted a point without a set limit's figure as passing,
+    and judged whole cells whatever load they held. Now such a point blocks the ramp, naming why."""
+    campaign = _campaign(slo_p95_ttft_s=1.0, max_concurrency=256)
+    gpu = knee.ramps(tuple(resolve_cells(campaign)))[0]
+    short = "held 1.8 s, shorter than the median session (3.1 s)"
+    rows = [_row("gpu", 4, 0.04), {**_row("gpu", 8, 0.08), "steady_held": False, "steady_not_held": short}]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    assert [c.concurrency for c in knee.walk(campaign, gpu, lambda: pd.DataFrame(rows), log)] == []
+    assert log.outcome == "blocked"
+    assert log.steps[-1]["reason"] == (
+        f"concurrency 8 cannot be judged against later-round p95 TTFT <= 1 s: missing a held load ({short})"
+    )
+    slo = Campaign.model_validate({**BASE, "slo": {"ttft_p95_s": 1.0, "ttft_p50_s": 0.5}})
+    seed = knee.ramps(tuple(resolve_cells(slo)))[0]
+    log = knee.RampLog("gpu", 5, 1000, "recorded")
+    assert [c.concurrency for c in knee.walk(slo, seed, lambda: pd.DataFrame(rows[:1]), log)] == []
+    assert "missing p50 TTFT" in log.steps[-1]["reason"]

@@ -415,6 +415,33 @@ def test_capacity_inputs_size_the_model_config_for_the_cells_tensor_parallel_siz
     assert kv["older"].value == 131072
 
 
+def test_capacity_inputs_bound_the_profiles_l1_by_the_smallest_lmcache_host(tmp_path: Path) -> None:
+    """Issue 53: the cpu profile's 64 GiB L1 (what the DRAM cost is priced from when the server gives no
+    pool size) on lmcache hosts of 23.5 and 128 GiB is bounded by the smaller, 23.5 GiB; nvme's 8 GiB
+    fits and stays as the profile states it."""
+
+    def cell(cid: str, tier: str, host: str) -> dict[str, Any]:
+        return {
+            "cell_id": cid,
+            "tier": tier,
+            "config": json.dumps({"model": "m", "engine": "sim", "sim_profile": "tiny", "tier": tier}),
+            "targets": json.dumps({"lmcache": {"kind": "lmcache", "host": host}}),
+            "hosts": json.dumps({"small": {"ram_gib": 23.5}, "big": {"ram_gib": 128}}),
+            "l2_device": None,
+        }
+
+    empty = pd.DataFrame()
+    cells = pd.DataFrame([cell("c1", "cpu", "big"), cell("c2", "cpu", "small"), cell("n1", "nvme", "small")])
+    _, profile_l1, _ = capacity_inputs(Tables(cells=cells, requests=empty, sessions=empty, samples=empty))
+    assert profile_l1["cpu"].value == 23.5 and profile_l1["cpu"].unit == "GiB"
+    assert profile_l1["cpu"].source.startswith(
+        "kvoffload/profiles/lmcache/cpu.yaml l1_size_gb = 64 GiB, more than the 23.5 GiB of memory of small, "
+        "the lmcache-server host of cell c2"
+    )
+    assert profile_l1["nvme"].value == 8.0
+    assert profile_l1["nvme"].source == "kvoffload/profiles/lmcache/nvme.yaml l1_size_gb"
+
+
 def test_the_staged_models_folder_is_the_one_the_vllm_role_fills(tmp_path: Path) -> None:
     assert Path(str(REMOTE_MODELS)) == STAGED_MODELS
     staged = tmp_path / "models"

@@ -1,0 +1,130 @@
+"""Issue 53's defects of the decision, each with a hand-worked case: one judge, a censored side against
+the other side's interval, cost and GB per extra session only where the data separate them, one curve
+per node, and no pick from one run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvoffload.analysis import costing, decision
+from kvoffload.analysis.decision import TierDecision
+from kvoffload.config.slo import Slo, judge
+
+SLO = Slo(ttft_p95_s=0.5, ttft_p50_s=0.2)
+
+
+def _tier(tier: str, status: str, sessions: float, ci: list[float] | None = None, **kw: Any) -> TierDecision:
+    """A tier's decision with only what the comparisons read (two runs unless said)."""
+    base: dict[str, Any] = {
+        "model": "m", "num_rounds": 5, "isl": 1000, "osl": "32", "tier": tier, "status": status,
+        "sessions": sessions,
+        "sessions_bound": {"crossing": "=", "at_least": ">=", "fewer_than": "<"}[status],
+        "sessions_ci": ci, "sessions_ci_censored": None, "interval_note": None, "last_meeting": None,
+        "first_missing": None, "binding_limit": None, "ceiling": None, "non_monotone": [], "levels": [],
+        "goodput": None, "resources": costing.Resources(1, 0.0, 0.0),
+        "cost": costing.Cost(None, {}, None, None, None), "history_tokens": None, "history_sessions": None,
+        "runs": 2,
+    }  # fmt: skip
+    if ci is not None:
+        base["sessions_ci_censored"] = [False, False]
+    return TierDecision(**{**base, **kw})
+
+
+def test_the_one_judge_lets_a_missed_limit_decide_and_names_what_is_unknown() -> None:
+    lims = SLO.limits()
+    assert judge(lims, {"ttft_p95": 0.4, "ttft_p50": 0.1}).meets is True
+    missed = judge(lims, {"ttft_p95": 0.7, "ttft_p50": None})
+    assert (missed.meets, missed.missed, missed.unknown) == (False, ["p95 TTFT 0.7 s > 0.5 s"], ["p50 TTFT"])
+    unknown = judge(lims, {"ttft_p95": 0.4, "ttft_p50": None})
+    assert (unknown.meets, unknown.unknown) == (None, ["p50 TTFT"])
+    short = judge(lims, {"ttft_p95": 0.4, "ttft_p50": 0.1}, not_held="held 2 s")
+    assert (short.meets, short.unknown) == (None, ["a held load (held 2 s)"])
+
+
+def test_a_censored_side_is_compared_with_the_other_sides_interval_end() -> None:
+    """Issue 53: gpu 18.6 [18.1-19.6] against cpu >= 32 said "at least 1.7x" (32 / 18.6); gpu's own
+    upper end gives 32 / 19.6 = 1.63. And gpu 29.3 [24.5->32] (its upper end beyond the bracket) against
+    cpu >= 32 printed "pick, at least 1.1x": nothing bounds gpu from above, so nothing is told apart."""
+    gpu = _tier("gpu", "crossing", 18.6, [18.1, 19.6])
+    cpu = _tier("cpu", "at_least", 32.0)
+    got = decision._with_gpu(cpu, gpu, decision._Draws(None, None), decision._Draws(None, None))
+    assert got.ratio_vs_gpu == pytest.approx(32 / 19.6) and got.ratio_bound == ">="
+    assert got.more_than_gpu is True and got.extra_sessions_vs_gpu == pytest.approx(32 - 19.6)
+    open_gpu = _tier("gpu", "crossing", 29.3, [24.5, 32.0], sessions_ci_censored=[False, True])
+    got = decision._with_gpu(cpu, open_gpu, decision._Draws(None, None), decision._Draws(None, None))
+    assert (got.ratio_vs_gpu, got.ratio_bound, got.more_than_gpu) == (None, None, None)
+    assert got.extra_sessions_vs_gpu is None
+    pick, why = decision._pick([open_gpu, got])
+    assert pick is None and why is not None and "cpu cannot be told apart from gpu" in why
+
+
+def test_gb_per_extra_session_only_where_the_extra_sessions_are_told_apart() -> None:
+    """Issue 53: "39 GB per extra session from 0.27 extra sessions" under "not distinguishable". Two
+    crossings 20.27 and 20.0 whose ratio interval [0.9, 1.12] holds 1: no extra sessions, no GB each."""
+    gpu = _tier("gpu", "crossing", 20.0, [19.0, 21.0])
+    cpu = _tier("cpu", "crossing", 20.27, [19.1, 21.4], resources=costing.Resources(1, 10.5, 0.0))
+    # replicates: cpu 19 .. 21.5, gpu 21 .. 19 (paired): ratios 0.905 .. 1.13, an interval holding 1
+    t, g = np.linspace(19.0, 21.5, 40), np.linspace(21.0, 19.0, 40)
+    got = decision._with_gpu(cpu, gpu, decision._Draws(t, None), decision._Draws(g, None))
+    assert got.ratio_ci is not None and got.ratio_ci[0] < 1 < got.ratio_ci[1]  # type: ignore[operator]
+    assert got.more_than_gpu is None and got.verdict == ""
+    assert got.extra_sessions_vs_gpu is None and got.dram_gb_per_extra_session is None
+
+
+def test_lowest_cost_only_where_the_cost_intervals_separate() -> None:
+    """Issue 53: "lowest cost" went to the smaller point estimate even for a 2 % gap. 1.00 [0.90-1.10]
+    against 1.02 [0.95-1.12]: no lowest cost; 1.00 [0.90-1.10] against 1.30 [1.20-1.40]: the first."""
+
+    def priced(tier: str, cost: float, ci: list[float]) -> TierDecision:
+        return _tier(
+            tier, "crossing", 10.0, cost=costing.Cost(5.0, {}, cost, None, None, per_million_tokens_ci=ci)
+        )
+
+    assert decision._cheapest([priced("gpu", 1.0, [0.9, 1.1]), priced("cpu", 1.02, [0.95, 1.12])]) is None
+    assert decision._cheapest([priced("gpu", 1.0, [0.9, 1.1]), priced("cpu", 1.3, [1.2, 1.4])]) == "gpu"
+    # no interval on a side: nothing separates
+    assert decision._cheapest([priced("gpu", 1.0, [0.9, 1.1]), _tier("cpu", "crossing", 9.0)]) is None
+
+
+def test_a_decision_resting_on_one_run_says_so_and_picks_nothing() -> None:
+    gpu = _tier("gpu", "crossing", 18.6, [18.1, 19.6], runs=1)
+    cpu = _tier("cpu", "at_least", 32.0, runs=1, ratio_vs_gpu=1.63, ratio_bound=">=", more_than_gpu=True)
+    pick, why = decision._pick([gpu, cpu])
+    assert pick is None
+    assert why == (
+        "gpu, cpu rest on one run: the run-to-run noise is not measured, so no pick (set `repeats: 2` or "
+        "more)"
+    )
+
+
+def test_levels_from_nodes_that_differ_are_not_pooled_into_one_curve() -> None:
+    """Issue 53: gpu's level 16 on one node and 17 on the other made one curve. Nodes whose RAM differs:
+    the curve keeps the node with the most levels (n2: 2, 17 and 32), and names the cell left out."""
+    rows = pd.DataFrame(
+        [
+            {"cell_id": "a", "tier": "gpu", "concurrency": 16, "node": "n1"},
+            {"cell_id": "b", "tier": "gpu", "concurrency": 2, "node": "n2"},
+            {"cell_id": "c", "tier": "gpu", "concurrency": 17, "node": "n2"},
+            {"cell_id": "d", "tier": "gpu", "concurrency": 32, "node": "n2"},
+        ]
+    )
+    facts = {"n1": {"ram_gib": 24.0}, "n2": {"ram_gib": 48.0}}
+    cells = pd.DataFrame(
+        {"cell_id": list("abcd"), "node": list(rows["node"]), "hosts": [json.dumps(facts)] * 4}
+    )
+    kept, left = decision.one_curve(rows, cells, None)
+    assert list(kept["cell_id"]) == ["b", "c", "d"]
+    assert left == [
+        "gpu a (concurrency 16) ran on node n1, not n2, and the nodes differ (RAM GiB: n1 24.0, n2 48.0): "
+        "one "
+        "curve does not mix machines"
+    ]
+    alike = {"n1": {"ram_gib": 24.0}, "n2": {"ram_gib": 24.0}}
+    same = cells.assign(hosts=[json.dumps(alike)] * 4)
+    kept, left = decision.one_curve(rows, same, None)
+    assert len(kept) == 4 and left == []
