@@ -87,7 +87,11 @@ def judge(
         elif lim.missed(value):
             missed.append(lim.text(value))
     if not_held is not None:
-        unknown.insert(0, f"a held load ({not_held})")
+        # the figures of a load not held are unknown for that reason alone: name only it
+        unknown = [
+            f"a held load ({not_held})",
+            *([] if all(figures.get(k.key) is None for k in limits) else unknown),
+        ]
     if missed:
         return Judgement(False, missed, unknown)
     return Judgement(None if unknown else True, missed, unknown)

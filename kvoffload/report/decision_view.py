@@ -71,6 +71,7 @@ class DecisionView:
     caveat: str
     table: Table
     details: Table
+    levels: Table
     statements: list[str]
     conditions: list[str]
     plot: str | None
@@ -183,6 +184,46 @@ def table(s: SweepDecision, headers: Sequence[str] = HEADERS, name: str | None =
     return Table(title(s) if name is None else name, shown, rows, note)
 
 
+LEVEL_HEADERS = [
+    "tier",
+    "level (sessions asked)",
+    "load held",
+    "steady window",
+    "runs",
+    "later p95 TTFT [95 % CI]",
+    "judged",
+]
+
+
+def _judged(lv: Any) -> str:
+    """ "meets", "missed: p95 TTFT 0.61 s > 0.5 s", "not judged: ..." (config/slo.py `judge`)."""
+    if lv.meets is True:
+        return "meets"
+    if lv.meets is False:
+        return "missed: " + "; ".join(lv.missed)
+    return "not judged: missing " + "; ".join(lv.unknown)
+
+
+def _p95(lv: Any) -> str:
+    if lv.ttft_p95_s is None:
+        return MISSING
+    ci = lv.ttft_p95_ci_s
+    return f"{lv.ttft_p95_s:.3g} s" + ("" if not ci else f" [{ci[0]:.3g}-{ci[1]:.3g}]")
+
+
+def levels_table(s: SweepDecision) -> Table:
+    """Per tier and level: the load its cells held over their steady windows (docs/metrics.md "Steady
+    window"), the window's length, the runs pooled, the later-round p95 and the judgement; a level no
+    cell held says why."""
+    rows = []
+    for d in s.tiers:
+        for lv in d.levels:
+            held = MISSING if lv.held_sessions is None else f"{lv.held_sessions:.3g} sessions"
+            window = MISSING if lv.window_s is None else f"{lv.window_s:.3g} s (mean)"
+            rows.append([d.tier, str(lv.sessions_at_once), held, window, str(lv.runs), _p95(lv), _judged(lv)])
+    return Table("levels: the load each held, and its judgement", LEVEL_HEADERS, rows)
+
+
 def _one_run(s: SweepDecision) -> bool:
     """The decision rests on one run: the sweep's `runs` where the analysis counts them, else every
     measured level of every tier has a single cell (one repeat, one concurrency)."""
@@ -276,7 +317,11 @@ def views(sec: DecisionSection) -> list[DecisionView]:
         # the details carry no cost, so not the note on the prices either
         first, more = table(s, FIRST_SCREEN, name=""), replace(table(s, DETAILS, name=""), note="")
         said, caveat = headline_parts(s)
-        out.append(DecisionView(title(s), said, caveat, first, more, s.statements, _conditions(s), plot))
+        out.append(
+            DecisionView(
+                title(s), said, caveat, first, more, levels_table(s), s.statements, _conditions(s), plot
+            )
+        )
     return out
 
 
@@ -292,6 +337,10 @@ def markdown(sec: DecisionSection) -> list[str]:
         out += [f"### {t.title}", "", f"**{headline(s)}**", ""] + ([t.note, ""] if t.note else [])
         out += [*markdown_rows(t), ""]
         out += [f"- {line}" for line in s.statements] + ([""] if s.statements else [])
+        lv = levels_table(s)
+        if lv.rows:
+            out += ["Levels (the load each held over its steady window, and its judgement):", ""]
+            out += [*markdown_rows(lv), ""]
         out += ["Conditions:", ""] + [f"- {c}" for c in _conditions(s)] + [""]
         out += ["Plot (p95 TTFT against sessions at once, the target, the crossings): see index.html.", ""]
     return out

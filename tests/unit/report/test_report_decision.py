@@ -49,6 +49,13 @@ def test_the_first_screen_answers_which_tier_at_what_scale_at_what_cost(campaign
     )
     assert "| more sessions than gpu; one run: no pick from it |" in md
     assert "**no pick — gpu, cpu, nvme rest on one run" in md
+    # per level, the load held over its steady window and the one judge's answer (issue 53)
+    assert "| cpu | 2 | 2 sessions | 150 s (mean) | 1 | 0.133 s | meets |" in md
+    assert (
+        "| cpu | 3 | – | – | 0 | – | not judged: missing a held load (cell b2cpu: never 3 sessions live (at "
+        "most 2)) |"
+    ) in md
+    assert "| gpu | 2 | 2 sessions | 150 s (mean) | 1 | 0.167 s | missed: p95 TTFT 0.167 s > 0.15 s |" in md
     assert (
         "- cpu sustains at least 1x gpu's sessions at p95 TTFT <= 0.15 s (cpu never missed it up to 2 "
         "sessions; gpu missed it at every level from 2 sessions) [one run: run-to-run noise not measured] "
