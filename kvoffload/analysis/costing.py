@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvoffload.analysis.capacity import GIB, Stated
+from kvoffload.analysis.capacity import Stated, l1_pool
 from kvoffload.analysis.compare import OFFLOAD_TIERS
 from kvoffload.analysis.crossing import Bound, Level, column
 from kvoffload.analysis.steady import Held
@@ -109,28 +109,18 @@ def gpus_of(row: pd.Series) -> int | None:
 def resources(
     rows: pd.DataFrame, tier: str, profile_l1: Mapping[str, Stated], l2: Mapping[str, Stated]
 ) -> Resources:
-    """GPUs, L1 DRAM and L2 NVMe of a tier's cells. L1: the server's own pool size (its usage bytes
-    over its usage ratio), else the campaign's `lmcache_l1_size_gb`, else the lmcache profile's (all
-    GiB as LMCache counts them, turned into GB); L2: the capacity the capacity prediction uses."""
+    """GPUs, L1 DRAM and L2 NVMe of a tier's cells. L1: the pool the capacity prediction uses
+    (capacity.l1_pool: the server's own pool size, else the campaign's `lmcache_l1_size_gb`, else the
+    lmcache profile's, never more than the lmcache-server host's memory), in GB; L2: the capacity the
+    capacity prediction uses."""
     gpus = [g for _, r in rows.iterrows() if (g := gpus_of(r)) is not None]
     sources: list[str] = []
     dram: float | None = 0.0
     nvme: float | None = 0.0
     if tier in OFFLOAD_TIERS:
-        measured, configured = _first(rows, "lmcache_l1_capacity_bytes"), _first(rows, "lmcache_l1_size_gb")
-        prof = profile_l1.get(tier)
-        if measured is not None:
-            dram = measured / 1e9
-            sources.append("L1: lmcache-server /metrics (usage bytes / usage ratio)")
-        elif configured is not None:
-            dram = configured * GIB / 1e9
-            sources.append(f"L1: campaign lmcache_l1_size_gb {configured:g} GiB")
-        elif prof is not None and prof.value is not None:
-            dram = prof.value * GIB / 1e9
-            sources.append(f"L1: {prof.source} {prof.value:g} GiB")
-        else:
-            dram = None
-            sources.append("L1: size unknown")
+        pool = l1_pool(rows, profile_l1)
+        dram = None if pool.value is None else pool.value / 1e9
+        sources.append(f"L1: {pool.source}" if pool.value is not None else "L1: size unknown")
     if tier == "nvme":
         stated = next(
             (s for c in rows["cell_id"].astype(str) if (s := l2.get(c)) is not None and s.value is not None),

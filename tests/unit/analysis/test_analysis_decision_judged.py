@@ -128,3 +128,18 @@ def test_levels_from_nodes_that_differ_are_not_pooled_into_one_curve() -> None:
     same = cells.assign(hosts=[json.dumps(alike)] * 4)
     kept, left = decision.one_curve(rows, same, None)
     assert len(kept) == 4 and left == []
+
+
+def test_dram_is_priced_within_the_memory_its_host_can_give() -> None:
+    """Issue 53: cpu's DRAM cost was 68.7 GB from a 64 GiB pool on hosts of 24 GiB; a campaign asking
+    for a 100 GB L1 ran without a word. A pool of 100 GiB (the campaign's) on an lmcache-server host of
+    24 GiB is priced as 24 GiB = 25.77 GB, and its source says why."""
+    rows = pd.DataFrame(
+        [{"cell_id": "c1", "tier": "cpu", "lmcache_l1_size_gb": 100.0, "lmcache_host": "kvlab2",
+          "lmcache_host_memory_bytes": 24 * 2**30}]
+    )  # fmt: skip
+    res = costing.resources(rows, "cpu", {}, {})
+    assert res.dram_gb == pytest.approx(24 * 2**30 / 1e9)
+    assert "more than the 24 GiB of memory of kvlab2" in res.sources[0]
+    roomy = rows.assign(lmcache_host_memory_bytes=512 * 2**30)
+    assert costing.resources(roomy, "cpu", {}, {}).dram_gb == pytest.approx(100 * 2**30 / 1e9)
