@@ -4,8 +4,10 @@ Brings up the virtual lab (a client host and, by default, two nodes, each with t
 lmcache-server, Caddy and a loop-device NVMe), runs a shipped campaign (its comparison groups in
 parallel, one per node), writes the report and tears the lab down, also on failure or Ctrl-C.
 
-- `--engine sim` (default; `make demo` runs exactly this): the simulator, gpu, cpu and nvme tiers at a
-  concurrency that fits GPU KV and one that overflows it, recorded tau2-bench conversations.
+- `--engine sim` (default; `make demo` runs exactly this): the simulator, gpu, cpu and nvme tiers at two
+  concurrencies that overflow GPU KV (gpu crosses the latency target between them), each held for more
+  than a session by 64 recorded tau2-bench users and run twice, so the decision rests on held loads
+  and two runs.
 - `--engine vllm`: REAL vLLM (its CPU build) and the REAL LMCache server (CPU mode) serving a tiny
   random-weight Llama the project builds itself, on every tier: it proves the roles, flags, endpoints
   and metric names on real software (function, not timing). The first run downloads about 1 GB of

@@ -2,9 +2,11 @@
 
 Inline SVG (matplotlib, Agg, the colours of kvoffload/report/plots.py), drawn from a
 kvoffload.analysis.decision.SweepDecision only: each tier's measured levels with their 95 % intervals,
-the target as a horizontal line, and where each tier meets it: its crossing with the crossing's
-interval as a horizontal bar, or a triangle at the bound when the tier never missed (pointing right:
-"at least") or always missed (pointing left: "fewer than"). No analysis here, no files.
+marked as the one judge (config/slo.py `judge`, each level's `meets`) found them: filled where the level
+meets the target, hollow where it missed, a cross on the axis where it was not judged (its load not
+held, a figure unknown); the target as a horizontal line, and where each tier meets it: its crossing
+with the crossing's interval as a horizontal bar, or a triangle at the bound when the tier never missed
+(pointing right: "at least") or always missed (pointing left: "fewer than"). No analysis here, no files.
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ def _levels(ax: Axes, d: TierDecision, colour: str) -> None:
         y.append(lv.ttft_p95_s)
         low.append(max(0.0, lv.ttft_p95_s - ci[0]))
         high.append(max(0.0, ci[1] - lv.ttft_p95_s))
-    if not x:
-        return
-    ax.errorbar(x, y, yerr=[low, high], fmt="-o", ms=3, capsize=2, color=colour, label=f"{d.tier} p95")
+    if x:
+        ax.errorbar(x, y, yerr=[low, high], fmt="-", capsize=2, color=colour, label=f"{d.tier} p95")
+    for lv in d.levels:
+        if lv.meets is None or lv.ttft_p95_s is None:
+            # not judged: on the axis, where its figure (if any) cannot be read as a verdict
+            ax.plot([lv.sessions_at_once], [0.0], marker="x", ms=6, color=colour, clip_on=False)
+        else:
+            face = colour if lv.meets else "white"
+            ax.plot([lv.sessions_at_once], [lv.ttft_p95_s], marker="o", ms=5, color=colour,
+                    markerfacecolor=face)  # fmt: skip
 
 
 def _where(ax: Axes, d: TierDecision, target: float, colour: str) -> None:
