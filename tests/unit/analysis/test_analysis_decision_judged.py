@@ -5,15 +5,17 @@ per node, and no pick from one run."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kvoffload.analysis import costing, decision
+from kvoffload.analysis import costing, crossing, decision, decision_words
 from kvoffload.analysis.decision import TierDecision
-from kvoffload.config.slo import Slo, judge
+from kvoffload.config.slo import Prices, Slo, judge
 
 SLO = Slo(ttft_p95_s=0.5, ttft_p50_s=0.2)
 
@@ -143,3 +145,62 @@ def test_dram_is_priced_within_the_memory_its_host_can_give() -> None:
     assert "more than the 24 GiB of memory of kvlab2" in res.sources[0]
     roomy = rows.assign(lmcache_host_memory_bytes=512 * 2**30)
     assert costing.resources(roomy, "cpu", {}, {}).dram_gb == pytest.approx(100 * 2**30 / 1e9)
+
+
+def test_few_runs_widen_the_crossings_replicates_and_bc_recentres_them() -> None:
+    """Issue 53: five identical demo runs scattered beyond each other's intervals. Resampling R runs
+    with replacement gives their mean (R - 1) / R of the variance R new runs have: with two runs the
+    replicates spread sqrt(2) x wider about the estimate (9 and 11 about 10: 8.586 and 11.414); infinite
+    replicates (beyond the bracket) stay; one run is left alone. The bias-corrected tails: a share of
+    0.5 below the estimate gives the plain 2.5-97.5; a share of 0.16 (z0 = -0.994) moves both down,
+    to Phi(-3.949) and Phi(-0.029)."""
+    draws = np.array([9.0, 10.0, 11.0, np.inf, -np.inf])
+    widened = crossing.few_runs_widened(draws, 10.0, 2)
+    assert widened[:3] == pytest.approx([10 - 2**0.5, 10.0, 10 + 2**0.5])
+    assert list(widened[3:]) == [np.inf, -np.inf]
+    assert list(crossing.few_runs_widened(draws, 10.0, 1)) == list(draws)
+    lo, hi = crossing.bias_corrected_tails(np.arange(100.0), 49.5)
+    assert (lo, hi) == (pytest.approx(2.5), pytest.approx(97.5))
+    lo, hi = crossing.bias_corrected_tails(np.arange(100.0), 15.5)  # 16 of 100 below
+    z0 = NormalDist().inv_cdf(0.16)
+    assert lo == pytest.approx(100 * NormalDist().cdf(2 * z0 - 1.959964), rel=1e-6)
+    assert hi == pytest.approx(100 * NormalDist().cdf(2 * z0 + 1.959964), rel=1e-6)
+
+
+def test_the_cost_change_has_the_interval_of_the_paired_replicates() -> None:
+    """Issue 53: "at least 4 % less per million tokens", then "at most 4 % more" on a second run, with
+    no interval. Now the change comes with the interval of its paired replicates: costs 0.9/1.0,
+    1.0/1.0, 1.1/1.0 (x 20 each) give changes -10, 0, +10 %: an interval from -10 to +10 holds 0, and
+    the sentence says the costs are not told apart."""
+    gpu = _tier("gpu", "crossing", 10.0, [9.0, 11.0], cost=costing.Cost(5.0, {}, 1.0, None, None))
+    cpu = _tier("cpu", "crossing", 10.0, [9.0, 11.0], cost=costing.Cost(5.0, {}, 1.0, None, None))
+    t = np.repeat([0.9, 1.0, 1.1], 20)
+    change, ci, bound = decision._cost_change(cpu, gpu, t, np.ones(60))
+    assert (change, bound) == (0.0, "=") and ci == [pytest.approx(-10.0), pytest.approx(10.0)]
+    words = decision_words.cost_words(
+        replace(cpu, cost_change_pct=change, cost_change_ci_pct=ci, cost_change_bound=bound),
+        gpu,
+        Prices(gpu_hour=1.0),
+    )
+    assert (
+        words
+        == " for 1x the node cost: cost per million tokens not distinguishable (+0 %, 95 % CI -10 to +10 %)"
+    )
+
+
+def test_an_at_least_bound_says_max_sessions_capped_it_and_a_short_l1_is_in_the_verdict() -> None:
+    """Issue 53: ">= 32 (the most this dataset can replay)" when 32 was max_sessions and the data offered
+    102 users; and nvme's L2 loads refused for want of L1 room were in no verdict."""
+    from tests.unit.analysis.test_analysis_decision import _cell, _decide, _row, _same
+
+    rows = [
+        _row("n2", "nvme", 2, users=4, virtual_users_available=102, lmcache_l2_prefetch_l1_oom=False),
+        _row("n4", "nvme", 4, users=4, virtual_users_available=102, lmcache_l2_prefetch_l1_oom=True),
+    ]
+    got = _decide(rows, {"n2": _cell(_same(3, 0.1)), "n4": _cell(_same(3, 0.2))})["nvme"]
+    assert got.capped_by == (
+        "the users cap it: 4 replayed, max_sessions of the 102 the dataset offers; holding a level for a "
+        "session takes about twice its users"
+    )
+    assert got.offload_short_of_room == ["n4"]
+    assert got.verdict.endswith("offload short of L1 room in 1 cell(s)")
