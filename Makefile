@@ -108,6 +108,7 @@ bench: venv
 	$(BIN)/python bench/ingest_speed.py
 	$(BIN)/python bench/sim_ttft.py
 	$(BIN)/python bench/caddy_body_race.py
+	$(BIN)/python bench/interval_coverage.py   # about 19 min: 10 small campaigns on the simulator
 	@if [ -d results/demo/cells ]; then $(BIN)/python bench/campaign_overhead.py results/demo; \
 	$(BIN)/python bench/watch_poll.py results/demo; \
 	else echo "bench/campaign_overhead.py, bench/watch_poll.py: no results/demo yet (run make demo first)"; fi
