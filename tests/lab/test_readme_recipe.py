@@ -83,6 +83,7 @@ def test_the_virtual_lab_recipe_runs_end_to_end_on_a_dataset_of_ones_own(tmp_pat
     shown = done.stdout
     assert "## Which tier, at what scale, at what cost" in shown
     assert "sessions at p95 TTFT <= 0.5 s" in shown
-    rows = [line for line in shown.splitlines() if line.startswith(("| gpu |", "| cpu |"))]
+    table = shown.split("Levels (the load each held", 1)[0]  # the levels table below repeats the tiers
+    rows = [line for line in table.splitlines() if line.startswith(("| gpu |", "| cpu |"))]
     assert len(rows) == 2 and "baseline" in rows[0], rows
     assert "EXAMPLE prices, not a quote." in shown
