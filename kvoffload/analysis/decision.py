@@ -477,17 +477,23 @@ def _software(software: pd.DataFrame | None, rows: pd.DataFrame) -> list[str]:
 
 def one_curve(
     mine: pd.DataFrame, cells: pd.DataFrame | None, software: pd.DataFrame | None
-) -> tuple[pd.DataFrame, list[str]]:
-    """A tier's rows on one curve: all of them when they ran on one node, or on nodes with the same
-    host facts (analysis/nodes.py) and software; else the node with the most levels (ties: the most
-    cells, then the name), the others' cells left out with the difference named."""
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """A tier's rows on one curve, the cells left out, and the nodes the curve pools (empty: one): all rows
+    when they ran on one node, or on nodes shown alike (the same host facts, analysis/nodes.py, from
+    `cells`, and software); else the node with the most levels (ties: the most cells, then the name),
+    the others' cells left out with the difference named (without `cells` the nodes are not shown
+    alike)."""
     if "node" not in mine or mine["node"].nunique(dropna=True) < 2:
-        return mine, []
+        return mine, [], []
     ids = mine["cell_id"].astype(str)
-    facts = [] if cells is None else node_differences(cells[cells["cell_id"].astype(str).isin(ids)])
+    nodes = sorted({str(n) for n in mine["node"].dropna()})
+    if cells is None:
+        facts: list[dict[str, Any]] = [{"fact": "host facts", "values": dict.fromkeys(nodes, "unknown")}]
+    else:
+        facts = node_differences(cells[cells["cell_id"].astype(str).isin(ids)])
     splits = pd.DataFrame() if software is None else version_splits(software, ids)
     if not facts and splits.empty:
-        return mine, []
+        return mine, [], nodes
     by_node = {str(n): g for n, g in mine.groupby(mine["node"].astype(str), sort=True)}
     keep = max(
         by_node,
@@ -503,7 +509,7 @@ def one_curve(
         f"{keep}, and the nodes differ ({differ}): one curve does not mix machines"
         for _, row in mine[mine["node"].astype(str) != keep].iterrows()
     ]
-    return by_node[keep], left
+    return by_node[keep], left, []
 
 
 def decide(
@@ -546,8 +552,11 @@ def decide(
         rng = np.random.default_rng(bootstrap.SEED)
         decisions: list[TierDecision] = []
         draws: dict[str, _Draws] = {}
+        pooled: dict[str, list[str]] = {}
         for tier in [t for t in TIERS if (rows["tier"] == t).any()]:
-            mine, elsewhere = one_curve(rows[rows["tier"] == tier], cells, software)
+            mine, elsewhere, pool = one_curve(rows[rows["tier"] == tier], cells, software)
+            if pool:
+                pooled.setdefault(", ".join(pool), []).append(tier)
             keep, excluded = [], list(elsewhere)
             for i, row in mine.iterrows():
                 why = cell_invalid_reasons(row)
@@ -591,7 +600,12 @@ def decide(
                 target=target,
                 tiers=decisions,
                 statements=statements,
-                conditions=decision_words.conditions(slo, prices, decisions) + _software(software, rows),
+                conditions=decision_words.conditions(slo, prices, decisions)
+                + [
+                    f"levels pool nodes {nodes} ({', '.join(tiers)}): the same host facts and software"
+                    for nodes, tiers in pooled.items()
+                ]
+                + _software(software, rows),
                 pick=pick,
                 missing_prices=missing,
                 currency=None if prices is None else prices.currency,

@@ -283,7 +283,15 @@ def conclude(a: Analysis, replicates: int | None = None) -> Conclusions:
         knees=knees,
         recommendations=recommend(a.comparison, predictions, knees, found),
         decision=decision_view.section(
-            a.tables.campaign, a.summary, requests, predictions, profile_l1, l2, software=a.software, **extra
+            a.tables.campaign,
+            a.summary,
+            requests,
+            predictions,
+            profile_l1,
+            l2,
+            software=a.software,
+            cells=a.tables.cells,
+            **extra,
         ),
     )
 

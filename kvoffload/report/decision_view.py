@@ -102,15 +102,26 @@ def section(
     l2: Mapping[str, Stated] | None = None,
     replicates: int = bootstrap.REPLICATES,
     software: pd.DataFrame | None = None,
+    cells: pd.DataFrame | None = None,
 ) -> DecisionSection:
-    """The campaign's decision (report/build.py `conclude` passes what it already has)."""
+    """The campaign's decision (report/build.py `conclude` passes what it already has; `cells`: the
+    ingest cells table, whose host facts say whether a tier's nodes may share one curve)."""
     slo, prices, source, problem = targets(campaign)
     if problem is not None:
         return DecisionSection(None, None, None, hint=problem)
     if slo is None:
         return DecisionSection(None, prices, source, hint=NO_TARGET)
     sweeps = decide(
-        summary, requests, slo, prices, predictions, profile_l1, l2, replicates=replicates, software=software
+        summary,
+        requests,
+        slo,
+        prices,
+        predictions,
+        profile_l1,
+        l2,
+        replicates=replicates,
+        software=software,
+        cells=cells,
     )
     hint = None if sweeps else "No cell has been measured yet."
     return DecisionSection(slo, prices, source, sweeps, hint)

@@ -119,8 +119,8 @@ def test_levels_from_nodes_that_differ_are_not_pooled_into_one_curve() -> None:
     cells = pd.DataFrame(
         {"cell_id": list("abcd"), "node": list(rows["node"]), "hosts": [json.dumps(facts)] * 4}
     )
-    kept, left = decision.one_curve(rows, cells, None)
-    assert list(kept["cell_id"]) == ["b", "c", "d"]
+    kept, left, pooled = decision.one_curve(rows, cells, None)
+    assert list(kept["cell_id"]) == ["b", "c", "d"] and pooled == []
     assert left == [
         "gpu a (concurrency 16) ran on node n1, not n2, and the nodes differ (RAM GiB: n1 24.0, n2 48.0): "
         "one "
@@ -128,8 +128,12 @@ def test_levels_from_nodes_that_differ_are_not_pooled_into_one_curve() -> None:
     ]
     alike = {"n1": {"ram_gib": 24.0}, "n2": {"ram_gib": 24.0}}
     same = cells.assign(hosts=[json.dumps(alike)] * 4)
-    kept, left = decision.one_curve(rows, same, None)
+    kept, left, pooled = decision.one_curve(rows, same, None)
     assert len(kept) == 4 and left == []
+    assert pooled == ["n1", "n2"]
+    # without the cells' host facts the nodes are not shown alike
+    kept, left, pooled = decision.one_curve(rows, None, None)
+    assert list(kept["cell_id"]) == ["b", "c", "d"] and "host facts: n1 unknown, n2 unknown" in left[0]
 
 
 def test_dram_is_priced_within_the_memory_its_host_can_give() -> None:
