@@ -626,7 +626,9 @@ CSV_COLUMNS = [
     "nvme_tb", "cost_per_hour", "cost_per_million_tokens", "cost_per_million_completion_tokens",
     "cost_bound", "currency", "example_prices", "energy_kwh_per_million_tokens", "extra_sessions_vs_gpu",
     "dram_gb_per_extra_session", "nvme_gb_per_extra_session", "history_tokens", "history_sessions",
-    "verdict", "missing_prices",
+    "verdict", "missing_prices", "runs", "capped_by", "cost_per_million_tokens_ci_low",
+    "cost_per_million_tokens_ci_high", "cost_change_pct", "cost_change_ci_low", "cost_change_ci_high",
+    "cost_change_bound", "no_pick",
 ]  # fmt: skip
 
 
@@ -638,6 +640,11 @@ def csv_rows(sweeps: Sequence[SweepDecision]) -> pd.DataFrame:
             ci: list[Any] = [None, None] if d.sessions_ci is None else list(d.sessions_ci)
             cens: list[Any] = [None, None] if d.sessions_ci_censored is None else list(d.sessions_ci_censored)
             rci: list[Any] = list(d.ratio_ci or [None, None])
+            none: list[Any] = [None, None]
+            cost_ci: list[Any] = (
+                none if d.cost.per_million_tokens_ci is None else list(d.cost.per_million_tokens_ci)
+            )
+            change_ci: list[Any] = none if d.cost_change_ci_pct is None else list(d.cost_change_ci_pct)
             g = d.goodput
             rows.append(
                 {
@@ -663,6 +670,12 @@ def csv_rows(sweeps: Sequence[SweepDecision]) -> pd.DataFrame:
                     "nvme_gb_per_extra_session": d.nvme_gb_per_extra_session,
                     "history_tokens": d.history_tokens, "history_sessions": d.history_sessions,
                     "verdict": d.verdict, "missing_prices": "; ".join(d.cost.missing_prices),
+                    "runs": d.runs, "capped_by": d.capped_by,
+                    "cost_per_million_tokens_ci_low": cost_ci[0],
+                    "cost_per_million_tokens_ci_high": cost_ci[1],
+                    "cost_change_pct": d.cost_change_pct, "cost_change_ci_low": change_ci[0],
+                    "cost_change_ci_high": change_ci[1], "cost_change_bound": d.cost_change_bound,
+                    "no_pick": s.no_pick,
                 }
             )  # fmt: skip
     return pd.DataFrame(rows, columns=CSV_COLUMNS)

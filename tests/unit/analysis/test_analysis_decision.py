@@ -251,6 +251,8 @@ def test_offload_against_gpu_gives_a_bounded_ratio_and_a_sentence() -> None:
     table = csv_rows([sweep])
     assert list(table["tier"]) == ["gpu", "cpu"]
     assert table.loc[1, "sessions_bound"] == ">=" and table.loc[0, "sessions"] == pytest.approx(3.0)
+    assert table.loc[1, "runs"] == 1 and "one run" in table.loc[1, "no_pick"]
+    assert table.loc[1, "capped_by"].startswith("the users cap it: 4 replayed")
     # two runs of every level: the same figures, and now a pick
     twice = _decide(*_twice(rows, cells))
     assert twice["sweep"].pick == "cpu" and twice["sweep"].no_pick is None
