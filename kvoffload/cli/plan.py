@@ -185,7 +185,7 @@ def _schedule(
     where: dict[str, str] = {}
     method: dict[str, str] = {}
     order: dict[str, int] = {}
-    for plan in schedule(todo, [n.name for n in lab.nodes], cost):
+    for plan in schedule(todo, [n.name for n in lab.nodes], cost, lab.campaign.repeat_order):
         for i, (cell, how) in enumerate(
             zip(plan.cells, cold_start_methods(lab, plan.cells, plan.node), strict=True)
         ):

@@ -178,6 +178,13 @@ class Campaign(_Strict):
         description=f"how many times each cell is run (default 1; {SLO_REPEATS} when `slo` is set, so that "
         'the decision\'s interval covers run-to-run noise: docs/metrics.md "Decision")',
     )
+    repeat_order: Literal["turned", "together"] = Field(
+        default="turned",
+        examples=["together"],
+        description="how a node runs the repeats: turned (repeat by repeat, the tier order turned round "
+        "between them, so no tier is always first on fresh engines) or together (a cell's repeats back to "
+        "back on the same engines, reset between them: fewer engine starts, a fixed tier order)",
+    )
     duration_s: PositiveInt | None = Field(
         default=None,
         examples=[600],

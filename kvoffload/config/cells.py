@@ -51,8 +51,9 @@ class Cell:
 
 
 # Keys that become per-cell values (or, for the L1 sizes, the value of the cell's tier).
-# The knee search only decides which further cells run, and the latency target and the prices only how
-# the report reads them (issue 42): none is part of any cell's configuration, so adding them keeps ids.
+# The knee search only decides which further cells run, the latency target and the prices only how the
+# report reads them (issue 42), the repeat order only when cells run (issue 53): none is part of any
+# cell's configuration, so adding them keeps ids.
 _MATRIX_KEYS = (
     "name",
     "tiers",
@@ -65,6 +66,7 @@ _MATRIX_KEYS = (
     "knee_search",
     "slo",
     "prices",
+    "repeat_order",
 )
 
 

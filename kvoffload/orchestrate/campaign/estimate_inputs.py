@@ -276,7 +276,7 @@ def campaign_estimate(
     priors = learn(measured, base_priors(lab), earlier_starts(paths))
     work = []
     where: dict[str, str] = {}
-    for plan in schedule(todo, [n.name for n in lab.nodes], requests):
+    for plan in schedule(todo, [n.name for n in lab.nodes], requests, lab.campaign.repeat_order):
         for i, (cell, how) in enumerate(
             zip(plan.cells, cold_start_methods(lab, plan.cells, plan.node), strict=True)
         ):

@@ -311,7 +311,9 @@ class CampaignRunner:
     def plan(self, cells: Sequence[Cell]) -> list[NodePlan]:
         """Which node runs which cells (kvoffload/orchestrate/campaign/schedule.py); nodes without work
         drop out."""
-        plans = schedule(cells, [n.name for n in self.lab.nodes], self.expected_requests)
+        plans = schedule(
+            cells, [n.name for n in self.lab.nodes], self.expected_requests, self.lab.campaign.repeat_order
+        )
         return [p for p in plans if p.cells]
 
     def run(self, only: Sequence[str] | None = None, provision: bool = True) -> CampaignOutcome:

@@ -48,10 +48,15 @@ class NodePlan:
 
 
 def schedule(
-    cells: Sequence[Cell], nodes: Sequence[str], cost: Callable[[Cell], float] | None = None
+    cells: Sequence[Cell],
+    nodes: Sequence[str],
+    cost: Callable[[Cell], float] | None = None,
+    repeat_order: str = "turned",
 ) -> list[NodePlan]:
     """Every node's cells (a node with no group gets an empty plan). `cost` estimates a cell's work
-    (for example its requests); by default every cell costs the same."""
+    (for example its requests); by default every cell costs the same. `repeat_order` (the campaign's):
+    "turned" runs repeat by repeat with the tier order turned round (module docstring); "together" runs
+    a cell's repeats back to back, tier by tier (the engines reset between them, never redeployed)."""
     if not nodes:
         raise ValueError("schedule needs at least one node")
     weigh = cost or (lambda _cell: 1.0)
@@ -70,9 +75,15 @@ def schedule(
     plans = []
     for node in nodes:
         mine = sorted(assigned[node], key=order.__getitem__)
-        ordered = sorted(
-            (cell for key in mine for cell in groups[key]),
-            key=lambda c: (c.repeat, tier_turn(c.tier, c.repeat), mine.index(group_key(c))),
-        )
+        if repeat_order == "together":
+            ordered = sorted(
+                (cell for key in mine for cell in groups[key]),
+                key=lambda c: (TIER_ORDER.index(c.tier), mine.index(group_key(c)), c.repeat),
+            )
+        else:
+            ordered = sorted(
+                (cell for key in mine for cell in groups[key]),
+                key=lambda c: (c.repeat, tier_turn(c.tier, c.repeat), mine.index(group_key(c))),
+            )
         plans.append(NodePlan(node, tuple(ordered)))
     return plans

@@ -26,3 +26,23 @@ def test_the_tier_order_turns_round_between_repeats_and_keeps_the_engines_at_eac
     # the engines change only where the tier does: 3 tiers x 3 repeats, less the 2 shared boundaries
     changes = sum(1 for a, b in zip(plan.cells, plan.cells[1:], strict=False) if a.tier != b.tier)
     assert changes == 6
+
+
+def test_together_runs_a_cells_repeats_back_to_back_on_the_same_engines() -> None:
+    """`repeat_order: together`: tier by tier as before issue 53, each cell's repeats one after the
+    other (a reset between them, no redeploy), the engines changing twice in all; the ids are the same
+    (the order is not hashed)."""
+    together = Campaign.model_validate({**CAMPAIGN, "repeat_order": "together"})
+    cells = resolve_cells(together)
+    assert [c.id for c in cells] == [c.id for c in resolve_cells(Campaign.model_validate(CAMPAIGN))]
+    (plan,) = schedule(cells, ["n1"], repeat_order=together.repeat_order)
+    order = [(c.tier, c.concurrency, c.repeat) for c in plan.cells]
+    assert order[:6] == [
+        ("gpu", 2, 1),
+        ("gpu", 2, 2),
+        ("gpu", 2, 3),
+        ("gpu", 16, 1),
+        ("gpu", 16, 2),
+        ("gpu", 16, 3),
+    ]
+    assert sum(1 for a, b in zip(plan.cells, plan.cells[1:], strict=False) if a.tier != b.tier) == 2
