@@ -23,7 +23,9 @@ from tests.support.readme_recipes import ROOT, recipes
 
 pytestmark = lab_marks(1800)
 NAMES = free_lab_names("g", 14)
-USERS = 16  # README's campaign replays max_sessions: 16 users (twice the concurrency 8 it holds), the first that fit its isl
+# README's campaign replays max_sessions: 16 users (twice the concurrency 8 it holds), the first that
+# fit its isl
+USERS = 16
 
 
 def _generic_dataset(path: Path, sessions: int) -> Path:
